@@ -1,0 +1,6 @@
+from .dist_utils import setup_cpu_distributed
+from .run_utils import build_runner, enable_amp, load_run_config
+
+__all__ = [
+    'setup_cpu_distributed', 'build_runner', 'enable_amp', 'load_run_config'
+]
