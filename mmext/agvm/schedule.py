@@ -1,0 +1,75 @@
+"""When AGVM applies its factors and when it re-estimates them.
+
+Pure bookkeeping on mmengine's micro-batch counter (``OptimWrapper``'s
+``_inner_count``, equal to ``runner.iter``), so it survives ``--resume``
+(the runner restores the counter) and needs no state of its own.
+"""
+import math
+from typing import Optional
+
+__all__ = ['AGVMSchedule']
+
+
+class AGVMSchedule:
+    """Active window and re-estimation steps of AGVM.
+
+    Iterations are runner iterations (micro-batches, what param schedulers,
+    ``start_iter`` and the log count). One optimizer step covers the window
+    ``[k * K, (k + 1) * K)`` of ``K = accumulative_counts`` iterations; it is
+    *active* if its first iteration lies in ``[start_iter, end_iter)`` and it
+    *re-estimates* the factors every ``update_interval`` active steps,
+    starting with the first active one (the reference implementation counts
+    ``runner.iter % interval``; counting from the start makes the first
+    estimate happen at ``start_iter`` whatever the interval).
+
+    Args:
+        update_interval (int): tau, optimizer steps between re-estimates.
+        start_iter (int): First runner iteration with AGVM.
+        end_iter (int, optional): First runner iteration without AGVM again;
+            None for the end of training.
+        accumulative_counts (int): K, micro-batches per optimizer step.
+
+    Raises:
+        ValueError: If ``update_interval < 1``, ``start_iter < 0``,
+            ``end_iter <= start_iter`` or ``accumulative_counts < 1``.
+    """
+
+    def __init__(self,
+                 update_interval: int = 10,
+                 start_iter: int = 0,
+                 end_iter: Optional[int] = None,
+                 accumulative_counts: int = 1):
+        if int(update_interval) != update_interval or update_interval < 1:
+            raise ValueError('update_interval must be an integer >= 1, got '
+                             f'{update_interval}')
+        if start_iter < 0:
+            raise ValueError(f'start_iter must be >= 0, got {start_iter}')
+        if end_iter is not None and end_iter <= start_iter:
+            raise ValueError(f'end_iter ({end_iter}) must be greater than '
+                             f'start_iter ({start_iter}), or None')
+        if accumulative_counts < 1:
+            raise ValueError('accumulative_counts must be >= 1')
+        self.update_interval = int(update_interval)
+        self.start_iter = start_iter
+        self.end_iter = math.inf if end_iter is None else end_iter
+        self.accumulative_counts = accumulative_counts
+        self._first_step = math.ceil(start_iter / accumulative_counts)
+
+    def step_index(self, iteration: int) -> int:
+        """Index of the optimizer step that ``iteration`` belongs to."""
+        return iteration // self.accumulative_counts
+
+    def window_start(self, iteration: int) -> int:
+        """First iteration of the step that ``iteration`` belongs to."""
+        return self.step_index(iteration) * self.accumulative_counts
+
+    def is_active(self, iteration: int) -> bool:
+        """Whether the step containing ``iteration`` applies the factors."""
+        return self.start_iter <= self.window_start(
+            iteration) < self.end_iter
+
+    def is_measurement(self, iteration: int) -> bool:
+        """Whether the step containing ``iteration`` re-estimates them."""
+        return self.is_active(iteration) and (
+            self.step_index(iteration) -
+            self._first_step) % self.update_interval == 0

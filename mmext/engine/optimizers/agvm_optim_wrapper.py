@@ -1,0 +1,323 @@
+"""AGVM optimizer wrappers for mmengine (fp32 and CUDA mixed precision)."""
+import logging
+from contextlib import ExitStack, contextmanager
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+from mmengine.dist import get_rank, get_world_size
+from mmengine.logging import print_log
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+from mmext.agvm import (AGVMSchedule, HalfStatistics, ModulationEMA,
+                        gradient_variance, modulation_factors)
+from mmext.registry import OPTIM_WRAPPERS
+from .agvm_halves import AccumulationHalves, DistributedHalves, GradientLayout
+
+__all__ = ['AGVMOptimWrapper', 'AGVMAmpOptimWrapper']
+
+STATISTICS = ('grad', 'adam')
+
+
+@OPTIM_WRAPPERS.register_module()
+class AGVMOptimWrapper(OptimWrapper):
+    """Optimizer wrapper with AGVM per-module learning-rate modulation.
+
+    Implements the Adaptive Gradient Variance Modulator (Xue et al.,
+    "Large-batch Optimization for Dense Visual Predictions", NeurIPS 2022,
+    arXiv 2210.11078, Sec. 3; reference implementation github.com/Sense-X/AGVM
+    ``agvm/optim/agvm_optimizer_hook.py``). Every ``update_interval``
+    optimizer steps inside ``[start_iter, end_iter)`` it measures, per module
+    i, the gradient variance d_i = 1 - cos(G_A, G_B) between two independent
+    halves of the batch, turns it into mu_i = sqrt(clamp(d_0 / d_i,
+    *ratio_range)) and blends mu_i into the factor s_i (EMA, momentum
+    ``ema_momentum``, s_i = 1 at the start). Each step in the window
+    multiplies the learning rate of every param group of module i by s_i and
+    restores it after ``optimizer.step()``, so param schedulers and the logged
+    base LR never see the factor. The math lives in :mod:`mmext.agvm`.
+
+    Halves: with world size >= 2, the two halves of the ranks (the wrapper
+    disables DDP's reduction on re-estimation steps and reduces itself, see
+    :class:`DistributedHalves`); in one process, the first and second half of
+    the ``accumulative_counts`` micro-batches.
+
+    Build it with :class:`AGVMOptimWrapperConstructor`, which tags every param
+    group with its module (parameters outside ``module_names`` form the
+    ``'others'`` groups, factor 1).
+
+    Args:
+        optimizer (Optimizer): Optimizer with tagged param groups.
+        module_names (Sequence[str]): Modulated modules, the first is the
+            anchor (module 0). Filled in by the constructor.
+        update_interval (int): tau, optimizer steps between re-estimates.
+            Defaults to 10.
+        ema_momentum (float): alpha of the EMA, in [0, 1). Defaults to 0.97.
+        ratio_range (tuple[float, float]): Clamp of d_anchor / d_i before the
+            square root, ``0 < lo <= hi``. Defaults to (0.5, 10.0).
+        start_iter (int): First runner iteration with AGVM. Defaults to 0.
+        end_iter (int, optional): First iteration without AGVM again; None
+            for the end of training. Defaults to None.
+        statistic (str): ``'grad'`` measures the raw gradient (SGD);
+            ``'adam'`` the Adam-preconditioned gradient g / (sqrt(v) + eps)
+            with the optimizer's ``exp_avg_sq`` (AdamW mode). Defaults to
+            ``'grad'``.
+        clip_grad_window (tuple[int, int], optional): Apply ``clip_grad``
+            only for runner iterations in ``[begin, end)`` (the released
+            recipes clip in the 200 iterations before AGVM starts); None
+            clips always. Defaults to None.
+        **kwargs: ``accumulative_counts``, ``clip_grad`` and, for the AMP
+            variant, ``loss_scale``/``dtype``: as in mmengine's wrappers.
+
+    Raises:
+        ValueError: On invalid options, untagged param groups, or when a
+            single process has no two halves (``accumulative_counts`` must
+            then be even and >= 2).
+    """
+
+    def __init__(self,
+                 optimizer: Optimizer,
+                 module_names: Optional[Sequence[str]] = None,
+                 update_interval: int = 10,
+                 ema_momentum: float = 0.97,
+                 ratio_range: Tuple[float, float] = (0.5, 10.0),
+                 start_iter: int = 0,
+                 end_iter: Optional[int] = None,
+                 statistic: str = 'grad',
+                 clip_grad_window: Optional[Tuple[int, int]] = None,
+                 **kwargs):
+        super().__init__(optimizer=optimizer, **kwargs)
+        if not module_names:
+            raise ValueError(
+                'AGVMOptimWrapper needs module_names; build it with '
+                "constructor='mmext.AGVMOptimWrapperConstructor'")
+        if len(ratio_range) != 2 or not 0 < ratio_range[0] <= ratio_range[1]:
+            raise ValueError('ratio_range must be (lo, hi) with 0 < lo <= '
+                             f'hi, got {ratio_range}')
+        if statistic not in STATISTICS:
+            raise ValueError(f'statistic must be one of {STATISTICS}, got '
+                             f'{statistic!r}')
+        if clip_grad_window is not None and (
+                len(clip_grad_window) != 2
+                or clip_grad_window[0] >= clip_grad_window[1]):
+            raise ValueError('clip_grad_window must be (begin, end) with '
+                             f'begin < end, got {clip_grad_window}')
+        self.ratio_range = tuple(ratio_range)
+        self.statistic = statistic
+        self.clip_grad_window = clip_grad_window
+        self.schedule = AGVMSchedule(update_interval, start_iter, end_iter,
+                                     self._accumulative_counts)
+        self.layout = GradientLayout(optimizer, module_names)
+        self.module_names = self.layout.module_names
+        self.ema = ModulationEMA(len(self.module_names), ema_momentum)
+        self.last_variance = torch.full((len(self.module_names), ),
+                                        float('nan'), dtype=torch.float64)
+        self._halves = self._build_halves()
+        self._takeover_step: Optional[int] = None
+        self._warned_no_takeover = False
+
+    def _build_halves(self):
+        world_size = get_world_size()
+        if world_size >= 2:
+            return DistributedHalves(self.layout, world_size, get_rank())
+        counts = self._accumulative_counts
+        if counts < 2 or counts % 2:
+            raise ValueError(
+                'AGVM compares the gradients of two halves of the batch. In '
+                'a single process they are the first and second half of the '
+                'accumulated micro-batches, so set optim_wrapper.'
+                f'accumulative_counts to an even number >= 2 (got {counts}), '
+                'or train with >= 2 processes (tools/dist_train.sh CONFIG 2)')
+        return AccumulationHalves(self.layout, counts)
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the halves are halves of the ranks."""
+        return isinstance(self._halves, DistributedHalves)
+
+    @property
+    def factors(self) -> Dict[str, float]:
+        """Current EMA factor s_i of each modulated module."""
+        return dict(zip(self.module_names, self.ema.factors.tolist()))
+
+    def _measures(self, iteration: int) -> bool:
+        """Whether the step of ``iteration`` re-estimates (and is complete)."""
+        if not self.schedule.is_measurement(iteration):
+            return False
+        end = self.schedule.window_start(iteration) + self._accumulative_counts
+        return self._max_counts < 0 or end <= self._max_counts
+
+    @contextmanager
+    def optim_context(self, model: nn.Module):
+        """mmengine's context, plus ``no_sync`` on DDP re-estimation steps.
+
+        DDP decides at forward time whether the backward all-reduces; on a
+        re-estimation step the wrapper must see each rank's own gradient, so
+        DDP's reduction is switched off and :meth:`step` reduces instead.
+
+        Args:
+            model (nn.Module): The (possibly DDP-wrapped) training model.
+        """
+        with ExitStack() as stack:
+            iteration = self._inner_count
+            if (self.distributed and self._measures(iteration)
+                    and hasattr(model, 'no_sync')):
+                stack.enter_context(model.no_sync())
+                self._takeover_step = self.schedule.step_index(iteration)
+            stack.enter_context(super().optim_context(model))
+            yield
+
+    def backward(self, loss: Tensor, **kwargs) -> None:
+        """Back-propagate; in one process, remember the first half's grads.
+
+        Args:
+            loss (Tensor): The (scaled) loss of the current micro-batch.
+            **kwargs: Passed to ``Tensor.backward``.
+        """
+        iteration = self._inner_count
+        super().backward(loss, **kwargs)
+        if not self.distributed and self._measures(iteration):
+            self._halves.after_backward(
+                self.schedule.step_index(iteration),
+                iteration + 1 - self.schedule.window_start(iteration))
+
+    def step(self, **kwargs) -> None:
+        """Re-estimate if due, then step with the factors applied.
+
+        Args:
+            **kwargs: Passed to ``optimizer.step``.
+        """
+        iteration = self._inner_count - 1
+        if self._measures(iteration):
+            self._update_factors(self.schedule.step_index(iteration))
+        active = self.schedule.is_active(iteration)
+        applied = self.ema.factors.tolist() if active else [1.0] * len(
+            self.module_names)
+        for name, factor in zip(self.module_names, applied):
+            self.message_hub.update_scalar(f'train/agvm_mu/{name}', factor)
+        if not active:
+            super().step(**kwargs)
+            return
+        # 'others' (index M) keeps factor 1.
+        group_factors = applied + [1.0]
+        base_lrs = [group['lr'] for group in self.optimizer.param_groups]
+        for group, base_lr, module in zip(self.optimizer.param_groups,
+                                          base_lrs, self.layout.group_modules):
+            group['lr'] = base_lr * group_factors[module]
+        try:
+            super().step(**kwargs)
+        finally:
+            for group, base_lr in zip(self.optimizer.param_groups, base_lrs):
+                group['lr'] = base_lr
+
+    def _update_factors(self, step: int) -> None:
+        """Measure the halves of ``step`` and update the EMA factors."""
+        stats = self._collect(step)
+        if stats is None:
+            return
+        d, valid = gradient_variance(stats)
+        mu = modulation_factors(d, valid, 0, self.ratio_range)
+        self.ema.update(mu)
+        self.last_variance = torch.where(valid, d, self.last_variance)
+        for name, value, ok in zip(self.module_names, d.tolist(),
+                                   valid.tolist()):
+            if ok:
+                self.message_hub.update_scalar(f'train/agvm_d/{name}', value)
+
+    def _collect(self, step: int) -> Optional[HalfStatistics]:
+        if not self.distributed:
+            return self._halves.measure(step, self._precondition)
+        if self._takeover_step != step:
+            # DDP already averaged the grads (no optim_context around the
+            # forward): both halves would look identical.
+            if not self._warned_no_takeover:
+                print_log(
+                    'AGVM: the forward of a re-estimation step ran outside '
+                    'optim_wrapper.optim_context(model), so DDP reduced the '
+                    'gradients and the halves are lost; skipping the '
+                    're-estimate. Use the model wrapper\'s train_step.',
+                    logger='current', level=logging.WARNING)
+                self._warned_no_takeover = True
+            return None
+        return self._halves.reduce_and_measure(self._precondition)
+
+    def _precondition(self, flat: Tensor) -> Tensor:
+        """Adam mode: g / (sqrt(v) + eps) with the optimizer's v (the
+        reference blends the current g into v first; using the stored v keeps
+        the map linear, identical across ranks, so the norm identity holds).
+        """
+        if self.statistic == 'grad':
+            return flat
+        eps_of = {
+            id(p): group.get('eps', 1e-8)
+            for group in self.optimizer.param_groups for p in group['params']
+        }
+        weights = []
+        for param in self.layout.params:
+            state = self.optimizer.state.get(param, {})
+            if 'exp_avg_sq' in state:
+                weights.append((state['exp_avg_sq'].sqrt() +
+                                eps_of[id(param)]).reciprocal().reshape(-1))
+            else:
+                weights.append(flat.new_ones(param.numel()))
+        return flat * torch.cat(weights).float()
+
+    def _clip_grad(self) -> None:
+        """Clip as mmengine does, only inside ``clip_grad_window``."""
+        if self.clip_grad_window is not None:
+            begin, end = self.clip_grad_window
+            if not begin <= self._inner_count - 1 < end:
+                return
+        super()._clip_grad()
+
+    def state_dict(self) -> dict:
+        """The optimizer's state dict plus ``'agvm'``: module names, EMA
+        factors (float64 tensor (M,)), update count, last d_i and the
+        iteration counter."""
+        state = super().state_dict()
+        state['agvm'] = dict(
+            module_names=list(self.module_names),
+            ema=self.ema.state_dict(),
+            last_variance=self.last_variance.clone(),
+            inner_count=self._inner_count)
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore :meth:`state_dict` output (a plain optimizer state dict
+        without ``'agvm'``, e.g. from a non-AGVM run, keeps factors at 1).
+
+        Raises:
+            ValueError: If the checkpoint modulated other modules.
+        """
+        state_dict = dict(state_dict)
+        agvm = state_dict.pop('agvm', None)
+        if agvm is not None:
+            if list(agvm['module_names']) != self.module_names:
+                raise ValueError(
+                    f"checkpoint AGVM modules {agvm['module_names']} differ "
+                    f'from module_names {self.module_names}')
+            self.ema.load_state_dict(agvm['ema'])
+            self.last_variance = torch.as_tensor(
+                agvm['last_variance'], dtype=torch.float64).clone()
+            self._inner_count = int(agvm['inner_count'])
+        super().load_state_dict(state_dict)
+
+
+@OPTIM_WRAPPERS.register_module()
+class AGVMAmpOptimWrapper(AGVMOptimWrapper, AmpOptimWrapper):
+    """:class:`AGVMOptimWrapper` with mmengine's CUDA mixed precision.
+
+    The MRO puts AGVM's steps around ``AmpOptimWrapper``'s: the forward runs
+    under autocast, the backward scales the loss, and the halves are measured
+    on the scaled gradients (the cosine does not depend on the loss scale);
+    the loss scaler unscales, skips non-finite steps and updates as usual.
+    ``tools/train.py --amp`` switches ``mmext.AGVMOptimWrapper`` to it.
+
+    Args:
+        loss_scale (str | float | dict): As in ``AmpOptimWrapper``.
+        dtype (str | torch.dtype, optional): As in ``AmpOptimWrapper``.
+        **kwargs: The options of :class:`AGVMOptimWrapper`.
+
+    Raises:
+        AssertionError: Without CUDA (raised by ``AmpOptimWrapper``).
+    """

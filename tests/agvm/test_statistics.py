@@ -1,0 +1,91 @@
+import math
+
+import pytest
+import torch
+
+from mmext.agvm import (HalfStatistics, ModulationEMA, gradient_variance,
+                        half_dot_from_norms, modulation_factors, split_ranks)
+
+
+def _stats(pairs):
+    a = [torch.tensor(x, dtype=torch.float64) for x, _ in pairs]
+    b = [torch.tensor(y, dtype=torch.float64) for _, y in pairs]
+    return HalfStatistics(
+        dot=torch.stack([x @ y for x, y in zip(a, b)]),
+        sq_norm_a=torch.stack([x @ x for x in a]),
+        sq_norm_b=torch.stack([y @ y for y in b]))
+
+
+def test_gradient_variance_and_factors_by_hand():
+    # module 0: cos = 0 -> d = 1; module 1: cos = 0.6 -> d = 0.4;
+    # module 2: opposite -> d = 2; module 3: identical -> d = 0.
+    stats = _stats([([1., 0.], [0., 2.]), ([3., 4.], [3., 0.]),
+                    ([1., 1.], [-2., -2.]), ([1., 2.], [2., 4.])])
+    d, valid = gradient_variance(stats)
+    assert valid.all()
+    torch.testing.assert_close(d, torch.tensor([1., .4, 2., 0.],
+                                               dtype=torch.float64))
+    mu = modulation_factors(d, valid, 0, (0.5, 10.0))
+    expected = [1.0, math.sqrt(1 / .4), math.sqrt(.5), math.sqrt(10.)]
+    torch.testing.assert_close(mu, torch.tensor(expected,
+                                                dtype=torch.float64))
+
+
+def test_zero_and_nonfinite_gradients_are_skipped():
+    stats = _stats([([1., 0.], [1., 1.]), ([0., 0.], [1., 1.]),
+                    ([float('nan'), 1.], [1., 1.])])
+    d, valid = gradient_variance(stats)
+    assert valid.tolist() == [True, False, False]
+    assert torch.isfinite(d).all()
+    ema = ModulationEMA(3, 0.5)
+    factors = ema.update(modulation_factors(d, valid, 0, (0.5, 10.)))
+    assert factors.tolist() == [1.0, 1.0, 1.0]
+    # An invalid anchor invalidates every factor of that measurement.
+    mu = modulation_factors(d, torch.tensor([False, True, True]), 0,
+                            (0.5, 10.))
+    assert torch.isnan(mu).all()
+    assert ema.update(mu).tolist() == [1.0, 1.0, 1.0]
+    assert ema.num_updates == 1
+
+
+def test_zero_anchor_variance_gives_finite_factors():
+    d = torch.tensor([0., 0., .5], dtype=torch.float64)
+    mu = modulation_factors(d, torch.ones(3, dtype=torch.bool), 0,
+                            (0.5, 10.))
+    torch.testing.assert_close(
+        mu, torch.tensor([1., 1., math.sqrt(.5)], dtype=torch.float64))
+
+
+def test_half_dot_from_norms_matches_direct_dot():
+    torch.manual_seed(0)
+    a, b = torch.randn(2, 50, dtype=torch.float64)
+    dot = half_dot_from_norms((a + b) @ (a + b), a @ a, b @ b)
+    torch.testing.assert_close(dot, a @ b)
+
+
+def test_ema_sequence_and_state_round_trip():
+    ema = ModulationEMA(2, 0.9)
+    ema.update(torch.tensor([1., 3.]))
+    ema.update(torch.tensor([1., 2.]))
+    expected = 0.9 * (0.9 + 0.1 * 3) + 0.1 * 2
+    assert ema.factors[1].item() == pytest.approx(expected)
+    other = ModulationEMA(2, 0.9)
+    other.load_state_dict(ema.state_dict())
+    assert other.factors.tolist() == ema.factors.tolist()
+    assert other.num_updates == 2
+    with pytest.raises(ValueError, match='3 modules'):
+        ModulationEMA(3).load_state_dict(ema.state_dict())
+    with pytest.raises(ValueError, match='ema_momentum'):
+        ModulationEMA(2, 1.0)
+
+
+@pytest.mark.parametrize('world_size,expected', [
+    (2, ([0], [1])), (3, ([0], [1])), (4, ([0, 1], [2, 3])),
+    (5, ([0, 1], [2, 3]))])
+def test_split_ranks(world_size, expected):
+    assert tuple(split_ranks(world_size)) == expected
+
+
+def test_split_ranks_needs_two():
+    with pytest.raises(ValueError, match='world_size >= 2'):
+        split_ranks(1)
