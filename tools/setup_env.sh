@@ -20,6 +20,14 @@ pin() {  # the exact pin of package $1 in requirements/stack.txt
 
 [ -x "$PY" ] || python3 -m venv "$VENV"
 
+# PIP_FIND_LINKS replaces pip's configured find-links instead of adding to them; on this machine
+# type those hold the CPU torch wheel, without which torch==2.13.0 resolves to a multi-GB CUDA
+# build from PyPI. Keep both.
+CONFIG_LINKS=$("$PY" -m pip config get global.find-links 2>/dev/null || true)
+if [ -n "${PIP_FIND_LINKS:-}" ] && [ -n "$CONFIG_LINKS" ]; then
+    export PIP_FIND_LINKS="$PIP_FIND_LINKS $CONFIG_LINKS"
+fi
+
 # mmcv's setup.py imports pkg_resources, which setuptools>=81 removed; mmengine also needs
 # pkg_resources to resolve `_base_ = 'mmdet::...'` configs (open-mmlab/mmengine#1576).
 SETUPTOOLS='setuptools<81'

@@ -1,0 +1,61 @@
+# Faster R-CNN R50-FPN (the stock mmdet recipe, no pretrained weights) on the
+# embedded demo detection set (`make demo-data`): rectangles and discs on 128 px
+# images. Small inputs so that it trains in about a minute on 2 CPU cores.
+_base_ = 'mmdet::faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py'
+
+data_root = 'data/demo/det/'
+metainfo = dict(classes=('rectangle', 'disc'))
+image_scale = (128, 128)
+
+model = dict(
+    backbone=dict(init_cfg=None),
+    roi_head=dict(bbox_head=dict(num_classes=2)))
+
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='Resize', scale=image_scale, keep_ratio=True),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackDetInputs')
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=image_scale, keep_ratio=True),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='PackDetInputs',
+         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
+                    'scale_factor'))
+]
+
+train_dataloader = dict(
+    batch_size=4,
+    num_workers=2,
+    dataset=dict(
+        data_root=data_root,
+        metainfo=metainfo,
+        ann_file='annotations/train.json',
+        data_prefix=dict(img='images/'),
+        pipeline=train_pipeline))
+val_dataloader = dict(
+    batch_size=4,
+    num_workers=2,
+    dataset=dict(
+        data_root=data_root,
+        metainfo=metainfo,
+        ann_file='annotations/val.json',
+        data_prefix=dict(img='images/'),
+        pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/val.json')
+test_evaluator = val_evaluator
+
+train_cfg = dict(max_epochs=2, val_interval=2)
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=12),
+    dict(type='MultiStepLR', by_epoch=True, begin=0, end=2, milestones=[1],
+         gamma=0.1)
+]
+optim_wrapper = dict(optimizer=dict(lr=0.02))
+default_hooks = dict(
+    logger=dict(interval=4), checkpoint=dict(interval=1, max_keep_ckpts=2))
+auto_scale_lr = dict(enable=False, base_batch_size=4)
