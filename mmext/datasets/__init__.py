@@ -1,0 +1,3 @@
+from .multigrid_dataset import MultigridDataset, ShortCycleBatchSampler
+
+__all__ = ['MultigridDataset', 'ShortCycleBatchSampler']

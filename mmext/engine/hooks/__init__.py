@@ -1,0 +1,1 @@
+from .multigrid_hook import MultigridHook  # noqa: F401

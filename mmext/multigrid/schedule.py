@@ -1,0 +1,334 @@
+"""The multigrid schedule: pure functions, no runner, no torch.
+
+Everything here follows Wu et al., "A Multigrid Method for Efficiently
+Training Video Models" (CVPR 2020, arXiv 1912.00998), Sec. 3, and the
+reference implementation PySlowFast ``slowfast/utils/multigrid.py``
+(``MultigridSchedule.get_long_cycle_schedule`` and ``init_multigrid``). All
+epochs are data epochs (one pass over the training set), all clip lengths are
+frames and all crop sizes are pixels.
+"""
+import bisect
+from dataclasses import asdict, dataclass
+from typing import List, Optional, Sequence, Tuple
+
+__all__ = [
+    'MultigridStage', 'GridShape', 'build_multigrid_schedule',
+    'short_cycle_shapes', 'stage_at_epoch', 'map_recipe_epoch',
+    'iterations_per_epoch', 'total_flops_ratio', 'DEFAULT_LONG_CYCLE_FACTORS',
+    'DEFAULT_SHORT_CYCLE_FACTORS'
+]
+
+DEFAULT_LONG_CYCLE_FACTORS = ((0.25, 0.5**0.5), (0.5, 0.5**0.5), (0.5, 1),
+                              (1, 1))
+DEFAULT_SHORT_CYCLE_FACTORS = (0.5, 0.5**0.5)
+SHORT_CYCLE_MODES = ('absolute', 'relative')
+
+
+@dataclass(frozen=True)
+class GridShape:
+    """One mini-batch shape ``(B, T, S)`` of a clip tensor ``(N, C, T, S, S)``.
+
+    Attributes:
+        batch_factor (int): ``B`` as a multiple of the recipe's batch size.
+        clip_len (int): ``T`` in frames.
+        crop_size (int): ``S`` in pixels (square crops).
+    """
+    batch_factor: int
+    clip_len: int
+    crop_size: int
+
+
+@dataclass(frozen=True)
+class MultigridStage:
+    """A run of epochs trained at one long-cycle grid shape.
+
+    Attributes:
+        lr_stage (int): Index of the recipe's LR stage (step schedule) the
+            stage belongs to; the recipe's LR decays by ``gamma ** lr_stage``.
+        shape (GridShape): Long-cycle shape. ``shape.batch_factor`` is the
+            linear LR scaling the stage applies on top of the recipe's LR.
+        short_cycle (tuple[GridShape]): Shapes cycled iteration by iteration
+            (3 with the short cycle on, else ``(shape,)``).
+        start_epoch (int): First epoch (inclusive).
+        end_epoch (int): End epoch (exclusive).
+        lr_factor (float): LR relative to the recipe's base LR,
+            ``batch_factor * gamma ** lr_stage`` (``gamma=1`` for non-step
+            schedules), as in PySlowFast's ``SOLVER.LRS``.
+    """
+    lr_stage: int
+    shape: GridShape
+    short_cycle: Tuple[GridShape, ...]
+    start_epoch: int
+    end_epoch: int
+    lr_factor: float
+
+    @property
+    def num_epochs(self) -> int:
+        """int: Number of epochs of the stage."""
+        return self.end_epoch - self.start_epoch
+
+    def to_dict(self) -> dict:
+        """Return the stage as a plain dict (the ``--json`` format)."""
+        d = asdict(self)
+        d.pop('shape')
+        d.update(
+            batch_factor=self.shape.batch_factor,
+            clip_len=self.shape.clip_len,
+            crop_size=self.shape.crop_size,
+            short_cycle=[asdict(s) for s in self.short_cycle])
+        return d
+
+
+def _batch_factor(base_t: int, base_s: int, t: float, s: float) -> int:
+    """B so that ``B * T * S^2`` equals the base ``T0 * S0^2`` (paper Sec. 3.1).
+
+    PySlowFast rounds the ratio to the nearest integer.
+    """
+    return int(round(base_t * base_s**2 / (t * s * s)))
+
+
+def short_cycle_shapes(base_t: int, base_s: int, clip_len: int,
+                       crop_size: int, factors: Sequence[float],
+                       mode: str) -> Tuple[GridShape, ...]:
+    """The short cycle of one long-cycle shape (paper Sec. 3.2).
+
+    The cycle visits ``len(factors)`` smaller crops and then the long-cycle
+    crop itself, each with batch factor ``round(T0 S0^2 / (T S_i^2))``.
+
+    Args:
+        base_t (int): Recipe clip length ``T0`` (frames).
+        base_s (int): Recipe crop size ``S0`` (pixels).
+        clip_len (int): Long-cycle ``T`` (frames), kept for all 3 shapes.
+        crop_size (int): Long-cycle ``S`` (pixels).
+        factors (Sequence[float]): Spatial factors of the small crops.
+        mode (str): ``'absolute'``: crops are ``factor * S0`` (PySlowFast:
+            at ``S = S0/sqrt2`` the cycle becomes 2B, B, B); ``'relative'``:
+            crops are ``factor * S`` (the paper's description).
+
+    Returns:
+        tuple[GridShape]: The shapes in iteration order.
+
+    Raises:
+        ValueError: On an unknown ``mode``.
+    """
+    if mode not in SHORT_CYCLE_MODES:
+        raise ValueError(f'short_cycle_mode must be one of '
+                         f'{SHORT_CYCLE_MODES}, got {mode!r}')
+    ref = base_s if mode == 'absolute' else crop_size
+    # The batch factor uses the unrounded size (PySlowFast), the crop the
+    # rounded one.
+    sizes = [ref * f for f in factors]
+    shapes = [
+        GridShape(_batch_factor(base_t, base_s, clip_len, s), clip_len,
+                  int(round(s))) for s in sizes
+    ]
+    shapes.append(
+        GridShape(
+            _batch_factor(base_t, base_s, clip_len, crop_size), clip_len,
+            crop_size))
+    return tuple(shapes)
+
+
+def build_multigrid_schedule(
+        base_t: int,
+        base_s: int,
+        lr_steps: Sequence[int],
+        max_epochs: int,
+        long_cycle: bool = True,
+        short_cycle: bool = True,
+        long_cycle_factors: Sequence[Tuple[float, float]] = (
+            DEFAULT_LONG_CYCLE_FACTORS),
+        short_cycle_factors: Sequence[float] = DEFAULT_SHORT_CYCLE_FACTORS,
+        epoch_factor: float = 1.5,
+        short_cycle_mode: str = 'absolute',
+        gamma: Optional[float] = None) -> List[MultigridStage]:
+    """Turn a recipe's schedule into the multigrid stages.
+
+    Long cycle (PySlowFast ``get_long_cycle_schedule``): inside every LR stage
+    ``[lr_steps[i], lr_steps[i+1])`` each long-cycle shape gets the same
+    number of iterations, i.e. epochs proportional to its average batch
+    factor. The last LR stage ``[lr_steps[-1], max_epochs)`` is a fine-tune at
+    the base shape with the same iteration saving as the rest; its first half
+    keeps the previous stage's LR and its second half the final LR
+    (``init_multigrid``). All epochs are then rescaled so they sum to
+    ``max_epochs * epoch_factor`` and rounded cumulatively.
+
+    Short cycle only: every boundary and ``max_epochs`` are multiplied by
+    ``epoch_factor`` and truncated (``init_multigrid``), one stage per LR
+    stage at the base shape.
+
+    Args:
+        base_t (int): Recipe clip length ``T0`` (frames).
+        base_s (int): Recipe crop size ``S0`` (pixels).
+        lr_steps (Sequence[int]): LR stage starts in recipe epochs, starting
+            with 0: ``[0] + MultiStepLR.milestones`` for a step schedule,
+            ``[0, max_epochs]`` (no fine-tune) for e.g. a cosine one.
+        max_epochs (int): Recipe's ``train_cfg.max_epochs``.
+        long_cycle (bool): Cycle through ``long_cycle_factors``.
+        short_cycle (bool): Cycle through the short-cycle crops.
+        long_cycle_factors (Sequence[tuple]): ``(t, s)`` factors of ``T0, S0``
+            in cycle order; the last should be ``(1, 1)``.
+        short_cycle_factors (Sequence[float]): Crop factors of the short cycle.
+        epoch_factor (float): Total epochs are ``max_epochs * epoch_factor``.
+        short_cycle_mode (str): See :func:`short_cycle_shapes`.
+        gamma (float, optional): Step decay of the recipe, only used for the
+            reported ``lr_factor``.
+
+    Returns:
+        list[MultigridStage]: Stages in order, contiguous from epoch 0;
+        stages rounded to zero epochs are dropped.
+
+    Raises:
+        ValueError: If neither cycle is on, ``lr_steps`` does not start at 0,
+            is not increasing or exceeds ``max_epochs``.
+    """
+    if not (long_cycle or short_cycle):
+        raise ValueError('Multigrid needs long_cycle or short_cycle (or both)')
+    steps = list(lr_steps)
+    if (not steps or steps[0] != 0 or any(b <= a for a, b in zip(
+            steps, steps[1:])) or steps[-1] > max_epochs):
+        raise ValueError(f'lr_steps must start at 0, increase strictly and '
+                         f'not exceed max_epochs={max_epochs}; got {steps}')
+    decay = 1.0 if gamma is None else gamma
+
+    def cycle(t: int, s: int) -> Tuple[GridShape, ...]:
+        if short_cycle:
+            return short_cycle_shapes(base_t, base_s, t, s,
+                                      short_cycle_factors, short_cycle_mode)
+        return (GridShape(_batch_factor(base_t, base_s, t, s), t, s), )
+
+    base_cycle = cycle(base_t, base_s)
+    if not long_cycle:
+        bounds = [int(x * epoch_factor) for x in steps + [max_epochs]]
+        return [
+            MultigridStage(i, base_cycle[-1], base_cycle, a, b, decay**i)
+            for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if b > a
+        ]
+
+    cycles = [
+        cycle(int(round(base_t * t)), int(round(base_s * s)))
+        for t, s in long_cycle_factors
+    ]
+    avg_bs = [sum(x.batch_factor for x in c) / len(c) for c in cycles]
+    # (lr_stage, cycle, unscaled epochs); equal iterations per shape.
+    raw = []
+    for i, (a, b) in enumerate(zip(steps, steps[1:])):
+        raw += [(i, c, (b - a) * bs / sum(avg_bs))
+                for c, bs in zip(cycles, avg_bs)]
+    total_iters = sum(e / avg_bs[k % len(cycles)] for k, (_, _, e) in
+                      enumerate(raw))
+    iter_saving = steps[-1] / total_iters if total_iters else 1.0
+    ft_epochs = (max_epochs - steps[-1]) / iter_saving * avg_bs[-1]
+    last = len(steps) - 1
+    # The fine-tune (at the base shape, not at cycles[-1], which is only the
+    # base shape if long_cycle_factors ends with (1, 1)) is split in halves.
+    raw += [(last - 1, base_cycle, ft_epochs / 2),
+            (last, base_cycle, ft_epochs / 2)]
+    scale = max_epochs * epoch_factor / sum(e for _, _, e in raw)
+
+    stages, cum, start = [], 0.0, 0
+    for k, (lr_stage, c, epochs) in enumerate(raw):
+        cum += epochs * scale
+        end = int(round(cum))
+        if k == len(raw) - 2:
+            # PySlowFast: the LR drop is at (start_ft + end) // 2.
+            total = int(round(max_epochs * epoch_factor))
+            end = (start + total) // 2
+        if end > start:
+            stages.append(
+                MultigridStage(lr_stage, c[-1], c, start, end,
+                               c[-1].batch_factor * decay**lr_stage))
+        start = max(start, end)
+    return stages
+
+
+def stage_at_epoch(stages: Sequence[MultigridStage],
+                   epoch: int) -> MultigridStage:
+    """Return the stage that trains ``epoch`` (0-based).
+
+    Raises:
+        IndexError: If ``epoch`` is outside the schedule.
+    """
+    ends = [s.end_epoch for s in stages]
+    k = bisect.bisect_right(ends, epoch)
+    if epoch < 0 or k >= len(stages):
+        raise IndexError(f'epoch {epoch} is outside the multigrid schedule '
+                         f'[0, {ends[-1]})')
+    return stages[k]
+
+
+def map_recipe_epoch(stages: Sequence[MultigridStage],
+                     lr_steps: Sequence[int], max_epochs: int,
+                     epoch: float) -> float:
+    """Map an epoch of the recipe's schedule onto the multigrid schedule.
+
+    Piecewise-linear through the knots ``lr_steps[i] -> start of LR stage i``
+    and ``max_epochs -> end of the schedule``, so a ``MultiStepLR`` milestone
+    lands exactly on its multigrid LR drop and warm-up or cosine keep their
+    share of each LR stage. Epochs past ``max_epochs`` extrapolate linearly.
+
+    Args:
+        stages (Sequence[MultigridStage]): From
+            :func:`build_multigrid_schedule`.
+        lr_steps (Sequence[int]): The ``lr_steps`` given to it.
+        max_epochs (int): Recipe's max epochs.
+        epoch (float): Recipe epoch.
+
+    Returns:
+        float: Multigrid epoch.
+    """
+    knots = {}
+    for s in stages:
+        if s.lr_stage < len(lr_steps):
+            knots.setdefault(lr_steps[s.lr_stage], s.start_epoch)
+    knots[max_epochs] = stages[-1].end_epoch
+    xs = sorted(knots)
+    k = min(max(bisect.bisect_right(xs, epoch) - 1, 0), len(xs) - 2)
+    x0, x1 = xs[k], xs[k + 1]
+    y0, y1 = knots[x0], knots[x1]
+    return y0 + (epoch - x0) * (y1 - y0) / (x1 - x0)
+
+
+def iterations_per_epoch(num_samples: int, batch_sizes: Sequence[int]) -> int:
+    """Batches in one pass over ``num_samples`` with cycled batch sizes.
+
+    Incomplete last batches are dropped (as PySlowFast's training loader).
+
+    Args:
+        num_samples (int): Samples one process sees per epoch.
+        batch_sizes (Sequence[int]): Per-process batch sizes, cycled.
+
+    Returns:
+        int: Number of iterations.
+    """
+    cycle_len = sum(batch_sizes)
+    iters = (num_samples // cycle_len) * len(batch_sizes)
+    rest = num_samples % cycle_len
+    for b in batch_sizes:
+        if rest < b:
+            break
+        rest -= b
+        iters += 1
+    return iters
+
+
+def total_flops_ratio(stages: Sequence[MultigridStage], base_epochs: int,
+                      base_t: int, base_s: int) -> float:
+    """Multigrid FLOPs over the recipe's, taking FLOPs ~ ``B T S^2``.
+
+    Per epoch every sample is seen once, so an epoch at shape ``(T, S)``
+    costs ``T S^2 / (T0 S0^2)`` of a base epoch (averaged over the short
+    cycle, which sees ``B_i`` samples per iteration).
+
+    Returns:
+        float: Ratio (< 1 is a saving).
+    """
+    cost = 0.0
+    for s in stages:
+        c = s.short_cycle
+        samples = sum(x.batch_factor for x in c)
+        per_sample = sum(x.batch_factor * x.clip_len * x.crop_size**2
+                         for x in c) / samples
+        cost += s.num_epochs * per_sample / (base_t * base_s**2)
+    return cost / base_epochs
+
