@@ -1,0 +1,116 @@
+"""A tiny model, data and process launcher shared by the AGVM wrapper tests."""
+import os
+import socket
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from mmengine.optim import build_optim_wrapper
+from torch import nn
+
+MODULES = ['backbone', 'neck', 'head']
+
+
+class ToyModel(nn.Module):
+    """backbone/neck/head are modulated; ``aux`` (used only when asked) and
+    ``unused`` (never used) fall into 'others'; ``frozen`` is not trained."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.backbone = nn.Sequential(nn.Linear(6, 8), nn.Tanh(),
+                                      nn.Linear(8, 8))
+        self.neck = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 2)
+        self.aux = nn.Linear(6, 2)
+        self.unused = nn.Linear(2, 2)
+        self.frozen = nn.Linear(2, 2).requires_grad_(False)
+
+    def forward(self, x, y, use_aux=False):
+        out = self.head(torch.tanh(self.neck(self.backbone(x))))
+        if use_aux:
+            out = out + self.aux(x)
+        return ((out - y)**2).mean()
+
+
+def toy_batches(num_steps, num_parts, part_size=4):
+    """``batches[step][part] = (x, y, use_aux)``; part 0 uses ``aux``."""
+    gen = torch.Generator().manual_seed(1)
+    return [[(torch.randn(part_size, 6, generator=gen),
+              torch.randn(part_size, 2, generator=gen), part == 0)
+             for part in range(num_parts)] for _ in range(num_steps)]
+
+
+def build_wrapper(model, **agvm):
+    cfg = dict(
+        type='mmext.AGVMOptimWrapper',
+        constructor='mmext.AGVMOptimWrapperConstructor',
+        optimizer=dict(type='SGD', lr=0.1),
+        module_names=list(MODULES), update_interval=1, ema_momentum=0.5)
+    cfg.update(agvm)
+    return build_optim_wrapper(model, cfg)
+
+
+def train_accumulated(batches, **agvm):
+    """One process, each step accumulating its parts as micro-batches."""
+    model = ToyModel()
+    wrapper = build_wrapper(model, accumulative_counts=len(batches[0]),
+                            **agvm)
+    history = []
+    for parts in batches:
+        for x, y, use_aux in parts:
+            with wrapper.optim_context(model):
+                loss = model(x, y, use_aux)
+            wrapper.update_params(loss)
+        history.append(wrapper.ema.factors.clone())
+    return model, wrapper, history
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def _worker(rank, world_size, port, fn, args):
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    dist.init_process_group('gloo', rank=rank, world_size=world_size)
+    try:
+        fn(rank, world_size, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_processes(fn, world_size, args=(), timeout=120):
+    """Run ``fn(rank, world_size, *args)`` in gloo processes; a hang fails.
+
+    Raises:
+        TimeoutError: If the processes do not finish within ``timeout`` s.
+    """
+    ctx = mp.start_processes(_worker, args=(world_size, free_port(), fn, args),
+                             nprocs=world_size, join=False,
+                             start_method='spawn')
+    deadline = time.monotonic() + timeout
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            raise TimeoutError(f'{world_size} processes hung for {timeout}s')
+
+
+def train_ddp(rank, world_size, batches, out_dir, agvm):
+    """Each rank trains on its own part of every step; rank 0 saves."""
+    model = nn.parallel.DistributedDataParallel(
+        ToyModel(), find_unused_parameters=True)
+    wrapper = build_wrapper(model, **agvm)
+    history = []
+    for parts in batches:
+        x, y, use_aux = parts[rank]
+        with wrapper.optim_context(model):
+            loss = model(x, y, use_aux)
+        wrapper.update_params(loss)
+        history.append(wrapper.ema.factors.clone())
+    torch.save(dict(state=model.module.state_dict(), history=history,
+                    variance=wrapper.last_variance),
+               os.path.join(out_dir, f'rank{rank}.pth'))

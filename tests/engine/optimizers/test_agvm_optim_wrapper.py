@@ -1,0 +1,210 @@
+"""AGVMOptimWrapper in one process (accumulation halves)."""
+import math
+
+import pytest
+import torch
+from mmengine.logging import MessageHub
+from mmengine.optim import build_optim_wrapper
+from torch import nn
+
+from agvm_toy import ToyModel, build_wrapper, toy_batches, train_accumulated
+
+
+class Vector(nn.Module):
+
+    def __init__(self, size):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(size))
+
+
+class KnownGradients(nn.Module):
+    """loss(c) = sum_m w_m . c_m, so each micro-batch's gradient is c."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone, self.neck, self.head = Vector(2), Vector(2), Vector(2)
+        self.extra = Vector(1)
+
+    def forward(self, coefs):
+        return sum((getattr(self, m).w * c).sum() for m, c in coefs.items())
+
+
+HALF_A = dict(backbone=[1., 0.], neck=[3., 4.], head=[1., 1.], extra=[1.])
+HALF_B = dict(backbone=[0., 1.], neck=[3., 0.], head=[-1., -1.], extra=[1.])
+
+
+def _known_step(wrapper, model):
+    for half in (HALF_A, HALF_B):
+        coefs = {m: torch.tensor(v) for m, v in half.items()}
+        with wrapper.optim_context(model):
+            loss = model(coefs)
+        wrapper.update_params(loss)
+
+
+def _agvm_cfg(**kwargs):
+    cfg = dict(
+        type='mmext.AGVMOptimWrapper',
+        constructor='mmext.AGVMOptimWrapperConstructor',
+        optimizer=dict(type='SGD', lr=0.1),
+        module_names=['backbone', 'neck', 'head'],
+        accumulative_counts=2, update_interval=1)
+    cfg.update(kwargs)
+    return cfg
+
+
+def test_factors_and_update_match_hand_computation():
+    model = KnownGradients()
+    wrapper = build_optim_wrapper(model, _agvm_cfg())
+    _known_step(wrapper, model)
+    # d = 1 - cos: backbone cos 0 -> 1; neck cos 9/15 -> 0.4; head -> 2.
+    torch.testing.assert_close(
+        wrapper.last_variance, torch.tensor([1., .4, 2.], dtype=torch.float64))
+    mu = [1., math.sqrt(1 / .4), math.sqrt(.5)]
+    factors = [0.97 + 0.03 * m for m in mu]
+    assert wrapper.ema.factors.tolist() == pytest.approx(factors)
+    for i, name in enumerate(['backbone', 'neck', 'head']):
+        mean_grad = (torch.tensor(HALF_A[name]) + torch.tensor(HALF_B[name]))
+        torch.testing.assert_close(
+            getattr(model, name).w.detach(),
+            -0.1 * factors[i] * mean_grad / 2)
+    # 'extra' is outside module_names: trained, factor 1.
+    torch.testing.assert_close(model.extra.w.detach(), torch.tensor([-0.1]))
+    # The LR seen by schedulers and the logger is restored.
+    assert all(g['lr'] == 0.1 for g in wrapper.optimizer.param_groups)
+    hub = MessageHub.get_current_instance()
+    assert hub.get_scalar('train/agvm_mu/neck').current() == pytest.approx(
+        factors[1])
+    assert hub.get_scalar('train/agvm_d/head').current() == pytest.approx(2.)
+
+
+def test_window_and_interval():
+    model = KnownGradients()
+    wrapper = build_optim_wrapper(
+        model, _agvm_cfg(start_iter=2, end_iter=6, update_interval=2))
+    history = []
+    for _ in range(4):
+        _known_step(wrapper, model)
+        history.append(wrapper.ema.num_updates)
+    # steps 0..3 cover iterations 0-1, 2-3, 4-5, 6-7; re-estimate at step 1.
+    assert history == [0, 1, 1, 1]
+    hub = MessageHub.get_current_instance()
+    assert hub.get_scalar('train/agvm_mu/neck').current() == 1.0
+
+
+def test_parameters_outside_modules_change_and_frozen_do_not():
+    model = ToyModel()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trained, wrapper, _ = train_accumulated(toy_batches(2, 2),
+                                            module_names=['backbone'])
+    after = trained.state_dict()
+    for name in ['neck.weight', 'head.weight', 'aux.weight']:
+        assert not torch.equal(after[name], before[name]), name
+    assert torch.equal(after['frozen.weight'], before['frozen.weight'])
+    assert torch.equal(after['unused.weight'], before['unused.weight'])
+    tags = {g['agvm_module'] for g in wrapper.optimizer.param_groups}
+    assert tags == {'backbone', 'others'}
+
+
+def test_paramwise_cfg_groups_are_tagged_and_scaled():
+    model = ToyModel()
+    wrapper = build_optim_wrapper(model, dict(
+        constructor='mmext.AGVMOptimWrapperConstructor',
+        optimizer=dict(type='SGD', lr=0.1, weight_decay=1e-4),
+        paramwise_cfg=dict(custom_keys={'head': dict(lr_mult=0.5)}),
+        accumulative_counts=2))
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in wrapper.optimizer.param_groups:
+        for param in group['params']:
+            top = names[id(param)].split('.')[0]
+            expected = top if top in wrapper.module_names else 'others'
+            assert group['agvm_module'] == expected
+            assert group['lr'] == (0.05 if top == 'head' else 0.1)
+    # Default module_names: top-level children with trainable params.
+    assert wrapper.module_names == ['backbone', 'neck', 'head', 'aux',
+                                    'unused']
+    assert type(wrapper).__name__ == 'AGVMOptimWrapper'
+
+
+def test_resume_reproduces_factors(tmp_path):
+    batches = toy_batches(5, 2)
+    model, wrapper, history = train_accumulated(batches)
+    # Same run interrupted after 3 steps, saved, restored into new objects.
+    first, saved, _ = train_accumulated(batches[:3])
+    torch.save(dict(model=first.state_dict(), optim=saved.state_dict()),
+               tmp_path / 'ckpt.pth')
+    ckpt = torch.load(tmp_path / 'ckpt.pth', weights_only=False)
+    resumed = ToyModel()
+    resumed.load_state_dict(ckpt['model'])
+    wrapper2 = build_wrapper(resumed, accumulative_counts=2)
+    wrapper2.load_state_dict(ckpt['optim'])
+    assert wrapper2.ema.factors.tolist() == history[2].tolist()
+    assert wrapper2._inner_count == 6
+    for parts in batches[3:]:
+        for x, y, use_aux in parts:
+            with wrapper2.optim_context(resumed):
+                loss = resumed(x, y, use_aux)
+            wrapper2.update_params(loss)
+    torch.testing.assert_close(wrapper2.ema.factors, history[-1])
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[key], value)
+
+
+def test_checkpoint_of_other_modules_is_rejected():
+    _, wrapper, _ = train_accumulated(toy_batches(1, 2))
+    other = build_wrapper(ToyModel(), accumulative_counts=2,
+                          module_names=['neck', 'head'])
+    with pytest.raises(ValueError, match='differ'):
+        other.load_state_dict(wrapper.state_dict())
+
+
+def test_clip_grad_only_inside_window():
+    hub = MessageHub.get_instance('agvm_clip_test')
+    model = KnownGradients()
+    wrapper = build_optim_wrapper(model, _agvm_cfg(
+        clip_grad=dict(max_norm=1e-3), clip_grad_window=(2, 4)))
+    wrapper.message_hub = hub
+    clipped = []
+    for _ in range(3):
+        before = model.neck.w.detach().clone()
+        _known_step(wrapper, model)
+        clipped.append(
+            (model.neck.w.detach() - before).abs().max().item() < 1e-3)
+    assert clipped == [False, True, False]
+
+
+def test_adam_statistic_uses_preconditioned_gradient():
+    model = KnownGradients()
+    wrapper = build_optim_wrapper(model, _agvm_cfg(
+        optimizer=dict(type='AdamW', lr=0.01, eps=1e-8), statistic='adam'))
+    _known_step(wrapper, model)
+    flat = torch.ones(wrapper.layout.numel)
+    weights = wrapper._precondition(flat)
+    v = wrapper.optimizer.state[model.backbone.w]['exp_avg_sq']
+    torch.testing.assert_close(weights[:2], 1 / (v.sqrt() + 1e-8))
+    _known_step(wrapper, model)
+    assert torch.isfinite(wrapper.ema.factors).all()
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(accumulative_counts=1), 'even number >= 2'),
+    (dict(accumulative_counts=3), 'even number >= 2'),
+    (dict(module_names=['backbone', 'nope']), "'nope' is not a submodule"),
+    (dict(module_names=['frozen', 'head']), 'anchor module'),
+    (dict(module_names='backbone'), 'list of module names'),
+    (dict(ratio_range=(0, 10)), 'ratio_range'),
+    (dict(statistic='lamb'), 'statistic'),
+    (dict(update_interval=0), 'update_interval'),
+    (dict(ema_momentum=1.0), 'ema_momentum'),
+    (dict(start_iter=10, end_iter=5), 'end_iter'),
+    (dict(clip_grad_window=(5, 5)), 'clip_grad_window'),
+])
+def test_bad_configs_raise_at_build(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        build_wrapper(ToyModel(), **{'accumulative_counts': 2, **kwargs})
+
+
+def test_wrapper_without_constructor_says_what_to_set():
+    with pytest.raises(ValueError, match='AGVMOptimWrapperConstructor'):
+        build_optim_wrapper(ToyModel(), dict(
+            type='mmext.AGVMOptimWrapper', optimizer=dict(type='SGD', lr=.1),
+            module_names=['backbone'], accumulative_counts=2))
