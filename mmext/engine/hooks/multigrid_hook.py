@@ -313,6 +313,10 @@ class MultigridHook(Hook):
         stage = stage_at_epoch(self.stages, runner.epoch)
         if not self.precise_bn_iters or runner.epoch + 1 != stage.end_epoch:
             return
+        following = self.stages.index(stage) + 1
+        if following < len(self.stages) and (
+                self.stages[following].short_cycle == stage.short_cycle):
+            return  # an LR drop, not a shape change (the fine-tune halves)
         model = _unwrap(runner.model)
         loader = self.build_loader(runner, stage, short_cycle=False)
         loader.batch_sampler.sampler.set_epoch(runner.epoch)

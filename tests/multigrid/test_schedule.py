@@ -1,0 +1,131 @@
+"""The pure schedule against DESIGN.md's PySlowFast reference table."""
+import pytest
+
+from mmext.multigrid import (build_multigrid_schedule, iterations_per_epoch,
+                             map_recipe_epoch, short_cycle_shapes,
+                             stage_at_epoch, total_flops_ratio)
+from mmext.multigrid.lr import find_lr_steps, remap_param_schedulers
+
+STEPS, MAX_EPOCHS = [0, 94, 154, 196], 239
+
+
+@pytest.fixture(scope='module')
+def reference():
+    return build_multigrid_schedule(32, 224, STEPS, MAX_EPOCHS, gamma=0.1)
+
+
+def test_reference_table(reference):
+    shapes = [(8, 8, 158), (4, 16, 158), (2, 16, 224), (1, 32, 224)]
+    ends = [73, 110, 142, 158, 205, 228, 248, 259, 291, 308, 322, 329]
+    expected = [(i // 4, shapes[i % 4], e) for i, e in enumerate(ends)]
+    expected += [(2, (1, 32, 224), 343), (3, (1, 32, 224), 358)]
+    got = [(s.lr_stage, (s.shape.batch_factor, s.shape.clip_len,
+                         s.shape.crop_size), s.end_epoch) for s in reference]
+    assert got == expected
+    assert reference[-1].end_epoch == 358
+    assert [s.start_epoch for s in reference[1:]] == [
+        s.end_epoch for s in reference[:-1]]
+    lrs = [s.lr_factor for s in reference]
+    assert lrs[:12] == pytest.approx(
+        [f * 0.1**k for k in range(3) for f in (8, 4, 2, 1)])
+    # Fine-tune: previous stage's last LR, then the final LR (not 10x less).
+    assert lrs[12:] == pytest.approx([0.01, 0.001])
+
+
+def test_reference_short_cycle_absolute(reference):
+    first = [(s.batch_factor, s.clip_len, s.crop_size)
+             for s in reference[0].short_cycle]
+    # At S = S0/sqrt2 the absolute cycle degenerates to 2B, B, B.
+    assert first == [(16, 8, 112), (8, 8, 158), (8, 8, 158)]
+    assert [(s.batch_factor, s.crop_size) for s in reference[-1].short_cycle
+            ] == [(4, 112), (2, 158), (1, 224)]
+
+
+def test_reference_iteration_saving(reference):
+    base_iters = MAX_EPOCHS / 1.0
+    mg_iters = sum(
+        s.num_epochs * len(s.short_cycle) /
+        sum(x.batch_factor for x in s.short_cycle) for s in reference)
+    assert base_iters / mg_iters == pytest.approx(3.4, abs=0.1)
+    assert total_flops_ratio(reference, MAX_EPOCHS, 32, 224) < 1
+
+
+def test_relative_short_cycle():
+    shapes = short_cycle_shapes(32, 224, 8, 158, [0.5, 0.5**0.5],
+                                'relative')
+    assert [(s.batch_factor, s.crop_size) for s in shapes] == [(32, 79),
+                                                              (16, 112),
+                                                              (8, 158)]
+    with pytest.raises(ValueError, match='short_cycle_mode'):
+        short_cycle_shapes(32, 224, 8, 158, [0.5], 'bogus')
+
+
+def test_long_cycle_only_has_base_fine_tune():
+    stages = build_multigrid_schedule(32, 224, STEPS, MAX_EPOCHS,
+                                      short_cycle=False)
+    assert all(len(s.short_cycle) == 1 for s in stages)
+    assert (stages[-1].shape.batch_factor, stages[-1].shape.clip_len,
+            stages[-1].shape.crop_size) == (1, 32, 224)
+    assert stages[-1].end_epoch in (358, 359)  # 239 * 1.5 = 358.5
+
+
+def test_short_cycle_only():
+    stages = build_multigrid_schedule(32, 224, STEPS, MAX_EPOCHS,
+                                      long_cycle=False, gamma=0.1)
+    assert [(s.start_epoch, s.end_epoch) for s in stages] == [(0, 141),
+                                                              (141, 231),
+                                                              (231, 294),
+                                                              (294, 358)]
+    assert [s.lr_factor for s in stages] == pytest.approx(
+        [1, 0.1, 0.01, 0.001])
+    assert [x.batch_factor for x in stages[0].short_cycle] == [4, 2, 1]
+
+
+def test_cosine_steps_and_epoch_map(reference):
+    steps, gamma = find_lr_steps([dict(type='CosineAnnealingLR', T_max=100)],
+                                 100)
+    assert (steps, gamma) == ([0, 100], None)
+    stages = build_multigrid_schedule(32, 224, steps, 100)
+    assert stages[-1].end_epoch == 150 and len(stages) == 4
+    assert map_recipe_epoch(stages, steps, 100, 50) == 75
+    # Milestones land on the multigrid LR drops.
+    assert [map_recipe_epoch(reference, STEPS, MAX_EPOCHS, e)
+            for e in STEPS + [MAX_EPOCHS]] == [0, 158, 259, 343, 358]
+    assert stage_at_epoch(reference, 158).lr_stage == 1
+    with pytest.raises(IndexError):
+        stage_at_epoch(reference, 358)
+
+
+def test_errors():
+    with pytest.raises(ValueError, match='long_cycle or short_cycle'):
+        build_multigrid_schedule(32, 224, STEPS, MAX_EPOCHS,
+                                 long_cycle=False, short_cycle=False)
+    with pytest.raises(ValueError, match='lr_steps'):
+        build_multigrid_schedule(32, 224, [5, 10], MAX_EPOCHS)
+
+
+def test_iterations_per_epoch():
+    assert iterations_per_epoch(64, [32, 16, 16]) == 3
+    assert iterations_per_epoch(64, [16, 8, 4]) == 6  # 56 used, 8 < 16
+    assert iterations_per_epoch(10, [4]) == 2
+
+
+def test_remap_schedulers():
+    cfgs = [
+        dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0,
+             end=34, convert_to_iter_based=True),
+        dict(type='MultiStepLR', by_epoch=True, begin=0, end=239,
+             milestones=[94, 154, 196], gamma=0.1),
+        dict(type='CosineAnnealingLR', by_epoch=True, begin=0, T_max=239,
+             end=239)
+    ]
+    stages = build_multigrid_schedule(32, 224, STEPS, MAX_EPOCHS)
+    out = remap_param_schedulers(
+        cfgs, lambda e: map_recipe_epoch(stages, STEPS, MAX_EPOCHS, e),
+        lambda e: int(round(e * 10)), base_epoch_len=10)
+    assert out[0]['by_epoch'] is False and 'convert_to_iter_based' not in \
+        out[0]
+    assert (out[0]['begin'], out[0]['end']) == (0, 571)  # 57.1 epochs
+    assert out[1]['milestones'] == [158, 259, 343] and out[1]['end'] == 358
+    assert out[2]['T_max'] == 358
+    assert cfgs[0]['end'] == 34  # input untouched
