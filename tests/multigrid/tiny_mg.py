@@ -1,7 +1,8 @@
 # Tiny multigrid run on the embedded demo data for the tests (seconds/epoch).
+# mg_test_recorder is imported from this folder (on sys.path under pytest).
 _base_ = '../../configs/demo/recognizer3d_r18_demo-video.py'
 
-custom_imports = dict(imports=['tests.multigrid.recorder'],
+custom_imports = dict(imports=['mg_test_recorder'],
                       allow_failed_imports=False)
 model = dict(backbone=dict(base_channels=8), cls_head=dict(in_channels=64))
 train_dataloader = dict(batch_size=4, num_workers=0, persistent_workers=False)

@@ -197,12 +197,11 @@ class MultigridHook(Hook):
         clip_lens = sorted({s.shape.clip_len for s in self.stages})
         if hasattr(model, 'backbone'):
             check_clip_lengths(model.backbone, clip_lens)
-        for stage in self.stages:
+        for stage in self.stages if self.bn_base_size else []:
             batch = self.base_b * stage.shape.batch_factor
             splits = sub_bn_splits(batch, self.bn_base_size)
-            bad = [b for b in self._batch_sizes(stage) if b % splits]
-            if batch % splits or bad or (
-                    splits > 1 and batch % self.bn_base_size):
+            if (batch > self.bn_base_size and batch % self.bn_base_size) or [
+                    b for b in self._batch_sizes(stage) if b % splits]:
                 raise ValueError(
                     f'Sub-batch BN cannot split per-device batches '
                     f'{self._batch_sizes(stage)} (epochs '
