@@ -48,11 +48,8 @@ def _run(config, work_dir, epochs, multigrid):
     runner.train()
     seconds = time.perf_counter() - start
     top1 = runner.val_loop.run()['acc/top1']
-    hook = [h for h in runner.hooks if type(h).__name__ == 'MultigridHook']
-    base_iters = epochs * len(runner.build_dataloader(cfg.train_dataloader))
     return dict(seconds=seconds, iters=runner.iter, clips=counter.clips,
-                top1=top1, base_iters=base_iters,
-                stages=hook[0].stages if hook else None)
+                top1=top1)
 
 
 def main():
