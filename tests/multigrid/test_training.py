@@ -3,7 +3,6 @@ import json
 import os
 import os.path as osp
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -137,7 +136,6 @@ def test_unsplittable_batch_rejected(tmp_path):
         _train(tmp_path, train_dataloader=dict(batch_size=6))
 
 
-@pytest.mark.slow
 def test_dist_train_two_processes(tmp_path):
     env = dict(os.environ, PORT='29561', OMP_NUM_THREADS='1',
                PYTHONPATH=osp.join(ROOT, 'tests', 'multigrid'))
