@@ -36,7 +36,9 @@ def _run(config, work_dir, epochs, multigrid):
     cfg.train_cfg.val_interval = 10**6  # evaluate once, at the end
     for s in cfg.param_scheduler:
         if 'milestones' in s:
-            s.milestones = [int(m * epochs / s.end) for m in s.milestones]
+            s.milestones = sorted({
+                int(m * epochs / s.end)
+                for m in s.milestones} - {0})
         s.end = min(s.end, epochs)
     if not multigrid:
         cfg.custom_hooks = [h for h in cfg.custom_hooks
