@@ -8,7 +8,7 @@ from setuptools import find_packages, setup
 
 ROOT = osp.dirname(osp.abspath(__file__))
 # What mim-style ``mmext::`` config paths resolve through, as in mmdet/mmaction2.
-MIM_FILES = ('configs', 'tools')
+MIM_FILES = ('configs', 'tools', 'model-index.yml')
 
 
 def add_mim_extension():
@@ -27,7 +27,7 @@ def add_mim_extension():
         elif osp.isdir(dst):
             shutil.rmtree(dst)
         if building:
-            shutil.copytree(src, dst)
+            (shutil.copytree if osp.isdir(src) else shutil.copyfile)(src, dst)
         else:
             os.symlink(osp.relpath(src, mim_dir), dst)
 
@@ -56,7 +56,11 @@ if __name__ == '__main__':
         long_description_content_type='text/markdown',
         packages=find_packages(include=['mmext', 'mmext.*']),
         include_package_data=True,
-        package_data={'mmext': ['.mim/configs/**/*', '.mim/tools/**/*']},
+        package_data={
+            'mmext': [
+                '.mim/configs/**/*', '.mim/tools/**/*', '.mim/model-index.yml'
+            ]
+        },
         python_requires='>=3.8',
         install_requires=read_requirements('runtime.txt'),
         extras_require={'tests': read_requirements('tests.txt')},

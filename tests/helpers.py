@@ -1,0 +1,30 @@
+"""Helpers shared by the test modules (importable: tests/ is on pytest's pythonpath)."""
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+SHARED_DATA = os.environ.get('MMEXT_DATA_ROOT',
+                             osp.join(REPO_ROOT, '..', 'shared', 'data'))
+
+
+def run_tool(args, timeout=900, env=None):
+    """Run a command from the repo root with the test interpreter first on PATH.
+
+    Returns the completed process; fails the test with the output tail when the
+    command exits non-zero.
+    """
+    full_env = dict(os.environ, **(env or {}))
+    full_env['PATH'] = osp.dirname(sys.executable) + os.pathsep + full_env.get(
+        'PATH', '')
+    full_env['PYTHON'] = sys.executable
+    proc = subprocess.run(
+        args, cwd=REPO_ROOT, env=full_env, capture_output=True, text=True,
+        timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail(f'{args} exited {proc.returncode}:\n'
+                    f'{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}')
+    return proc
