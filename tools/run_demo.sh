@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# `make demo`: train mmext's demo jobs on the embedded demo data (tools/make_demo_data.py)
-# with tools/train.py, then say where their logs and checkpoints went.
+# `make demo`: train mmext's two demo jobs on the embedded demo data (tools/make_demo_data.py)
+# with tools/train.py, then say where their logs and checkpoints went:
+#   video: multigrid training of a small 3D CNN (long + short cycle, sub-batch BN, precise BN);
+#   det:   Faster R-CNN R50-FPN with the AGVM optimizer wrapper (halves = accumulated micro-batches).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -8,8 +10,8 @@ PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 OUT=${DEMO_WORK_DIR:-work_dirs/demo}
 
 DEMOS=(
-    "video:configs/demo/recognizer3d_r18_demo-video.py"
-    "det:configs/demo/faster-rcnn_r50_fpn_demo-det.py"
+    "video:configs/demo/recognizer3d_r18_multigrid_demo-video.py"
+    "det:configs/demo/faster-rcnn_r50_fpn_agvm_demo-det.py"
 )
 
 for demo in "${DEMOS[@]}"; do
