@@ -1,21 +1,52 @@
 """Shared steps of ``tools/train.py`` and ``tools/test.py``."""
+import argparse
+import os
 import os.path as osp
 from typing import Optional
 
 import torch
-from mmengine.config import Config
+from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 from .dist_utils import setup_cpu_distributed
 
-__all__ = ['load_run_config', 'build_runner', 'enable_amp']
+__all__ = ['add_run_args', 'load_run_config', 'build_runner', 'enable_amp']
 
 # Optimizer wrappers and their mixed-precision counterparts (``--amp``).
 AMP_WRAPPERS = {
     'OptimWrapper': 'AmpOptimWrapper',
     'mmext.AGVMOptimWrapper': 'mmext.AGVMAmpOptimWrapper',
 }
+
+
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    """Add the options ``tools/train.py`` and ``tools/test.py`` share.
+
+    ``--work-dir``, ``--cfg-options``, ``--launcher`` and ``--local-rank``
+    (which ``torch.distributed.launch`` passes; torchrun sets ``LOCAL_RANK``
+    instead), as in the toolboxes' tools.
+    """
+    parser.add_argument(
+        '--work-dir', help='the dir to save logs, checkpoints and metrics')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings of the config, key=value pairs in xxx=yyy '
+        'format, e.g. train_dataloader.batch_size=4')
+    parser.add_argument(
+        '--launcher', choices=['none', 'pytorch', 'slurm'], default='none',
+        help='job launcher')
+    parser.add_argument(
+        '--local_rank', '--local-rank', type=int, default=0,
+        action=_ExportLocalRank)
+
+
+class _ExportLocalRank(argparse.Action):
+    """Export ``--local-rank`` as ``LOCAL_RANK`` unless torchrun set it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        os.environ.setdefault('LOCAL_RANK', str(values))
 
 
 def load_run_config(config: str,
