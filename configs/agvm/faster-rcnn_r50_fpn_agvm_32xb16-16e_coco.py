@@ -1,19 +1,15 @@
 # Faster R-CNN R50-FPN with AGVM at batch 512 (32 GPUs x 16 images), the
-# paper's recipe (released config faster_rcnn_res50_bs512.py): lr 0.38,
-# 460 warm-up iterations, clipping in [360, 560), AGVM from 560.
-_base_ = './faster-rcnn_r50_fpn_agvm_16xb16-16e_coco.py'
-
-warmup_iters = 460
-agvm_start = warmup_iters + 100
-
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0,
-         end=warmup_iters),
-    dict(type='MultiStepLR', begin=0, end=16, by_epoch=True,
-         milestones=[12, 14], gamma=0.1)
+# paper's recipe (released config faster_rcnn_res50_bs512.py): SyncBN
+# backbone, lr 0.38, 460 warm-up iterations, clipping in [360, 560), AGVM
+# from iteration 560 (see ./_base_/schedule_agvm-sgd-16e.py).
+_base_ = [
+    'mmdet::_base_/models/faster-rcnn_r50_fpn.py',
+    'mmdet::_base_/datasets/coco_detection.py',
+    './_base_/schedule_agvm-sgd-16e.py', 'mmdet::_base_/default_runtime.py'
 ]
-optim_wrapper = dict(
-    optimizer=dict(lr=0.38),
-    start_iter=agvm_start,
-    clip_grad_window=(agvm_start - 200, agvm_start))
-auto_scale_lr = dict(enable=False, base_batch_size=512)
+
+model = dict(
+    backbone=dict(norm_cfg=dict(type='SyncBN', requires_grad=True),
+                  norm_eval=False))
+train_dataloader = dict(batch_size=16, num_workers=8)
+optim_wrapper = dict(module_names=['backbone', 'neck', 'rpn_head', 'roi_head'])
