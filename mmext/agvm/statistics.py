@@ -7,7 +7,8 @@ products and squared norms of the two halves' gradients and hands them here.
 Source: Xue et al., "Large-batch Optimization for Dense Visual Predictions",
 NeurIPS 2022 (arXiv 2210.11078), Sec. 3 (the AGVM update rule), and the
 reference implementation (github.com/Sense-X/AGVM,
-``agvm/optim/agvm_optimizer_hook.py``, ``_agvm_update``): d_i = 1 - cos(G_A^(i), G_B^(i)), mu_i = sqrt(clamp(d_0 / d_i, lo, hi)),
+``agvm/optim/agvm_optimizer_hook.py``, ``_agvm_update``):
+d_i = 1 - cos(G_A^(i), G_B^(i)), mu_i = sqrt(clamp(d_0 / d_i, lo, hi)),
 s_i <- alpha * s_i + (1 - alpha) * mu_i with s_i = 1 at the start.
 """
 import math
@@ -62,7 +63,9 @@ def half_dot_from_norms(sq_norm_sum: Tensor, sq_norm_a: Tensor,
 
 
 def gradient_variance(stats: HalfStatistics) -> Tuple[Tensor, Tensor]:
-    """Gradient variance proxy d_i = 1 - cos(G_A^(i), G_B^(i)) (paper Sec. 3; reference ``_agvm_update``).
+    """Gradient variance proxy d_i = 1 - cos(G_A^(i), G_B^(i)).
+
+    Source: paper Sec. 3; reference implementation ``_agvm_update``.
 
     Args:
         stats (HalfStatistics): Per-module dot products and squared norms.
@@ -84,8 +87,10 @@ def gradient_variance(stats: HalfStatistics) -> Tuple[Tensor, Tensor]:
 
 def modulation_factors(d: Tensor, valid: Tensor, anchor: int,
                        ratio_range: Tuple[float, float]) -> Tensor:
-    """Modulation factors mu_i = sqrt(clamp(d_anchor / d_i, lo, hi)) (paper Sec. 3;
-    reference ``_agvm_update``, lo=0.5, hi=10).
+    """Modulation factors mu_i = sqrt(clamp(d_anchor / d_i, lo, hi)).
+
+    Source: paper Sec. 3; reference ``_agvm_update`` (lo=0.5, hi=10; it
+    adds 1e-6 to both d's instead of handling zeros explicitly).
 
     A zero d_i (identical halves) gives the upper bound, unless d_anchor is
     zero too (then the ratio is 1). Modules that are not ``valid`` get NaN,
@@ -116,8 +121,9 @@ def modulation_factors(d: Tensor, valid: Tensor, anchor: int,
 
 
 class ModulationEMA:
-    """Exponential moving average s_i of the modulation factors (paper Sec. 3; reference
-    ``after_train_iter``, alpha=0.97).
+    """Exponential moving average s_i of the modulation factors.
+
+    Source: paper Sec. 3; reference ``after_train_iter`` (alpha=0.97).
 
     ``s_i <- alpha * s_i + (1 - alpha) * mu_i``, s_i = 1 initially. Updates
     are only given where mu_i is finite: a module without a valid measurement

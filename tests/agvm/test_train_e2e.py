@@ -9,7 +9,7 @@ import pytest
 import torch
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-DEMO = osp.join(ROOT, 'configs', 'demo', 'faster-rcnn_r50_fpn_agvm_demo-det.py')
+DEMO = osp.join(ROOT, 'configs/demo/faster-rcnn_r50_fpn_agvm_demo-det.py')
 
 SHORT_RUN = """
 _base_ = '{base}'

@@ -12,8 +12,9 @@ alike. One process: both accumulate 2 micro-batches per step (AGVM's halves).
 N processes (gloo DDP): no accumulation, AGVM's halves are the ranks.
 Printed per setting: mean seconds per optimizer step of each (re-estimation
 steps included, so the cost is amortised over update_interval), the ratio of
-the means and of the medians, and the time spent inside AGVM's own work (re-estimation incl. its
-reduction, and the LR scaling) per step, from instrumenting the wrapper.
+the means and of the medians, and the time spent inside AGVM's
+re-estimation (``_update_factors``, including its reduction, which replaces
+DDP's on those steps) per step, from instrumenting the wrapper.
 """
 import argparse
 import os
@@ -56,7 +57,8 @@ def _wrappers(cfg, model, accumulative_counts, update_interval):
         type='OptimWrapper', optimizer=optimizer,
         accumulative_counts=accumulative_counts))
     agvm_cfg = cfg.optim_wrapper.to_dict()
-    agvm_cfg.update(optimizer=optimizer, accumulative_counts=accumulative_counts,
+    agvm_cfg.update(optimizer=optimizer,
+                    accumulative_counts=accumulative_counts,
                     update_interval=update_interval, start_iter=0,
                     clip_grad=None, clip_grad_window=None)
     agvm = build_optim_wrapper(model, agvm_cfg)
@@ -133,7 +135,8 @@ def _run(world_size, args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        '--config', default='configs/demo/faster-rcnn_r50_fpn_agvm_demo-det.py')
+        '--config',
+        default='configs/demo/faster-rcnn_r50_fpn_agvm_demo-det.py')
     parser.add_argument('--steps', type=int, default=20)
     parser.add_argument('--warmup', type=int, default=2)
     parser.add_argument('--update-interval', type=int, default=10)

@@ -1,9 +1,9 @@
 # The paper's large-batch detection schedule with AGVM (Xue et al.,
 # NeurIPS 2022; released configs Sense-X/AGVM
 # configs/object_detection/agvm/*_bs512.py): SGD m=0.9 wd=1e-4, 16 epochs
-# with steps at 12 and 14, 460 warm-up iterations, gradient clipping to norm 1.0 only in the 200
-# iterations before AGVM starts (100 iterations after the warm-up), tau = 10,
-# alpha = 0.97. module_names defaults to the detector's top-level children
+# with steps at 12 and 14, 460 warm-up iterations, gradient clipping to
+# norm 1.0 only in the 200 iterations before AGVM starts (100 iterations
+# after the warm-up), tau = 10, alpha = 0.97. module_names defaults to the detector's top-level children
 # (backbone, neck, rpn_head, roi_head / bbox_head), backbone = anchor.
 # Deviation: mmengine has no 'exp' warm-up; a linear one is used.
 warmup_iters = 460

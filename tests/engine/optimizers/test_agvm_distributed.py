@@ -10,7 +10,8 @@ from mmext.agvm import (HalfStatistics, gradient_variance,
 
 
 def _load(tmp_path, world_size):
-    return [torch.load(tmp_path / f'rank{r}.pth', weights_only=False) for r in range(world_size)]
+    return [torch.load(tmp_path / f'rank{r}.pth', weights_only=False)
+            for r in range(world_size)]
 
 
 def test_two_processes_match_single_process_accumulation(tmp_path):
