@@ -2,6 +2,7 @@
 import json
 import os
 import os.path as osp
+import socket
 import subprocess
 import sys
 
@@ -36,24 +37,35 @@ log_processor = dict(by_epoch=False, window_size=1)
 """
 
 
-@pytest.mark.skipif(
+needs_demo = pytest.mark.skipif(
     not (osp.exists(DEMO) and osp.exists(
         osp.join(ROOT, 'configs/demo/faster-rcnn_r50_fpn_demo-det.py'))
          and osp.isdir(osp.join(ROOT, 'data/demo/det'))),
     reason='needs the demo configs and `make demo-data`')
-def test_demo_config_logs_agvm_scalars(tmp_path):
+
+
+def _train(tmp_path, command, extra_args=()):
+    """Run a shortened demo AGVM config; return its scalars.json records."""
     config = tmp_path / 'short.py'
     config.write_text(SHORT_RUN.format(base=DEMO, root=ROOT))
     work_dir = tmp_path / 'work'
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        port = str(sock.getsockname()[1])
     subprocess.run(
-        [sys.executable, osp.join(ROOT, 'tools', 'train.py'), str(config),
-         '--work-dir', str(work_dir)],
+        command + [str(config), *extra_args, '--work-dir', str(work_dir)],
         cwd=ROOT, check=True, timeout=400,
-        env=dict(os.environ, PYTHONPATH=ROOT))
+        env=dict(os.environ, PYTHONPATH=ROOT, PORT=port))
     scalars = sorted(work_dir.glob('*/vis_data/scalars.json'))
     assert scalars, list(work_dir.iterdir())
-    records = [json.loads(line) for line in scalars[-1].read_text()
-               .splitlines()]
+    return work_dir, [json.loads(line) for line in scalars[-1].read_text()
+                      .splitlines()]
+
+
+@needs_demo
+def test_demo_config_logs_agvm_scalars(tmp_path):
+    work_dir, records = _train(
+        tmp_path, [sys.executable, osp.join(ROOT, 'tools', 'train.py')])
     modules = ['backbone', 'neck', 'rpn_head', 'roi_head']
     # The first optimizer step ends at iteration 2 (2 micro-batches).
     assert 'agvm_mu/backbone' not in records[0]
@@ -75,3 +87,14 @@ def test_demo_config_logs_agvm_scalars(tmp_path):
         [last[f'agvm_mu/{m}'] for m in modules], rel=1e-5)
     # Base LR in the log is the scheduled one, not the modulated one.
     assert last['lr'] == pytest.approx(0.02)
+
+
+@pytest.mark.slow
+@needs_demo
+def test_dist_train_two_processes(tmp_path):
+    """tools/dist_train.sh with 2 gloo processes: halves are the ranks."""
+    _, records = _train(
+        tmp_path, ['bash', osp.join(ROOT, 'tools', 'dist_train.sh')], ['2'])
+    last = records[-1]
+    assert all(0 <= last[f'agvm_d/{m}'] <= 2
+               for m in ['backbone', 'neck', 'rpn_head', 'roi_head'])
