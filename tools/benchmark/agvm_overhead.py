@@ -6,9 +6,9 @@ Usage: python tools/benchmark/agvm_overhead.py
 [--batch-size 2] [--nprocs 1 2]
 
 One model, two optimizer wrappers over its parameters (plain and AGVM, the
-same SGD settings), the same pre-loaded batches; the wrappers alternate step
-by step (and which goes first) so load changes on the machine hit both
-alike. One process: both accumulate 2 micro-batches per step (AGVM's halves).
+same SGD settings), the same pre-loaded batches at every step; the wrappers
+alternate step by step (and which goes first) so load changes on the
+machine hit both alike. One process: both accumulate 2 micro-batches per step (AGVM's halves).
 N processes (gloo DDP): no accumulation, AGVM's halves are the ranks.
 Printed per setting: mean seconds per optimizer step of each (re-estimation
 steps included, so the cost is amortised over update_interval), the ratio of
@@ -91,9 +91,11 @@ def _bench(rank, world_size, args, result_path):
     times = {'plain': [], 'agvm': []}
     batch_iter = iter(batches * 1000)
     for step in range(args.warmup + args.steps):
+        # Both wrappers train on the same batches (box counts, and so the
+        # RoI work, differ between images).
+        step_batches = [next(batch_iter) for _ in range(counts)]
         order = [('plain', plain), ('agvm', agvm)]
         for name, wrapper in (order if step % 2 else order[::-1]):
-            step_batches = [next(batch_iter) for _ in range(counts)]
             if world_size > 1:
                 dist.barrier()
             start = time.perf_counter()
