@@ -100,16 +100,18 @@ def run_processes(fn, world_size, args=(), timeout=120):
 
 
 def train_ddp(rank, world_size, batches, out_dir, agvm):
-    """Each rank trains on its own part of every step; rank 0 saves."""
+    """Each rank trains on its share of every step's parts (accumulating if
+    it gets several); every rank saves its results."""
     model = nn.parallel.DistributedDataParallel(
         ToyModel(), find_unused_parameters=True)
-    wrapper = build_wrapper(model, **agvm)
+    per_rank = len(batches[0]) // world_size
+    wrapper = build_wrapper(model, accumulative_counts=per_rank, **agvm)
     history = []
     for parts in batches:
-        x, y, use_aux = parts[rank]
-        with wrapper.optim_context(model):
-            loss = model(x, y, use_aux)
-        wrapper.update_params(loss)
+        for x, y, use_aux in parts[rank * per_rank:(rank + 1) * per_rank]:
+            with wrapper.optim_context(model):
+                loss = model(x, y, use_aux)
+            wrapper.update_params(loss)
         history.append(wrapper.ema.factors.clone())
     torch.save(dict(state=model.module.state_dict(), history=history,
                     variance=wrapper.last_variance),

@@ -1,6 +1,7 @@
 """AGVM across gloo processes: equal to one-process accumulation, odd sizes."""
 import math
 
+import pytest
 import torch
 
 from agvm_toy import (MODULES, ToyModel, run_processes, toy_batches,
@@ -14,8 +15,12 @@ def _load(tmp_path, world_size):
             for r in range(world_size)]
 
 
-def test_two_processes_match_single_process_accumulation(tmp_path):
-    batches = toy_batches(num_steps=4, num_parts=2)
+@pytest.mark.parametrize('parts_per_rank', [1, 2])
+def test_two_processes_match_single_process_accumulation(
+        tmp_path, parts_per_rank):
+    """Halves = ranks vs halves = first/second half of the micro-batches of
+    one process, on the same data; with 2 parts per rank DDP accumulates."""
+    batches = toy_batches(num_steps=4, num_parts=2 * parts_per_rank)
     run_processes(train_ddp, 2, (batches, str(tmp_path), {}))
     ranks = _load(tmp_path, 2)
     model, wrapper, history = train_accumulated(batches)
