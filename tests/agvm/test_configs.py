@@ -43,9 +43,6 @@ def test_all_configs_found():
 
 @pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
 def test_config_builds_model_and_wrapper(path):
-    if 'demo-det' in path and not osp.exists(
-            osp.join(ROOT, 'configs/demo/faster-rcnn_r50_fpn_demo-det.py')):
-        pytest.skip('base demo config missing')
     assert not dist.is_initialized()
     cfg = Config.fromfile(path)
     scope = cfg.get('default_scope', 'mmdet')

@@ -8,13 +8,14 @@ import sys
 
 import pytest
 import torch
+from helpers import run_tool
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEMO = osp.join(ROOT, 'configs/demo/faster-rcnn_r50_fpn_agvm_demo-det.py')
 
 SHORT_RUN = """
 _base_ = '{base}'
-data_root = '{root}/data/demo/det/'
+data_root = '{data_root}/det/'
 train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
                         dataset=dict(data_root=data_root))
 # ResNet-18 keeps the run short; the AGVM settings are the demo's.
@@ -37,17 +38,10 @@ log_processor = dict(by_epoch=False, window_size=1)
 """
 
 
-needs_demo = pytest.mark.skipif(
-    not (osp.exists(DEMO) and osp.exists(
-        osp.join(ROOT, 'configs/demo/faster-rcnn_r50_fpn_demo-det.py'))
-         and osp.isdir(osp.join(ROOT, 'data/demo/det'))),
-    reason='needs the demo configs and `make demo-data`')
-
-
-def _train(tmp_path, command, extra_args=()):
+def _train(tmp_path, demo_data, command, extra_args=()):
     """Run a shortened demo AGVM config; return its scalars.json records."""
     config = tmp_path / 'short.py'
-    config.write_text(SHORT_RUN.format(base=DEMO, root=ROOT))
+    config.write_text(SHORT_RUN.format(base=DEMO, data_root=demo_data))
     work_dir = tmp_path / 'work'
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', 0))
@@ -62,10 +56,10 @@ def _train(tmp_path, command, extra_args=()):
                       .splitlines()]
 
 
-@needs_demo
-def test_demo_config_logs_agvm_scalars(tmp_path):
+def test_demo_config_logs_agvm_scalars(tmp_path, demo_data):
     work_dir, records = _train(
-        tmp_path, [sys.executable, osp.join(ROOT, 'tools', 'train.py')])
+        tmp_path, demo_data,
+        [sys.executable, osp.join(ROOT, 'tools', 'train.py')])
     modules = ['backbone', 'neck', 'rpn_head', 'roi_head']
     # The first optimizer step ends at iteration 2 (2 micro-batches).
     assert 'agvm_mu/backbone' not in records[0]
@@ -90,11 +84,34 @@ def test_demo_config_logs_agvm_scalars(tmp_path):
 
 
 @pytest.mark.slow
-@needs_demo
-def test_dist_train_two_processes(tmp_path):
+def test_dist_train_two_processes(tmp_path, demo_data):
     """tools/dist_train.sh with 2 gloo processes: halves are the ranks."""
     _, records = _train(
-        tmp_path, ['bash', osp.join(ROOT, 'tools', 'dist_train.sh')], ['2'])
+        tmp_path, demo_data,
+        ['bash', osp.join(ROOT, 'tools', 'dist_train.sh')], ['2'])
     last = records[-1]
     assert all(0 <= last[f'agvm_d/{m}'] <= 2
                for m in ['backbone', 'neck', 'rpn_head', 'roi_head'])
+
+
+def test_camvid_segmentor_trains_with_agvm(tmp_path, shared_data):
+    """The mmseg CPU config: AGVM factors for its modules, mIoU computed."""
+    work_dir = tmp_path / 'camvid'
+    run_tool([
+        sys.executable, 'tools/train.py',
+        'configs/agvm/fpn_r18_agvm_camvid-cpu.py', '--work-dir',
+        str(work_dir), '--cfg-options', 'train_cfg.max_iters=6',
+        'train_cfg.val_interval=6', 'optim_wrapper.start_iter=2',
+        'default_hooks.checkpoint.interval=6', 'default_hooks.logger.interval=1',
+        'val_dataloader.dataset.indices=3'
+    ])
+    lines = next(work_dir.glob('*/vis_data/scalars.json')).read_text()
+    records = [json.loads(line) for line in lines.splitlines()]
+    train = [r for r in records if 'agvm_mu/decode_head' in r]
+    assert len(train) >= 4
+    # Re-estimated from iteration 2 on (2 micro-batches per step).
+    assert any(r['agvm_mu/neck'] != 1.0 for r in train)
+    assert all(0 <= r['agvm_d/backbone'] <= 2 for r in train
+               if 'agvm_d/backbone' in r)
+    val = [r for r in records if 'mIoU' in r]
+    assert len(val) == 1 and 0 <= val[0]['mIoU'] <= 100

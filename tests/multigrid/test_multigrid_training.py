@@ -13,10 +13,8 @@ from mmext.utils import build_runner, load_run_config
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'tests', 'multigrid', 'tiny_mg.py')
-DEMO = osp.join(ROOT, 'data', 'demo', 'video', 'train.txt')
 
-pytestmark = pytest.mark.skipif(
-    not osp.exists(DEMO), reason='run `make demo-data` first')
+pytestmark = pytest.mark.usefixtures('repo_demo_data')
 
 # tiny_mg.py: base (B, T, S) = (4, 16, 56), 4 epochs, milestone 2, long
 # cycle (T/2, S/sqrt2) then base; 64 clips.
@@ -54,7 +52,7 @@ def _expected():
 
 
 @pytest.fixture(scope='module')
-def full_run(tmp_path_factory):
+def full_run(tmp_path_factory, repo_demo_data):
     return _train(tmp_path_factory.mktemp('mg_full'))
 
 
