@@ -7,7 +7,8 @@ stack runs on (see ``../shared/DESIGN.md``, "Target stack").
 1. **Checkpoint loading on torch >= 2.6.** torch 2.6 made ``torch.load``
    default to ``weights_only=True``. mmengine's checkpoints hold the message
    hub (``HistoryBuffer`` objects, numpy arrays, and objects rebuilt through
-   ``getattr``), so ``--resume`` fails with ``UnpicklingError``. Allow-listing
+   ``getattr``), so ``--resume`` fails with ``UnpicklingError``
+   (open-mmlab/mmengine#1655, unfixed in 0.10.7; open-mmlab/mmengine#1650). Allow-listing
    them with ``torch.serialization.add_safe_globals`` would have to allow
    ``builtins.getattr``, which voids the protection anyway, so the torch < 2.6
    default is restored through torch's own switch

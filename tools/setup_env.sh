@@ -28,8 +28,9 @@ if [ -n "${PIP_FIND_LINKS:-}" ] && [ -n "$CONFIG_LINKS" ]; then
     export PIP_FIND_LINKS="$PIP_FIND_LINKS $CONFIG_LINKS"
 fi
 
-# mmcv's setup.py imports pkg_resources, which setuptools>=81 removed; mmengine also needs
-# pkg_resources to resolve `_base_ = 'mmdet::...'` configs (open-mmlab/mmengine#1576).
+# mmcv's setup.py imports pkg_resources, which setuptools>=81 removed; mmengine 0.10.7 also needs
+# it to resolve `_base_ = 'mmdet::...'` configs (replaced upstream after 0.10.7 by
+# open-mmlab/mmengine#1676).
 SETUPTOOLS='setuptools<81'
 $PIP -q --upgrade pip "$SETUPTOOLS" wheel
 
@@ -45,8 +46,9 @@ if ! "$PY" -c "import mmcv, mmcv.ops; assert mmcv.__version__ == '2.1.0'" 2>/dev
     MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-2} $PIP --no-build-isolation "$(pin mmcv)"
 fi
 
-# The toolboxes, plus what their metadata forgets: mmaction2 imports importlib_metadata,
-# mmseg imports ftfy and regex (open-mmlab/mmsegmentation#3199).
+# The toolboxes, plus what their metadata forgets: mmseg imports ftfy and regex
+# (open-mmlab/mmsegmentation#3704), mmaction2 imports importlib_metadata (not in its
+# requirements/mminstall or setup.py install_requires).
 $PIP -q "$(pin mmdet)" "$(pin mmaction2)" "$(pin mmsegmentation)" "$(pin decord)" \
     importlib_metadata ftfy regex -r "$ROOT/requirements/tests.txt"
 
