@@ -18,14 +18,16 @@ def find_lr_steps(schedulers: Sequence[dict],
 
     Returns:
         tuple: ``([0] + milestones, gamma)`` of the epoch-based
-        ``MultiStepLR``; ``([0, max_epochs], None)`` for other schedules
-        (one long cycle over the whole run, no fine-tune stage).
+        ``MultiStepLR``; ``([0, max_epochs], None)`` for other schedules and
+        for a ``MultiStepLR`` without milestones inside the run (one long
+        cycle over the whole run, no fine-tune stage).
     """
     for s in schedulers:
         if s['type'].split('.')[-1] in _STEP_TYPES and s.get(
                 'by_epoch', True) and s.get('param_name', 'lr') == 'lr':
             steps = [0] + [m for m in s['milestones'] if 0 < m < max_epochs]
-            return steps, s.get('gamma', 0.1)
+            if len(steps) > 1:
+                return steps, s.get('gamma', 0.1)
     return [0, max_epochs], None
 
 

@@ -129,3 +129,29 @@ def test_remap_schedulers():
     assert out[1]['milestones'] == [158, 259, 343] and out[1]['end'] == 358
     assert out[2]['T_max'] == 358
     assert cfgs[0]['end'] == 34  # input untouched
+
+
+@pytest.mark.parametrize('options, match', [
+    (dict(epoch_factor=0), 'epoch_factor must be > 0'),
+    (dict(epoch_factor=-1), 'epoch_factor must be > 0'),
+    (dict(long_cycle_factors=[]), 'at least one'),
+    (dict(long_cycle_factors=[(1, 0), (1, 1)]), r'\(1, 0\)'),
+    (dict(long_cycle_factors=[(0.01, 1), (1, 1)]), 'at least 1 frame'),
+    (dict(long_cycle_factors=[(2, 1)]), r'in \(0, 1\]'),
+    (dict(short_cycle_factors=[]), 'short_cycle_factors'),
+    (dict(short_cycle_factors=[1.5]), 'short_cycle_factors'),
+    (dict(short_cycle=False, short_cycle_mode='foo'), 'short_cycle_mode'),
+    (dict(epoch_factor=0.3), 'never train at the recipe'),
+])
+def test_bad_options_name_the_option(options, match):
+    with pytest.raises(ValueError, match=match):
+        build_multigrid_schedule(16, 56, [0, 2], 4, **options)
+
+
+def test_step_schedule_without_milestones_is_one_long_cycle():
+    steps, gamma = find_lr_steps(
+        [dict(type='MultiStepLR', by_epoch=True, milestones=[8])], 4)
+    assert (steps, gamma) == ([0, 4], None)
+    stages = build_multigrid_schedule(16, 56, steps, 4, gamma=gamma)
+    assert [s.lr_stage for s in stages] == [0] * len(stages)
+    assert stages[-1].end_epoch == 6 and stages[-1].lr_factor == 1

@@ -105,6 +105,17 @@ def test_checkpoint_is_plain_recipe_model(full_run, tmp_path_factory):
     assert not any('split_bn' in k for k in ckpt['state_dict'])
 
 
+def test_test_with_the_multigrid_config(full_run, tmp_path_factory):
+    """tools/test.py with the training config: the hook stays out of it."""
+    work_dir = [p for p in tmp_path_factory.getbasetemp().iterdir()
+                if p.name.startswith('mg_full')][0]
+    os.chdir(ROOT)
+    cfg = load_run_config(TINY, None, str(tmp_path_factory.mktemp('mg_te')))
+    cfg.load_from = osp.join(work_dir, 'epoch_4.pth')
+    metrics = build_runner(cfg).test()
+    assert 0 <= metrics['acc/top1'] <= 1
+
+
 def test_resume_equivalence(full_run, tmp_path):
     hooks = [
         dict(type='mmext.MultigridHook',
@@ -151,3 +162,26 @@ def test_dist_train_two_processes(tmp_path):
             for x in recs] for recs in ranks]
     assert key[0] == key[1] and len(key[0]) > 0
     assert len({tuple(x[2][0]) for x in key[0]}) >= 3
+
+
+def test_dataset_smaller_than_a_batch_rejected(tmp_path):
+    with pytest.raises(ValueError, match='train 0 iterations'):
+        _train(tmp_path, train_dataloader=dict(dataset=dict(indices=12)))
+
+
+def test_dataset_wrapper_rejected(tmp_path):
+    from mmengine.config import Config
+    dataset = Config.fromfile(TINY).train_dataloader.dataset
+    with pytest.raises(ValueError, match='dataset wrappers'):
+        _train(tmp_path, train_dataloader=dict(dataset=dict(
+            _delete_=True, type='RepeatDataset', times=2, dataset=dataset)))
+
+
+@pytest.mark.parametrize('options, match', [
+    (dict(bn_base_size=-4), 'bn_base_size'),
+    (dict(precise_bn_iters=-1), 'precise_bn_iters'),
+])
+def test_bad_hook_options_rejected_at_build(options, match):
+    from mmext.engine.hooks import MultigridHook
+    with pytest.raises(ValueError, match=match):
+        MultigridHook(**options)

@@ -8,6 +8,7 @@ from mmengine.dist import get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
+from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import DATA_SAMPLERS
 from mmengine.runner import EpochBasedTrainLoop, Runner
 
@@ -110,10 +111,15 @@ class MultigridHook(Hook):
             ``[0, max_epochs]``.
 
     Raises:
+        ValueError: At construction for a negative ``bn_base_size`` or
+            ``precise_bn_iters``.
         TypeError: In ``before_run`` if the train loop is not epoch based.
-        ValueError: In ``before_run`` for a pipeline without
-            ``SampleFrames`` or final fixed-size crop, a clip length the
-            backbone cannot take or a batch sub-batch BN cannot split.
+        ValueError: In ``before_run`` for out-of-range factors or
+            ``epoch_factor`` (see :func:`build_multigrid_schedule`), a train
+            dataset without its own pipeline (dataset wrappers), a pipeline
+            without ``SampleFrames`` or final fixed-size crop, a clip length
+            the backbone cannot take, a batch sub-batch BN cannot split, or
+            a dataset too small for one batch of some stage.
     """
 
     priority = 'HIGHEST'  # before RuntimeInfoHook logs the LR and before
@@ -131,6 +137,13 @@ class MultigridHook(Hook):
                  bn_base_size: Optional[int] = 8,
                  precise_bn_iters: int = 200,
                  lr_steps: Optional[Sequence[int]] = None):
+        if bn_base_size is not None and bn_base_size < 0:
+            raise ValueError(f'bn_base_size must be None, 0 (no sub-batch '
+                             f'BN) or a positive clip count, got '
+                             f'{bn_base_size}')
+        if not isinstance(precise_bn_iters, int) or precise_bn_iters < 0:
+            raise ValueError(f'precise_bn_iters must be an int >= 0 (0 '
+                             f'disables precise BN), got {precise_bn_iters}')
         self.schedule_args = dict(
             long_cycle=long_cycle,
             short_cycle=short_cycle,
@@ -147,7 +160,13 @@ class MultigridHook(Hook):
 
     # ------------------------------------------------------------ set-up
     def before_run(self, runner) -> None:
-        """Check the recipe, build the schedule and re-time the run."""
+        """Check the recipe, build the schedule and re-time the run.
+
+        Only for training: ``tools/test.py`` with a multigrid config runs the
+        recipe unchanged (its train loop and optimizer are never built).
+        """
+        if not isinstance(runner.optim_wrapper, BaseOptimWrapper):
+            return
         loop = runner.train_loop
         if not isinstance(loop, EpochBasedTrainLoop):
             raise TypeError(
@@ -155,6 +174,14 @@ class MultigridHook(Hook):
                 f'{type(loop).__name__}. Use train_cfg = dict('
                 f'type="EpochBasedTrainLoop", max_epochs=...).')
         dl_cfg = runner.cfg.train_dataloader
+        if 'pipeline' not in dl_cfg.dataset:
+            raise ValueError(
+                f'MultigridHook rewrites train_dataloader.dataset.pipeline, '
+                f'but the train dataset '
+                f'({dl_cfg.dataset.get("type", "?")}) has none: dataset '
+                f'wrappers (RepeatDataset, ConcatDataset ...) are not '
+                f'supported. Configure the video dataset and its pipeline '
+                f'directly as train_dataloader.dataset.')
         self._pipeline = list(dl_cfg.dataset.pipeline)
         self.base_t, _, self.base_s = parse_grid_shape(self._pipeline)
         self.base_b = dl_cfg.batch_size
@@ -175,6 +202,14 @@ class MultigridHook(Hook):
         self._cum_iters = [0]
         for stage in self.stages:
             n = iterations_per_epoch(per_rank, self._batch_sizes(stage))
+            if n == 0:
+                raise ValueError(
+                    f'Each process sees {per_rank} training clips per epoch, '
+                    f'fewer than one multigrid batch of epochs '
+                    f'{stage.start_epoch}-{stage.end_epoch} (per-process '
+                    f'batches {self._batch_sizes(stage)}), so they would '
+                    f'train 0 iterations. Use more data, fewer processes or '
+                    f'a smaller train_dataloader.batch_size.')
             self._cum_iters += [
                 self._cum_iters[-1] + n * (k + 1)
                 for k in range(stage.num_epochs)
