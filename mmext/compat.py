@@ -2,7 +2,7 @@
 
 Importing :mod:`mmext` applies every fix below; each is idempotent. They
 exist because mmengine 0.10.7 predates the torch and packaging versions the
-stack runs on (see ``../shared/DESIGN.md``, "Target stack").
+stack runs on (pinned in ``requirements/stack.txt``).
 
 1. **Checkpoint loading on torch >= 2.6.** torch 2.6 made ``torch.load``
    default to ``weights_only=True``. mmengine's checkpoints hold the message

@@ -1,6 +1,6 @@
 # The paper's SlowFast R50 8x8 Kinetics-400 multigrid recipe: mmaction2's
 # step-LR SlowFast config with PySlowFast's schedule (steps [0, 94, 154, 196],
-# 239 epochs) plus the hook; trains 358 multigrid epochs (DESIGN.md table).
+# 239 epochs) plus the hook; trains 358 multigrid epochs (the PySlowFast reference schedule, README "Schedule of the SlowFast reference").
 _base_ = 'mmaction::recognition/slowfast/slowfast_r50_8xb8-8x8x1-steplr-256e_kinetics400-rgb.py'  # noqa: E501
 
 train_cfg = dict(max_epochs=239)

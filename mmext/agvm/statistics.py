@@ -48,8 +48,8 @@ def half_dot_from_norms(sq_norm_sum: Tensor, sq_norm_a: Tensor,
 
     ``a . b = (|a + b|^2 - |a|^2 - |b|^2) / 2``. With half means g_A, g_B of
     equal-sized halves and global mean m = (g_A + g_B) / 2 this is
-    ``(4|m|^2 - |g_A|^2 - |g_B|^2) / 2`` (DESIGN.md, "AGVM: where it touches
-    mmengine"): only per-module scalars have to cross the halves.
+    ``(4|m|^2 - |g_A|^2 - |g_B|^2) / 2``, since |g_A + g_B|^2 = 4|m|^2:
+    only per-module scalars have to cross the halves.
 
     Args:
         sq_norm_sum (Tensor): |a + b|^2, shape (M,).

@@ -2,7 +2,7 @@
 
 A batch sampler only yields indices, so the short cycle tells the dataset the
 shape of each sample by yielding ``(index, shape_index)`` items
-(DESIGN.md, "where it touches mmengine"). ``MultigridDataset`` reuses the
+(mmengine batch samplers yield index lists only). ``MultigridDataset`` reuses the
 wrapped dataset object (annotations are not reloaded at a shape change) and
 holds one ``Compose`` per shape of the current short cycle.
 """

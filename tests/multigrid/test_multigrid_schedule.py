@@ -1,4 +1,4 @@
-"""The pure schedule against DESIGN.md's PySlowFast reference table."""
+"""The pure schedule against the PySlowFast reference table (Kinetics-400 SlowFast 8x8 R50 stepwise)."""
 import pytest
 
 from mmext.multigrid import (build_multigrid_schedule, iterations_per_epoch,
