@@ -11,7 +11,7 @@ OUT=${DEMO_WORK_DIR:-work_dirs/demo}
 
 DEMOS=(
     "video:configs/demo/recognizer3d_r18_multigrid_demo-video.py"
-    "det:configs/demo/faster-rcnn_r50_fpn_agvm_demo-det.py"
+    "det:configs/demo/faster-rcnn_r18_fpn_agvm_demo-det.py"
 )
 
 for demo in "${DEMOS[@]}"; do

@@ -69,3 +69,4 @@ default_hooks = dict(
     logger=dict(interval=4),
     checkpoint=dict(interval=4, max_keep_ckpts=2, save_best=None))
 auto_scale_lr = dict(enable=False, base_batch_size=8)
+randomness = dict(seed=0)

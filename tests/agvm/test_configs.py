@@ -38,7 +38,7 @@ def test_all_configs_found():
             'fpn_r50_agvm_16xb8-20k_ade20k-512x512.py',
             'fpn_r18_agvm_camvid-cpu.py',
             'faster-rcnn_r50_fpn_agvm_coco128-cpu.py',
-            'faster-rcnn_r50_fpn_agvm_demo-det.py'} <= names
+            'faster-rcnn_r18_fpn_agvm_demo-det.py'} <= names
 
 
 @pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)

@@ -11,16 +11,13 @@ import torch
 from helpers import run_tool
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-DEMO = osp.join(ROOT, 'configs/demo/faster-rcnn_r50_fpn_agvm_demo-det.py')
+DEMO = osp.join(ROOT, 'configs/demo/faster-rcnn_r18_fpn_agvm_demo-det.py')
 
 SHORT_RUN = """
 _base_ = '{base}'
 data_root = '{data_root}/det/'
 train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
                         dataset=dict(data_root=data_root))
-# ResNet-18 keeps the run short; the AGVM settings are the demo's.
-model = dict(backbone=dict(depth=18),
-             neck=dict(in_channels=[64, 128, 256, 512]))
 train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=4,
                  val_interval=1000)
 val_cfg = None
@@ -30,7 +27,8 @@ test_cfg = None
 test_dataloader = None
 test_evaluator = None
 param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False)]
-optim_wrapper = dict(start_iter=0, update_interval=1, ema_momentum=0.5,
+optim_wrapper = dict(optimizer=dict(lr=0.02),
+                     start_iter=0, update_interval=1, ema_momentum=0.5,
                      clip_grad_window=(0, 2))
 default_hooks = dict(logger=dict(interval=1),
                      checkpoint=dict(by_epoch=False, interval=4))

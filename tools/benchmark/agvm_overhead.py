@@ -1,7 +1,7 @@
 """Per-step time of AGVM vs mmengine's plain OptimWrapper, side by side.
 
 Usage: python tools/benchmark/agvm_overhead.py
-[--config configs/demo/faster-rcnn_r50_fpn_agvm_demo-det.py]
+[--config configs/demo/faster-rcnn_r18_fpn_agvm_demo-det.py]
 [--steps 20] [--warmup 2] [--update-interval 10] [--depth 18]
 [--batch-size 2] [--nprocs 1 2]
 
@@ -138,7 +138,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         '--config',
-        default='configs/demo/faster-rcnn_r50_fpn_agvm_demo-det.py')
+        default='configs/demo/faster-rcnn_r18_fpn_agvm_demo-det.py')
     parser.add_argument('--steps', type=int, default=20)
     parser.add_argument('--warmup', type=int, default=2)
     parser.add_argument('--update-interval', type=int, default=10)

@@ -4,7 +4,7 @@
 # every step (accumulative_counts=2: 2 x 4 images per step). AGVM starts after
 # half of the 12-iteration warm-up and re-estimates every 2 steps; gradients
 # are clipped only before the start, as in the paper's recipes.
-_base_ = './faster-rcnn_r50_fpn_demo-det.py'
+_base_ = './faster-rcnn_r18_fpn_demo-det.py'
 
 optim_wrapper = dict(
     type='mmext.AGVMOptimWrapper',
