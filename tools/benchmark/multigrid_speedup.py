@@ -2,7 +2,7 @@
 
 Usage: python tools/benchmark/multigrid_speedup.py
 [--config configs/multigrid/recognizer3d_r18_multigrid_fight.py]
-[--epochs N] [--work-dir DIR]
+[--epochs N] [--work-dir DIR] [--cfg-options key=value ...]
 
 The baseline is the config without its MultigridHook. Printed per run:
 wall-clock time, iterations, clips/s, final top-1; then the measured speed-up
@@ -14,6 +14,7 @@ import os.path as osp
 import time
 
 import mmext  # noqa: F401
+from mmengine.config import DictAction
 from mmengine.hooks import Hook
 
 from mmext.utils import build_runner, load_run_config
@@ -30,8 +31,8 @@ class _ClipCounter(Hook):
         self.clips += len(data_batch['inputs'])
 
 
-def _run(config, work_dir, epochs, multigrid):
-    cfg = load_run_config(config, None, work_dir)
+def _run(config, work_dir, epochs, multigrid, cfg_options=None):
+    cfg = load_run_config(config, cfg_options, work_dir)
     cfg.train_cfg.max_epochs = epochs
     cfg.train_cfg.val_interval = 10**6  # evaluate once, at the end
     for s in cfg.param_scheduler:
@@ -62,11 +63,14 @@ def main():
     parser.add_argument('--epochs', type=int, default=4,
                         help='recipe epochs (multigrid trains x1.5)')
     parser.add_argument('--work-dir', default='work_dirs/mg_speedup')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='overrides applied to both runs, e.g. a larger model')
     args = parser.parse_args()
     base = _run(args.config, osp.join(args.work_dir, 'baseline'),
-                args.epochs, False)
+                args.epochs, False, args.cfg_options)
     mg = _run(args.config, osp.join(args.work_dir, 'multigrid'), args.epochs,
-              True)
+              True, args.cfg_options)
     print(f'{"":>10} {"time (s)":>9} {"iters":>6} {"clips/s":>8} '
           f'{"top-1":>6}')
     for name, r in (('baseline', base), ('multigrid', mg)):
