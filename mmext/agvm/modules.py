@@ -57,12 +57,20 @@ def resolve_module_names(model: nn.Module,
         names = list(module_names)
     available = default_module_names(model)
     if not names:
+        if module_names is not None:
+            raise ValueError('module_names is empty; list the modules to '
+                             f'modulate, anchor first (e.g. {available}), or '
+                             'leave it out for the default')
         raise ValueError(f'{type(model).__name__} has no module with '
                          'trainable parameters for AGVM to modulate')
     if len(set(names)) != len(names) or OTHERS in names:
         raise ValueError(f'module_names must be distinct and not '
                          f'{OTHERS!r}, got {names}')
     for name in names:
+        if not name:
+            raise ValueError(
+                "module_names: '' would name the whole model; list its "
+                f'submodules instead (e.g. {available})')
         try:
             model.get_submodule(name)
         except AttributeError:

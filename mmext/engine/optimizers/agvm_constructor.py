@@ -7,6 +7,7 @@ from torch import nn
 
 from mmext.agvm import assign_parameters, resolve_module_names
 from mmext.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
+from .agvm_optim_wrapper import AGVMOptimWrapper
 
 __all__ = ['AGVMOptimWrapperConstructor', 'split_groups_by_module']
 
@@ -56,7 +57,8 @@ class AGVMOptimWrapperConstructor(DefaultOptimWrapperConstructor):
 
     Raises:
         ValueError: From :func:`mmext.agvm.resolve_module_names` when called
-            on a model with a wrong ``module_names``.
+            on a model with a wrong ``module_names``, or if
+            ``optim_wrapper.type`` is not an AGVM wrapper.
     """
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
@@ -74,6 +76,16 @@ class AGVMOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         optimizer = OPTIMIZERS.build(optimizer_cfg)
         wrapper_cfg = self.optim_wrapper_cfg.copy()
         wrapper_cfg.setdefault('type', 'mmext.AGVMOptimWrapper')
+        wrapper_type = wrapper_cfg['type']
+        if isinstance(wrapper_type, str):
+            wrapper_type = OPTIM_WRAPPERS.get(wrapper_type)
+        if not (isinstance(wrapper_type, type)
+                and issubclass(wrapper_type, AGVMOptimWrapper)):
+            raise ValueError(
+                f"AGVMOptimWrapperConstructor builds AGVM wrappers only, got "
+                f"optim_wrapper.type={wrapper_cfg['type']!r}; set "
+                f"type='mmext.AGVMOptimWrapper' (or drop the constructor for "
+                f'a plain optimizer wrapper)')
         wrapper_cfg['module_names'] = names
         return OPTIM_WRAPPERS.build(
             wrapper_cfg, default_args=dict(optimizer=optimizer))

@@ -45,7 +45,7 @@ class GradientLayout:
 
     Raises:
         ValueError: If a group is untagged, or tagged with an unknown module,
-            or if the anchor module has no parameter in the optimizer.
+            or if a listed module has no parameter in the optimizer.
     """
 
     def __init__(self, optimizer: Optimizer, module_names: Sequence[str]):
@@ -66,10 +66,14 @@ class GradientLayout:
                     f'not in module_names {self.module_names}')
             self.group_modules.append(index[group['agvm_module']])
             per_module[index[group['agvm_module']]].extend(group['params'])
-        if not per_module[0]:
+        empty = [n for n, params in zip(self.module_names, per_module)
+                 if not params]
+        if empty:
             raise ValueError(
-                f'the anchor module {self.module_names[0]!r} has no '
-                'parameter in the optimizer')
+                f'module_names {empty} own no trainable parameter in the '
+                f'optimizer (frozen, or every parameter belongs to a more '
+                f'specific listed name), so their gradient variance is '
+                f'undefined; remove them from module_names')
         self.params = [p for params in per_module for p in params]
         sizes = [sum(p.numel() for p in params) for params in per_module]
         offsets = [0]

@@ -97,6 +97,11 @@ class AGVMOptimWrapper(OptimWrapper):
         if statistic not in STATISTICS:
             raise ValueError(f'statistic must be one of {STATISTICS}, got '
                              f'{statistic!r}')
+        if statistic == 'adam' and 'betas' not in optimizer.defaults:
+            raise ValueError(
+                f"statistic='adam' preconditions with Adam's second moment, "
+                f'which {type(optimizer).__name__} does not keep; use '
+                f"statistic='grad' or an Adam-family optimizer (AdamW)")
         if clip_grad_window is not None and (
                 len(clip_grad_window) != 2
                 or clip_grad_window[0] >= clip_grad_window[1]):
@@ -283,23 +288,29 @@ class AGVMOptimWrapper(OptimWrapper):
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore :meth:`state_dict` output (a plain optimizer state dict
-        without ``'agvm'``, e.g. from a non-AGVM run, keeps factors at 1).
+        """Restore :meth:`state_dict` output.
 
         Raises:
-            ValueError: If the checkpoint modulated other modules.
+            ValueError: If the checkpoint modulated other modules, or comes
+                from a run without AGVM (its param groups are not split by
+                module, so its optimizer state cannot be mapped).
         """
         state_dict = dict(state_dict)
         agvm = state_dict.pop('agvm', None)
-        if agvm is not None:
-            if list(agvm['module_names']) != self.module_names:
-                raise ValueError(
-                    f"checkpoint AGVM modules {agvm['module_names']} differ "
-                    f'from module_names {self.module_names}')
-            self.ema.load_state_dict(agvm['ema'])
-            self.last_variance = torch.as_tensor(
-                agvm['last_variance'], dtype=torch.float64).clone()
-            self._inner_count = int(agvm['inner_count'])
+        if agvm is None:
+            raise ValueError(
+                'the checkpoint has no AGVM state: it comes from a run '
+                'without AGVM, whose optimizer param groups are not split by '
+                'module. Start the AGVM run from its weights with '
+                'load_from=CKPT (no --resume) instead.')
+        if list(agvm['module_names']) != self.module_names:
+            raise ValueError(
+                f"checkpoint AGVM modules {agvm['module_names']} differ "
+                f'from module_names {self.module_names}')
+        self.ema.load_state_dict(agvm['ema'])
+        self.last_variance = torch.as_tensor(
+            agvm['last_variance'], dtype=torch.float64).clone()
+        self._inner_count = int(agvm['inner_count'])
         super().load_state_dict(state_dict)
 
 

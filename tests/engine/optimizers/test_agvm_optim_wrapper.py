@@ -197,6 +197,13 @@ def test_adam_statistic_uses_preconditioned_gradient():
     (dict(ema_momentum=1.0), 'ema_momentum'),
     (dict(start_iter=10, end_iter=5), 'end_iter'),
     (dict(clip_grad_window=(5, 5)), 'clip_grad_window'),
+    (dict(module_names=[]), 'module_names is empty'),
+    (dict(module_names=['', 'head']), 'whole model'),
+    (dict(module_names=['backbone', 'frozen']), r"\['frozen'\] own no"),
+    (dict(module_names=['head', 'backbone', 'backbone.0', 'backbone.2']),
+     r"\['backbone'\] own no"),
+    (dict(statistic='adam'), 'Adam-family'),
+    (dict(type='OptimWrapper'), "type='mmext.AGVMOptimWrapper'"),
 ])
 def test_bad_configs_raise_at_build(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -208,3 +215,11 @@ def test_wrapper_without_constructor_says_what_to_set():
         build_optim_wrapper(ToyModel(), dict(
             type='mmext.AGVMOptimWrapper', optimizer=dict(type='SGD', lr=.1),
             module_names=['backbone'], accumulative_counts=2))
+
+
+def test_resume_from_a_run_without_agvm_says_what_to_do():
+    plain = build_optim_wrapper(ToyModel(), dict(
+        optimizer=dict(type='SGD', lr=0.1)))
+    wrapper = build_wrapper(ToyModel(), accumulative_counts=2)
+    with pytest.raises(ValueError, match='load_from=CKPT'):
+        wrapper.load_state_dict(plain.state_dict())
