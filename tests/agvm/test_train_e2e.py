@@ -2,13 +2,14 @@
 import json
 import os
 import os.path as osp
-import socket
 import subprocess
 import sys
 
 import pytest
 import torch
 from helpers import run_tool
+
+from mmext.utils import find_free_port
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEMO = osp.join(ROOT, 'configs/demo/faster-rcnn_r18_fpn_agvm_demo-det.py')
@@ -41,9 +42,7 @@ def _train(tmp_path, demo_data, command, extra_args=()):
     config = tmp_path / 'short.py'
     config.write_text(SHORT_RUN.format(base=DEMO, data_root=demo_data))
     work_dir = tmp_path / 'work'
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        port = str(sock.getsockname()[1])
+    port = str(find_free_port())
     subprocess.run(
         command + [str(config), *extra_args, '--work-dir', str(work_dir)],
         cwd=ROOT, check=True, timeout=400,

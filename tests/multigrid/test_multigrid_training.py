@@ -9,7 +9,7 @@ import torch
 
 import mmext  # noqa: F401
 from mmext.multigrid import build_multigrid_schedule, iterations_per_epoch
-from mmext.utils import build_runner, load_run_config
+from mmext.utils import build_runner, find_free_port, load_run_config
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'tests', 'multigrid', 'tiny_mg.py')
@@ -146,7 +146,7 @@ def test_unsplittable_batch_rejected(tmp_path):
 
 
 def test_dist_train_two_processes(tmp_path):
-    env = dict(os.environ, PORT='29561', OMP_NUM_THREADS='1',
+    env = dict(os.environ, PORT=str(find_free_port()), OMP_NUM_THREADS='1',
                PYTHONPATH=osp.join(ROOT, 'tests', 'multigrid'))
     proc = subprocess.run(
         ['bash', 'tools/dist_train.sh', TINY, '2', '--work-dir',

@@ -7,6 +7,8 @@ import sys
 import pytest
 from helpers import run_tool
 
+from mmext.utils import find_free_port
+
 DET_SMOKE = 'configs/smoke/faster-rcnn_r50_fpn_coco128-smoke.py'
 VIDEO_SMOKE = 'configs/smoke/i3d_r50_fight-smoke.py'
 # A few iterations on a few samples each; the full smoke configs train longer.
@@ -76,7 +78,7 @@ def test_dist_train_two_processes_on_cpu(tmp_path, shared_data):
     work_dir = str(tmp_path / 'dist')
     proc = run_tool(['bash', 'tools/dist_train.sh', VIDEO_SMOKE, '2',
                      '--work-dir', work_dir, '--cfg-options', *FEW],
-                    env={'PORT': '29611'})
+                    env={'PORT': str(find_free_port())})
     log = proc.stdout + proc.stderr
     assert 'Distributed launcher: pytorch' in log
     assert 'Distributed training: True' in log

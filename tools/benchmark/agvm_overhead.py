@@ -18,19 +18,19 @@ DDP's on those steps) per step, from instrumenting the wrapper.
 """
 import argparse
 import os
-import socket
 import statistics
 import time
 
 import mmext  # noqa: F401
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from mmengine.config import Config
 from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import Runner
+
+from mmext.utils import run_gloo_processes
 
 
 def _load(args, rank):
@@ -107,28 +107,12 @@ def _bench(rank, world_size, args, result_path):
         torch.save(dict(times=times, agvm_work=agvm_work), result_path)
 
 
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
-def _dist_entry(rank, world_size, port, args, result_path):
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
-    dist.init_process_group('gloo', rank=rank, world_size=world_size)
-    try:
-        _bench(rank, world_size, args, result_path)
-    finally:
-        dist.destroy_process_group()
-
-
 def _run(world_size, args):
     path = f'/tmp/agvm_overhead_{os.getpid()}_{world_size}.pth'
     if world_size == 1:
         _bench(0, 1, args, path)
     else:
-        mp.spawn(_dist_entry, args=(world_size, _free_port(), args, path),
-                 nprocs=world_size)
+        run_gloo_processes(_bench, world_size, (args, path))
     result = torch.load(path, weights_only=False)
     os.remove(path)
     return result

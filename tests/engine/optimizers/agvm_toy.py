@@ -1,13 +1,11 @@
 """A tiny model, data and process launcher shared by the AGVM wrapper tests."""
 import os
-import socket
-import time
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from mmengine.optim import build_optim_wrapper
 from torch import nn
+
+from mmext.utils import run_gloo_processes
 
 MODULES = ['backbone', 'neck', 'head']
 
@@ -67,36 +65,9 @@ def train_accumulated(batches, **agvm):
     return model, wrapper, history
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
-def _worker(rank, world_size, port, fn, args):
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
-    dist.init_process_group('gloo', rank=rank, world_size=world_size)
-    try:
-        fn(rank, world_size, *args)
-    finally:
-        dist.destroy_process_group()
-
-
 def run_processes(fn, world_size, args=(), timeout=120):
-    """Run ``fn(rank, world_size, *args)`` in gloo processes; a hang fails.
-
-    Raises:
-        TimeoutError: If the processes do not finish within ``timeout`` s.
-    """
-    ctx = mp.start_processes(_worker, args=(world_size, free_port(), fn, args),
-                             nprocs=world_size, join=False,
-                             start_method='spawn')
-    deadline = time.monotonic() + timeout
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for proc in ctx.processes:
-                proc.kill()
-            raise TimeoutError(f'{world_size} processes hung for {timeout}s')
+    """Run ``fn(rank, world_size, *args)`` in gloo processes; a hang fails."""
+    run_gloo_processes(fn, world_size, args, timeout)
 
 
 def train_ddp(rank, world_size, batches, out_dir, agvm):
