@@ -1,36 +1,135 @@
-"""Import-time compatibility fixes for the mmext stack, applied once.
+"""Every use of mmengine's private API, and the stack's compatibility fixes.
 
-Importing :mod:`mmext` applies every fix below; each is idempotent. They
-exist because mmengine 0.10.7 predates the torch and packaging versions the
-stack runs on (pinned in ``requirements/stack.txt``).
+mmext relies on a few underscore attributes of mmengine that have no public
+equivalent. They are all read or written here and nowhere else, checked
+against mmengine ``MMENGINE_CHECKED``; ``tests/test_compat.py`` exercises each
+one on real mmengine objects, so an mmengine release that renames one fails
+there loudly instead of training wrongly.
 
-1. **Checkpoint loading on torch >= 2.6.** torch 2.6 made ``torch.load``
-   default to ``weights_only=True``. mmengine's checkpoints hold the message
-   hub (``HistoryBuffer`` objects, numpy arrays, and objects rebuilt through
-   ``getattr``), so ``--resume`` fails with ``UnpicklingError``
-   (open-mmlab/mmengine#1655, unfixed in 0.10.7; open-mmlab/mmengine#1650). Allow-listing
-   them with ``torch.serialization.add_safe_globals`` would have to allow
-   ``builtins.getattr``, which voids the protection anyway, so the torch < 2.6
-   default is restored through torch's own switch
-   ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` (read at each load; explicit
-   ``weights_only=True`` calls keep their meaning). As before torch 2.6: only
-   load checkpoints you trust. A value the user set is left untouched.
-2. **``mmext::`` config paths.** mmengine resolves ``_base_ = 'pkg::path'``
-   only for packages in its hard-coded ``MODULE2PACKAGE`` table; mmext adds
-   itself so configs anywhere can inherit ``'mmext::agvm/...'`` once mmext is
-   imported (``tools/train.py`` imports it before reading the config).
+Importing :mod:`mmext` changes one thing process-wide: it adds ``mmext`` to
+mmengine's table of packages whose configs ``_base_ = 'pkg::path'`` may name.
+Checkpoint loading is relaxed only inside :func:`trusted_checkpoint_loading`.
 """
-import os
+import os.path as osp
+from contextlib import contextmanager
+from typing import Iterator
 
-from mmengine.config import utils as _config_utils
+import torch
+from mmengine.config import utils as config_utils
+from mmengine.runner import CheckpointLoader
 
-__all__ = ['apply_compat_fixes']
+__all__ = [
+    'MMENGINE_CHECKED', 'register_config_package', 'set_train_loop_length',
+    'optim_wrapper_counts', 'set_optim_wrapper_max_counts',
+    'random_other_index', 'trusted_checkpoint_loading',
+    'trust_runner_checkpoints'
+]
+
+MMENGINE_CHECKED = '0.10.7'
 
 
-def apply_compat_fixes() -> None:
-    """Apply the import-time fixes described in this module's docstring."""
-    os.environ.setdefault('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
-    _config_utils.MODULE2PACKAGE.setdefault('mmext', 'mmext')
+def register_config_package(name: str) -> None:
+    """Let configs inherit ``_base_ = '<name>::path'``.
+
+    mmengine resolves ``pkg::`` prefixes only for packages in its hard-coded
+    ``MODULE2PACKAGE`` table (``mmengine/config/utils.py``).
+    """
+    config_utils.MODULE2PACKAGE.setdefault(name, name)
 
 
-apply_compat_fixes()
+def set_train_loop_length(loop, max_epochs: int, max_iters: int) -> None:
+    """Set an ``EpochBasedTrainLoop``'s length (read-only properties).
+
+    The loop keeps them in ``_max_epochs``/``_max_iters`` (read by its
+    ``run``, the ETA, the ``[i/max]`` log and ``is_last_train_iter``).
+    """
+    loop._max_epochs = int(max_epochs)
+    loop._max_iters = int(max_iters)
+
+
+def optim_wrapper_counts(wrapper) -> tuple:
+    """``(inner_count, accumulative_counts, max_counts)`` of an OptimWrapper.
+
+    ``inner_count`` is the number of ``update_params`` calls so far, which
+    the train loop initialises to ``runner.iter`` (so it survives resume);
+    ``max_counts`` is -1 until ``initialize_count_status`` ran.
+    """
+    return (wrapper._inner_count, wrapper._accumulative_counts,
+            wrapper._max_counts)
+
+
+def set_optim_wrapper_max_counts(wrapper, max_counts: int) -> None:
+    """Set the iteration count an OptimWrapper expects in total.
+
+    Its last incomplete accumulation window is detected with it; it is set
+    once from the loop's ``max_iters`` when training starts, so it must follow
+    a loop whose length changed.
+    """
+    wrapper._max_counts = int(max_counts)
+
+
+def random_other_index(dataset) -> int:
+    """A random valid index of an mmengine ``BaseDataset`` (its refetch)."""
+    return dataset._rand_another()
+
+
+def _load_trusted_local(filename: str, map_location=None):
+    """mmengine's local loader, with torch < 2.6's ``weights_only=False``.
+
+    mmengine 0.10.7 checkpoints hold the message hub (``HistoryBuffer``,
+    numpy arrays, objects rebuilt through ``builtins.getattr``), which torch
+    >= 2.6's default ``weights_only=True`` refuses (open-mmlab/mmengine#1655).
+    Allow-listing ``getattr`` would void the protection for every load, so
+    only the runner's own loads are relaxed.
+
+    Raises:
+        FileNotFoundError: As mmengine's ``load_from_local``.
+    """
+    filename = osp.expanduser(filename)
+    if not osp.isfile(filename):
+        raise FileNotFoundError(f'{filename} can not be found.')
+    return torch.load(filename, map_location=map_location, weights_only=False)
+
+
+@contextmanager
+def trusted_checkpoint_loading() -> Iterator[None]:
+    """Load local mmengine checkpoints without torch's ``weights_only``.
+
+    Inside the context, mmengine's loader for local paths (``CheckpointLoader``
+    scheme ``''``) unpickles whole checkpoints as torch < 2.6 did, so
+    ``resume`` works on torch >= 2.6. ``torch.load`` itself, other schemes and
+    every load outside the context keep torch's defaults. Only load
+    checkpoints you trust inside it. The runners that mmext's ``tools/``
+    build run their ``load_checkpoint`` in it (see
+    :func:`mmext.runner.build_runner`); with the toolboxes' own tools, wrap
+    ``runner.train()``::
+
+        from mmext.compat import trusted_checkpoint_loading
+        with trusted_checkpoint_loading():
+            runner.train()
+    """
+    schemes = CheckpointLoader._schemes
+    previous = schemes['']
+    schemes[''] = _load_trusted_local
+    try:
+        yield
+    finally:
+        schemes[''] = previous
+
+
+def trust_runner_checkpoints(runner) -> None:
+    """Make ``runner``'s own checkpoint loads (resume, ``load_from``) trusted.
+
+    Wraps the instance's ``load_checkpoint`` in
+    :func:`trusted_checkpoint_loading`; nothing else is relaxed.
+    """
+    load = runner.load_checkpoint
+
+    def load_checkpoint(*args, **kwargs):
+        with trusted_checkpoint_loading():
+            return load(*args, **kwargs)
+
+    runner.load_checkpoint = load_checkpoint
+
+
+register_config_package('mmext')

@@ -10,7 +10,26 @@ def test_child_registries_of_mmengine():
         assert reg.scope == 'mmext'
         assert reg.parent is not None and reg.parent.scope == 'mmengine'
         assert reg.parent.children['mmext'] is reg
-        assert reg._locations, f'{name} has no locations'
+
+
+@pytest.mark.parametrize('scope, registry_name, cfg', [
+    ('mmaction', 'HOOKS', "dict(type='mmext.MultigridHook')"),
+    ('mmdet', 'OPTIM_WRAPPER_CONSTRUCTORS',
+     "dict(type='mmext.AGVMOptimWrapperConstructor', optim_wrapper_cfg="
+     "dict(optimizer=dict(type='SGD', lr=0.1)))"),
+])
+def test_fresh_process_builds_from_locations(scope, registry_name, cfg):
+    """Nothing of mmext imported: the ``mmext.`` prefix and the registries'
+    locations are enough to build from a toolbox scope."""
+    import subprocess
+    import sys
+    code = (f'from mmengine.registry import DefaultScope\n'
+            f'from {scope}.registry import {registry_name} as R\n'
+            f'with DefaultScope.overwrite_default_scope({scope!r}):\n'
+            f'    print(type(R.build({cfg})).__module__)\n')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip().startswith('mmext.')
 
 
 @pytest.mark.parametrize('default_scope', ['mmdet', 'mmaction', 'mmseg'])
@@ -28,4 +47,4 @@ def test_mmext_prefix_resolves_from_any_scope(default_scope):
             hook = toolbox_hooks.build(dict(type='mmext._ProbeHook'))
         assert isinstance(hook, _ProbeHook)
     finally:
-        registry.HOOKS._module_dict.pop('_ProbeHook')
+        registry.HOOKS.module_dict.pop('_ProbeHook')

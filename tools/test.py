@@ -5,7 +5,7 @@ Same CLI as mmdet/mmaction2/mmseg ``tools/test.py``.
 import argparse
 
 import mmext  # noqa: F401  (compat fixes and the ``mmext::`` config prefix)
-from mmext.utils import add_run_args, build_runner, load_run_config
+from mmext.runner import add_run_args, build_runner, load_run_config
 
 
 def parse_args():

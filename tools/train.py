@@ -7,7 +7,7 @@ the toolboxes accept; on a CPU-only machine ``--launcher pytorch`` (what
 import argparse
 
 import mmext  # noqa: F401  (compat fixes and the ``mmext::`` config prefix)
-from mmext.utils import add_run_args, build_runner, enable_amp, load_run_config
+from mmext.runner import add_run_args, build_runner, enable_amp, load_run_config
 
 
 def parse_args():

@@ -1,8 +1,8 @@
 """When AGVM applies its factors and when it re-estimates them.
 
-Pure bookkeeping on mmengine's micro-batch counter (``OptimWrapper``'s
-``_inner_count``, equal to ``runner.iter``), so it survives ``--resume``
-(the runner restores the counter) and needs no state of its own.
+Pure bookkeeping on mmengine's micro-batch counter (the optim wrapper's
+inner count, equal to ``runner.iter``), so it survives ``--resume`` (the
+runner restores the counter) and needs no state of its own.
 """
 import math
 from typing import Optional
@@ -68,8 +68,18 @@ class AGVMSchedule:
         return self.start_iter <= self.window_start(
             iteration) < self.end_iter
 
-    def is_measurement(self, iteration: int) -> bool:
-        """Whether the step containing ``iteration`` re-estimates them."""
-        return self.is_active(iteration) and (
-            self.step_index(iteration) -
-            self._first_step) % self.update_interval == 0
+    def is_measurement(self, iteration: int, max_iters: int = -1) -> bool:
+        """Whether the step containing ``iteration`` re-estimates them.
+
+        Args:
+            iteration (int): Runner iteration.
+            max_iters (int): Iterations of the run; a last window cut short
+                by it has no two complete halves and does not re-estimate.
+                -1 (mmengine's value before training) for unknown.
+        """
+        if not self.is_active(iteration) or (
+                self.step_index(iteration) -
+                self._first_step) % self.update_interval:
+            return False
+        end = self.window_start(iteration) + self.accumulative_counts
+        return max_iters < 0 or end <= max_iters

@@ -1,7 +1,7 @@
 """AGVM statistics: gradient variance, modulation factors and their EMA.
 
 Pure tensor math, no runner and no torch.distributed: the optimizer wrapper
-(:class:`mmext.engine.optimizers.AGVMOptimWrapper`) gathers per-module dot
+(:class:`mmext.agvm.AGVMOptimWrapper`) gathers per-module dot
 products and squared norms of the two halves' gradients and hands them here.
 
 Source: Xue et al., "Large-batch Optimization for Dense Visual Predictions",

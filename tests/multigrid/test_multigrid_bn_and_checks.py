@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 from mmaction.models.common import SubBatchNorm3D
 
-from mmext.engine.hooks.multigrid_hook import check_clip_lengths
+from mmext.multigrid.plan import check_clip_lengths
 from mmext.multigrid.bn import (aggregate_sub_bn_stats, set_sub_bn_splits,
                                 update_precise_bn)
 from mmext.multigrid.pipeline import parse_grid_shape, resize_pipeline

@@ -1,27 +1,63 @@
-"""tools/analysis/multigrid_schedule.py prints the reference table."""
+"""tools/analysis/multigrid_schedule.py prints what the hook trains."""
 import json
+import os
 import os.path as osp
 import subprocess
 import sys
+
+import pytest
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CFG = osp.join(ROOT, 'configs', 'multigrid',
                'slowfast_r50_multigrid_8xb8-8x8x1-steplr-239e_'
                'kinetics400-rgb.py')
+TINY = osp.join(ROOT, 'tests', 'multigrid', 'tiny_mg.py')
 
 
-def _run(*args):
+def _run(config, *args):
     return subprocess.run(
-        [sys.executable, 'tools/analysis/multigrid_schedule.py', CFG, *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+        [sys.executable, 'tools/analysis/multigrid_schedule.py', config,
+         *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
+        # tiny_mg.py imports its recorder hook from its own folder.
+        env=dict(os.environ, PYTHONPATH=osp.dirname(TINY)))
 
 
-def test_json_and_table():
-    stages = json.loads(_run('--json').stdout)
-    keys = {'batch_size', 'clip_len', 'crop_size', 'start_epoch',
-            'end_epoch', 'lr_factor'}
-    assert all(keys <= set(s) for s in stages)
+def test_reference_table_json_and_text():
+    out = json.loads(_run(CFG, '--json', '--no-model-check').stdout)
+    stages = out['stages']
     assert [s['end_epoch'] for s in stages][-3:] == [329, 343, 358]
     assert (stages[0]['batch_size'], stages[0]['clip_len'],
             stages[0]['crop_size']) == (64, 8, 158)
-    assert '3.42x fewer iterations' in _run().stdout
+    assert out['exact'] is False and out['iters'] is None
+    assert round(out['iteration_saving'], 2) == 3.42
+    text = _run(CFG, '--no-model-check').stdout
+    assert '3.42x fewer iterations' in text and 'estimate' in text
+
+
+def test_plot_is_written(tmp_path):
+    out = tmp_path / 'schedule.png'
+    _run(CFG, '--no-model-check', '--plot', str(out))
+    assert out.stat().st_size > 10000
+
+
+@pytest.mark.usefixtures('repo_demo_data')
+def test_exact_count_matches_the_hook(tmp_path):
+    """The tool's exact count is what the hook trains (partial batches
+    dropped), and differs from the estimate."""
+    from mmext.runner import build_runner, load_run_config
+    exact = json.loads(_run(TINY, '--dataset', '--json').stdout)
+    estimate = json.loads(_run(TINY, '--json').stdout)
+    cfg = load_run_config(TINY, None, str(tmp_path))
+    runner = build_runner(cfg)
+    # What Runner.train() builds before its before_run hooks.
+    loop = runner.train_loop
+    runner.optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+    runner.param_schedulers = runner.build_param_scheduler(
+        runner.param_schedulers)
+    runner.call_hook('before_run')
+    assert exact['exact'] is True
+    assert exact['iters'] == loop.max_iters
+    per_epoch = exact['clips_per_process'] / cfg.train_dataloader.batch_size
+    assert sum(s['estimated_iters'] for s in estimate['stages']) * \
+        per_epoch > exact['iters']

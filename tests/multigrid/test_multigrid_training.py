@@ -9,7 +9,8 @@ import torch
 
 import mmext  # noqa: F401
 from mmext.multigrid import build_multigrid_schedule, iterations_per_epoch
-from mmext.utils import build_runner, find_free_port, load_run_config
+from mmext.runner import build_runner, load_run_config
+from mmext.testing import find_free_port
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'tests', 'multigrid', 'tiny_mg.py')
@@ -98,7 +99,8 @@ def test_checkpoint_is_plain_recipe_model(full_run, tmp_path_factory):
     from mmengine.config import Config
     work_dir = [p for p in tmp_path_factory.getbasetemp().iterdir()
                 if p.name.startswith('mg_full')][0]
-    ckpt = torch.load(osp.join(work_dir, 'epoch_1.pth'), map_location='cpu')
+    ckpt = torch.load(osp.join(work_dir, 'epoch_1.pth'), map_location='cpu',
+                      weights_only=False)
     cfg = Config.fromfile(TINY)
     model = MODELS.build(cfg.model)
     model.load_state_dict(ckpt['state_dict'], strict=True)
@@ -182,6 +184,6 @@ def test_dataset_wrapper_rejected(tmp_path):
     (dict(precise_bn_iters=-1), 'precise_bn_iters'),
 ])
 def test_bad_hook_options_rejected_at_build(options, match):
-    from mmext.engine.hooks import MultigridHook
+    from mmext.multigrid import MultigridHook
     with pytest.raises(ValueError, match=match):
         MultigridHook(**options)

@@ -1,99 +1,152 @@
-"""Print the multigrid schedule a config's MultigridHook will train.
+"""Print (and draw) the multigrid schedule a config's MultigridHook trains.
 
-Usage: python tools/analysis/multigrid_schedule.py CONFIG [--json]
-[--plot OUT.png]
+Usage::
+
+    python tools/analysis/multigrid_schedule.py CONFIG [--dataset | --num-samples N]
+        [--world-size W] [--json] [--plot OUT.png] [--cfg-options ...]
+
+The schedule comes from :class:`mmext.multigrid.MultigridPlan`, the object the
+hook itself trains from. Iteration counts are exact when the number of
+training clips is known (``--dataset`` builds the config's train dataset and
+counts it; ``--num-samples`` gives it), and marked as estimates otherwise.
+The recognizer is built (no weights) to run the hook's clip-length checks.
 """
 import argparse
 import json
+import math
+import os.path as osp
+import warnings
+
+from mmengine.config import Config, DictAction
+from mmengine.registry import init_default_scope
 
 import mmext  # noqa: F401  (``mmext::`` config prefix)
-from mmengine.config import Config
-
-from mmext.multigrid import build_multigrid_schedule, total_flops_ratio
-from mmext.multigrid.lr import find_lr_steps
-from mmext.multigrid.pipeline import parse_grid_shape
-
-SCHEDULE_KEYS = ('long_cycle', 'short_cycle', 'epoch_factor',
-                 'long_cycle_factors', 'short_cycle_factors',
-                 'short_cycle_mode', 'lr_steps')
+from mmext.multigrid import MultigridPlan
 
 
-def schedule_from_config(cfg: Config):
-    """Base shape, epochs and stages as the hook computes them.
+def parse_args():
+    parser = argparse.ArgumentParser(
+        description='Print the multigrid schedule of a config')
+    parser.add_argument('config')
+    count = parser.add_mutually_exclusive_group()
+    count.add_argument(
+        '--dataset', action='store_true',
+        help='build the train dataset to count its clips (exact iterations)')
+    count.add_argument(
+        '--num-samples', type=int,
+        help='number of training clips (exact iterations)')
+    parser.add_argument(
+        '--world-size', type=int, default=1,
+        help='processes the run uses (clips per process = '
+        'ceil(clips / world size), as DefaultSampler)')
+    parser.add_argument('--json', action='store_true',
+                        help='print one JSON object instead of the table')
+    parser.add_argument('--plot', help='draw the schedule into this file')
+    parser.add_argument('--no-model-check', action='store_true',
+                        help='skip building the model for its checks')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, key=value')
+    return parser.parse_args()
 
-    Returns:
-        tuple: ``(base_b, base_t, base_s, max_epochs, stages)``.
 
-    Raises:
-        ValueError: If the config has no ``mmext.MultigridHook``.
-    """
-    hooks = [h for h in cfg.get('custom_hooks', [])
-             if h['type'].split('.')[-1] == 'MultigridHook']
-    if not hooks:
-        raise ValueError('The config has no mmext.MultigridHook in '
-                         'custom_hooks.')
-    args = {k: v for k, v in hooks[0].items() if k in SCHEDULE_KEYS}
-    base_t, _, base_s = parse_grid_shape(cfg.train_dataloader.dataset.pipeline)
-    max_epochs = cfg.train_cfg.max_epochs
-    steps, gamma = find_lr_steps(cfg.get('param_scheduler') or [], max_epochs)
-    steps = list(args.pop('lr_steps', None) or steps)
-    stages = build_multigrid_schedule(base_t, base_s, steps, max_epochs,
-                                      gamma=gamma, **args)
-    return cfg.train_dataloader.batch_size, base_t, base_s, max_epochs, stages
+def count_clips(cfg: Config) -> int:
+    """Number of clips of the config's train dataset."""
+    from mmengine.registry import DATASETS
+    return len(DATASETS.build(cfg.train_dataloader.dataset))
+
+
+def plot(plan: MultigridPlan, title: str, out: str) -> None:
+    """Batch size, T, S and LR over epochs, one axis each."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(4, 1, sharex=True, figsize=(9, 8))
+    ax_b, ax_t, ax_s, ax_lr = axes
+    for stage in plan.stages:
+        span = [stage.start_epoch, stage.end_epoch]
+        batches = plan.batch_sizes(stage)
+        for k, (b, shape) in enumerate(zip(batches, stage.short_cycle)):
+            long_shape = k == len(batches) - 1
+            style = dict(color='C0' if long_shape else 'C1',
+                         lw=2.5 if long_shape else 1,
+                         ls='-' if long_shape else ':')
+            ax_b.plot(span, [b, b], **style)
+            ax_s.plot(span, [shape.crop_size] * 2, **style)
+        ax_t.plot(span, [stage.shape.clip_len] * 2, color='C2', lw=2.5)
+        ax_lr.plot(span, [stage.lr_factor] * 2, color='C3', lw=2.5)
+    lr_starts = sorted({s.start_epoch for s in plan.stages
+                        if s.start_epoch and plan.stages[
+                            plan.stages.index(s) - 1].lr_stage != s.lr_stage})
+    for ax in axes:
+        for x in lr_starts:
+            ax.axvline(x, color='grey', lw=0.8, ls='--')
+        ax.grid(alpha=0.3)
+    ax_b.set_ylabel('batch per process')
+    ax_b.set_yscale('log', base=2)
+    ax_t.set_ylabel('clip length T\n(frames)')
+    ax_s.set_ylabel('crop size S\n(pixels)')
+    ax_lr.set_ylabel('LR / recipe LR')
+    ax_lr.set_yscale('log')
+    ax_lr.set_xlabel('epoch (multigrid)')
+    for ax, values in ((ax_b, sorted({b for s in plan.stages
+                                      for b in plan.batch_sizes(s)})),
+                       (ax_t, sorted({s.shape.clip_len
+                                      for s in plan.stages})),
+                       (ax_s, sorted({x.crop_size for s in plan.stages
+                                      for x in s.short_cycle}))):
+        ax.set_yticks(values)
+        ax.set_yticklabels([str(v) for v in values])
+        ax.minorticks_off()
+    ax_b.plot([], [], color='C0', lw=2.5, label='long-cycle shape')
+    ax_b.plot([], [], color='C1', lw=1, ls=':', label='short-cycle shapes')
+    ax_b.plot([], [], color='grey', lw=0.8, ls='--', label='LR stage start')
+    ax_b.legend(loc='upper right', fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument('config')
-    parser.add_argument('--json', action='store_true',
-                        help='print a list of stage dicts')
-    parser.add_argument('--plot', help='draw shape and LR over epochs')
-    args = parser.parse_args()
-    base_b, base_t, base_s, max_epochs, stages = schedule_from_config(
-        Config.fromfile(args.config))
-    rows = []
-    for s in stages:
-        d = s.to_dict()
-        d['batch_size'] = base_b * s.shape.batch_factor
-        # Iterations in units of the recipe's iterations per epoch.
-        d['iterations'] = s.num_epochs * len(s.short_cycle) / sum(
-            x.batch_factor for x in s.short_cycle)
-        rows.append(d)
+    args = parse_args()
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    init_default_scope(cfg.get('default_scope', 'mmaction'))
+    num_clips = count_clips(cfg) if args.dataset else args.num_samples
+    per_rank = (None if num_clips is None else math.ceil(
+        num_clips / args.world_size))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        plan = MultigridPlan.from_config(cfg, samples_per_rank=per_rank)
+        plan.warn_dropped_recipe_values()
+    if not args.no_model_check:
+        from mmengine.registry import MODELS
+        plan.check_model(MODELS.build(cfg.model))
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(dict(
+            base=dict(batch_size=plan.base_batch,
+                      clip_len=plan.base_clip_len,
+                      crop_size=plan.base_crop_size),
+            recipe_epochs=plan.recipe_epochs,
+            epochs=plan.max_epochs,
+            exact=plan.exact,
+            clips_per_process=per_rank,
+            iters=plan.max_iters if plan.exact else None,
+            recipe_iters=(plan.recipe_epochs * plan.recipe_iters_per_epoch
+                          if plan.exact else None),
+            iteration_saving=plan.iteration_saving(),
+            flops_ratio=plan.flops_ratio(),
+            warnings=[str(w.message) for w in caught],
+            stages=plan.rows()), indent=1))
     else:
-        print(f'base (B, T, S) = ({base_b}, {base_t}, {base_s}), '
-              f'{max_epochs} recipe epochs')
-        print(f'{"lr stage":>8} {"batch":>6} {"T":>4} {"S":>4} '
-              f'{"start":>6} {"end":>5} {"iters (x recipe iters/epoch)":>28}'
-              f' {"rel. LR":>8}  short-cycle (batch, S)')
-        for d in rows:
-            cyc = [(base_b * x['batch_factor'], x['crop_size'])
-                   for x in d['short_cycle']]
-            print(f'{d["lr_stage"]:>8} {d["batch_size"]:>6} '
-                  f'{d["clip_len"]:>4} {d["crop_size"]:>4} '
-                  f'{d["start_epoch"]:>6} {d["end_epoch"]:>5} '
-                  f'{d["iterations"]:>28.2f} {d["lr_factor"]:>8.4g}  {cyc}')
-        iters = sum(d['iterations'] for d in rows)
-        print(f'total: {stages[-1].end_epoch} epochs, {iters:.1f} x recipe '
-              f'iters/epoch vs {max_epochs} -> {max_epochs / iters:.2f}x '
-              f'fewer iterations; FLOPs x'
-              f'{total_flops_ratio(stages, max_epochs, base_t, base_s):.3f} '
-              f'of the recipe')
+        for w in caught:
+            print(f'warning: {w.message}')
+        print(plan.describe())
     if args.plot:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
-        fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(8, 5))
-        for d in rows:
-            span = [d['start_epoch'], d['end_epoch']]
-            ax1.plot(span, [d['clip_len'] * d['crop_size']**2] * 2, 'b')
-            ax2.plot(span, [d['lr_factor']] * 2, 'r')
-        ax1.set_ylabel('T x S^2 (long cycle)')
-        ax2.set_ylabel('LR / base LR')
-        ax2.set_yscale('log')
-        ax2.set_xlabel('epoch')
-        fig.savefig(args.plot)
+        name = osp.splitext(osp.basename(args.config))[0]
+        plot(plan, f'{name}\n{plan.max_epochs} epochs, '
+             f'{plan.iteration_saving():.2f}x fewer iterations than the '
+             f'recipe', args.plot)
 
 
 if __name__ == '__main__':

@@ -22,7 +22,7 @@ import time
 import mmext  # noqa: F401
 from mmengine.hooks import Hook
 
-from mmext.utils import build_runner, load_run_config
+from mmext.runner import build_runner, load_run_config
 
 
 class _LastMetrics(Hook):

@@ -30,7 +30,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import Runner
 
-from mmext.utils import run_gloo_processes
+from mmext.testing import run_gloo_processes
 
 
 def _load(args, rank):

@@ -17,7 +17,7 @@ import mmext  # noqa: F401
 from mmengine.config import DictAction
 from mmengine.hooks import Hook
 
-from mmext.utils import build_runner, load_run_config
+from mmext.runner import build_runner, load_run_config
 
 
 class _ClipCounter(Hook):

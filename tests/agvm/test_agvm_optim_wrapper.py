@@ -138,7 +138,8 @@ def test_resume_reproduces_factors(tmp_path):
     wrapper2 = build_wrapper(resumed, accumulative_counts=2)
     wrapper2.load_state_dict(ckpt['optim'])
     assert wrapper2.ema.factors.tolist() == history[2].tolist()
-    assert wrapper2._inner_count == 6
+    # What the train loop does on resume: the counter comes from runner.iter.
+    wrapper2.initialize_count_status(resumed, 6, 10)
     for parts in batches[3:]:
         for x, y, use_aux in parts:
             with wrapper2.optim_context(resumed):
@@ -163,13 +164,16 @@ def test_clip_grad_only_inside_window():
     wrapper = build_optim_wrapper(model, _agvm_cfg(
         clip_grad=dict(max_norm=1e-3), clip_grad_window=(2, 4)))
     wrapper.message_hub = hub
-    clipped = []
+    clipped, logged = [], []
     for _ in range(3):
         before = model.neck.w.detach().clone()
         _known_step(wrapper, model)
         clipped.append(
             (model.neck.w.detach() - before).abs().max().item() < 1e-3)
+        logged.append('train/grad_norm' in hub.log_scalars)
     assert clipped == [False, True, False]
+    # No stale norm once clipping stops: the key leaves the message hub.
+    assert logged == [False, True, False]
 
 
 def test_adam_statistic_uses_preconditioned_gradient():

@@ -20,8 +20,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.optim import Optimizer
 
-from mmext.agvm import (OTHERS, HalfStatistics, half_dot_from_norms,
-                        split_ranks)
+from .modules import OTHERS
+from .statistics import HalfStatistics, half_dot_from_norms, split_ranks
 
 __all__ = ['GradientLayout', 'DistributedHalves', 'AccumulationHalves']
 

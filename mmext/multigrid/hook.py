@@ -1,10 +1,8 @@
-"""Runner glue of multigrid training; the math is in :mod:`mmext.multigrid`."""
+"""``MultigridHook``: runner glue; the plan is :class:`MultigridPlan`."""
 import copy
 import itertools
-import math
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
-from mmengine.dist import get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
@@ -12,16 +10,16 @@ from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import DATA_SAMPLERS
 from mmengine.runner import EpochBasedTrainLoop, Runner
 
-from mmext.datasets import MultigridDataset, ShortCycleBatchSampler
-from mmext.multigrid import (DEFAULT_LONG_CYCLE_FACTORS,
-                             DEFAULT_SHORT_CYCLE_FACTORS, MultigridStage,
-                             build_multigrid_schedule, iterations_per_epoch,
-                             map_recipe_epoch, stage_at_epoch)
-from mmext.multigrid.bn import (aggregate_sub_bn_stats, set_sub_bn_splits,
-                                to_plain_bn_state_dict, update_precise_bn)
-from mmext.multigrid.lr import find_lr_steps, remap_param_schedulers
-from mmext.multigrid.pipeline import parse_grid_shape, resize_pipeline
+from mmext.compat import set_train_loop_length
 from mmext.registry import HOOKS
+from mmext.runner import scale_lrs
+from .bn import (aggregate_sub_bn_stats, set_sub_bn_splits,
+                 to_plain_bn_state_dict, update_precise_bn)
+from .data import MultigridDataset, ShortCycleBatchSampler
+from .pipeline import resize_pipeline
+from .plan import MultigridPlan, validate_options
+from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
+                       MultigridStage)
 
 __all__ = ['MultigridHook']
 
@@ -31,47 +29,6 @@ _STAGE_SEED_STRIDE = 1009
 
 def _unwrap(model):
     return model.module if is_model_wrapper(model) else model
-
-
-def check_clip_lengths(backbone, clip_lens: Sequence[int]) -> None:
-    """Raise if the backbone cannot take one of the clip lengths.
-
-    SlowFast (``resample_rate`` = tau): ``T`` must be a multiple of tau.
-    ResNet3d-family (I3D ...): the temporal strides of ``conv1``, ``pool1``
-    and ``pool2`` (kernel 2) need ``T >= conv1_stride_t * pool1_stride_t *
-    2`` (8 for mmaction2's I3D R50).
-
-    Raises:
-        ValueError: Naming the clip length and what to change.
-    """
-    tau = getattr(backbone, 'resample_rate', None)
-    if tau:
-        bad = [t for t in clip_lens if t % tau]
-        if bad:
-            raise ValueError(
-                f'SlowFast needs clip lengths that are multiples of its '
-                f'resample_rate (tau={tau}); the multigrid schedule uses '
-                f'T={bad}. Change long_cycle_factors or the recipe\'s '
-                f'SampleFrames.clip_len.')
-        return
-    if hasattr(backbone, 'conv1_stride_t') and hasattr(
-            backbone, 'pool1_stride_t'):
-        min_t = backbone.conv1_stride_t * backbone.pool1_stride_t * (
-            2 if getattr(backbone, 'with_pool2', False) else 1)
-        bad = [t for t in clip_lens if t < min_t]
-        if bad:
-            raise ValueError(
-                f'{type(backbone).__name__} needs clip lengths T >= {min_t} '
-                f'(temporal strides of conv1, pool1 and pool2); the '
-                f'multigrid schedule uses T={bad}. Use larger t factors in '
-                f'long_cycle_factors or a longer SampleFrames.clip_len.')
-
-
-def sub_bn_splits(batch: int, bn_base_size: Optional[int]) -> int:
-    """Sub-BN splits for a per-device batch (PySlowFast ``NUM_SPLITS``)."""
-    if not bn_base_size or batch <= bn_base_size:
-        return 1
-    return batch // bn_base_size
 
 
 @HOOKS.register_module()
@@ -137,30 +94,23 @@ class MultigridHook(Hook):
                  bn_base_size: Optional[int] = 8,
                  precise_bn_iters: int = 200,
                  lr_steps: Optional[Sequence[int]] = None):
-        if bn_base_size is not None and bn_base_size < 0:
-            raise ValueError(f'bn_base_size must be None, 0 (no sub-batch '
-                             f'BN) or a positive clip count, got '
-                             f'{bn_base_size}')
-        if not isinstance(precise_bn_iters, int) or precise_bn_iters < 0:
-            raise ValueError(f'precise_bn_iters must be an int >= 0 (0 '
-                             f'disables precise BN), got {precise_bn_iters}')
-        self.schedule_args = dict(
+        self.options = validate_options(dict(
             long_cycle=long_cycle,
             short_cycle=short_cycle,
+            epoch_factor=epoch_factor,
             long_cycle_factors=[tuple(f) for f in long_cycle_factors],
             short_cycle_factors=list(short_cycle_factors),
-            epoch_factor=epoch_factor,
-            short_cycle_mode=short_cycle_mode)
-        self.bn_base_size = bn_base_size
-        self.precise_bn_iters = precise_bn_iters
-        self.lr_steps = lr_steps
-        self.stages: List[MultigridStage] = []
+            short_cycle_mode=short_cycle_mode,
+            bn_base_size=bn_base_size,
+            precise_bn_iters=precise_bn_iters,
+            lr_steps=lr_steps))
+        self.plan: Optional[MultigridPlan] = None
         self._loader_stage: Optional[MultigridStage] = None
-        self._saved_lrs: List[float] = []
+        self._restore_lrs: Optional[Callable[[], None]] = None
 
     # ------------------------------------------------------------ set-up
     def before_run(self, runner) -> None:
-        """Check the recipe, build the schedule and re-time the run.
+        """Check the recipe, plan the run and re-time the loop.
 
         Only for training: ``tools/test.py`` with a multigrid config runs the
         recipe unchanged (its train loop and optimizer are never built).
@@ -183,87 +133,28 @@ class MultigridHook(Hook):
                 f'supported. Configure the video dataset and its pipeline '
                 f'directly as train_dataloader.dataset.')
         self._pipeline = list(dl_cfg.dataset.pipeline)
-        self.base_t, _, self.base_s = parse_grid_shape(self._pipeline)
-        self.base_b = dl_cfg.batch_size
         self._dataset = loop.dataloader.dataset
-        recipe_epochs = loop.max_epochs
-        schedulers = runner.cfg.get('param_scheduler') or []
-        if isinstance(schedulers, dict):
-            schedulers = [schedulers]
-        steps, gamma = find_lr_steps(schedulers, recipe_epochs)
-        steps = list(self.lr_steps or steps)
-        self.stages = build_multigrid_schedule(
-            self.base_t, self.base_s, steps, recipe_epochs, gamma=gamma,
-            **self.schedule_args)
-        self._check(runner)
+        self.plan = MultigridPlan(
+            self._pipeline, dl_cfg.batch_size, loop.max_epochs,
+            runner.cfg.get('param_scheduler'),
+            samples_per_rank=len(loop.dataloader.sampler),
+            recipe_iters_per_epoch=len(loop.dataloader), **self.options)
+        self.plan.check_model(_unwrap(runner.model))
+        self.plan.warn_dropped_recipe_values()
+        set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
+        if self.plan.param_scheduler:
+            self._rebuild_schedulers(runner)
+        print_log('Multigrid plan:\n' + self.plan.describe(),
+                  logger='current')
 
-        # Exact iteration count of every epoch: shapes depend on the epoch.
-        per_rank = len(loop.dataloader.sampler)
-        self._cum_iters = [0]
-        for stage in self.stages:
-            n = iterations_per_epoch(per_rank, self._batch_sizes(stage))
-            if n == 0:
-                raise ValueError(
-                    f'Each process sees {per_rank} training clips per epoch, '
-                    f'fewer than one multigrid batch of epochs '
-                    f'{stage.start_epoch}-{stage.end_epoch} (per-process '
-                    f'batches {self._batch_sizes(stage)}), so they would '
-                    f'train 0 iterations. Use more data, fewer processes or '
-                    f'a smaller train_dataloader.batch_size.')
-            self._cum_iters += [
-                self._cum_iters[-1] + n * (k + 1)
-                for k in range(stage.num_epochs)
-            ]
-        base_len = len(loop.dataloader)
-        loop._max_epochs = self.stages[-1].end_epoch
-        loop._max_iters = self._cum_iters[-1]
-        if schedulers:
-            self._rebuild_schedulers(runner, schedulers, steps,
-                                     recipe_epochs, base_len)
-        print_log(self._describe(recipe_epochs, base_len), logger='current')
-
-    def _batch_sizes(self, stage: MultigridStage,
-                     short_cycle: bool = True) -> List[int]:
-        shapes = stage.short_cycle if short_cycle else stage.short_cycle[-1:]
-        return [self.base_b * s.batch_factor for s in shapes]
-
-    def _check(self, runner) -> None:
-        model = _unwrap(runner.model)
-        clip_lens = sorted({s.shape.clip_len for s in self.stages})
-        if hasattr(model, 'backbone'):
-            check_clip_lengths(model.backbone, clip_lens)
-        for stage in self.stages if self.bn_base_size else []:
-            batch = self.base_b * stage.shape.batch_factor
-            splits = sub_bn_splits(batch, self.bn_base_size)
-            if (batch > self.bn_base_size and batch % self.bn_base_size) or [
-                    b for b in self._batch_sizes(stage) if b % splits]:
-                raise ValueError(
-                    f'Sub-batch BN cannot split per-device batches '
-                    f'{self._batch_sizes(stage)} (epochs '
-                    f'{stage.start_epoch}-{stage.end_epoch}) into groups of '
-                    f'bn_base_size={self.bn_base_size}. Make '
-                    f'train_dataloader.batch_size a multiple of '
-                    f'bn_base_size or a divisor of it, or change '
-                    f'bn_base_size.')
-
-    def _rebuild_schedulers(self, runner, schedulers, steps, recipe_epochs,
-                            base_len) -> None:
+    def _rebuild_schedulers(self, runner) -> None:
         """Replace the runner's schedulers by ones on the multigrid axis."""
-        cum = self._cum_iters
-
-        def iter_at(epoch: float) -> int:
-            k = min(max(int(math.floor(epoch)), 0), len(cum) - 2)
-            return int(round(cum[k] + (epoch - k) * (cum[k + 1] - cum[k])))
-
-        new_cfgs = remap_param_schedulers(
-            schedulers,
-            lambda e: map_recipe_epoch(self.stages, steps, recipe_epochs, e),
-            iter_at, base_len)
         # The first build already applied e.g. LinearLR's start factor.
         for group in self._param_groups(runner):
             for key in [k for k in group if k.startswith('initial_')]:
                 group[key[len('initial_'):]] = group[key]
-        runner.param_schedulers = runner.build_param_scheduler(new_cfgs)
+        runner.param_schedulers = runner.build_param_scheduler(
+            self.plan.scheduler_cfgs())
 
     @staticmethod
     def _param_groups(runner) -> List[dict]:
@@ -274,38 +165,21 @@ class MultigridHook(Hook):
             g for w in wrappers or [wrapper] for g in w.optimizer.param_groups
         ]
 
-    def _describe(self, recipe_epochs: int, base_len: int) -> str:
-        lines = [
-            f'Multigrid: base (B, T, S) = ({self.base_b}, {self.base_t}, '
-            f'{self.base_s}); {recipe_epochs} recipe epochs x {base_len} '
-            f'iters -> {self.stages[-1].end_epoch} epochs, '
-            f'{self._cum_iters[-1]} iters'
-        ]
-        for s in self.stages:
-            lines.append(
-                f'  epochs {s.start_epoch:>4}-{s.end_epoch:<4} lr stage '
-                f'{s.lr_stage} lr x{s.lr_factor:g} batches '
-                f'{self._batch_sizes(s)} T={s.shape.clip_len} crops '
-                f'{[x.crop_size for x in s.short_cycle]}')
-        return '\n'.join(lines)
-
     # ------------------------------------------------------------ epochs
     def before_train_epoch(self, runner) -> None:
         """Swap in the loader and BN splits of the epoch's stage."""
-        stage = stage_at_epoch(self.stages, runner.epoch)
+        stage = self.plan.stage_at(runner.epoch)
         if self._loader_stage is not None and (
                 self._loader_stage.short_cycle == stage.short_cycle):
             return
         runner.train_loop.dataloader = self.build_loader(runner, stage)
         self._loader_stage = stage
-        if self.bn_base_size:
-            set_sub_bn_splits(
-                _unwrap(runner.model),
-                sub_bn_splits(self.base_b * stage.shape.batch_factor,
-                              self.bn_base_size))
+        if self.options['bn_base_size']:
+            set_sub_bn_splits(_unwrap(runner.model),
+                              self.plan.sub_bn_splits(stage))
         print_log(
             f'Multigrid: epoch {runner.epoch}: batches '
-            f'{self._batch_sizes(stage)}, T={stage.shape.clip_len}, crops '
+            f'{self.plan.batch_sizes(stage)}, T={stage.shape.clip_len}, crops '
             f'{[s.crop_size for s in stage.short_cycle]}, '
             f'{len(runner.train_loop.dataloader)} iters/epoch',
             logger='current')
@@ -331,7 +205,7 @@ class MultigridHook(Hook):
         cfg = copy.deepcopy(runner.cfg.train_dataloader)
         for key in ('batch_size', 'batch_sampler', 'shuffle', 'drop_last'):
             cfg.pop(key, None)
-        seed = runner.seed + _STAGE_SEED_STRIDE * self.stages.index(stage)
+        seed = runner.seed + _STAGE_SEED_STRIDE * self.plan.stages.index(stage)
         sampler = DATA_SAMPLERS.build(
             cfg.pop('sampler'), default_args=dict(dataset=dataset,
                                                   seed=runner.seed))
@@ -339,18 +213,15 @@ class MultigridHook(Hook):
             dataset=dataset,
             sampler=sampler,
             batch_sampler=ShortCycleBatchSampler(
-                sampler, self._batch_sizes(stage, short_cycle)))
+                sampler, self.plan.batch_sizes(stage, short_cycle)))
         return Runner.build_dataloader(cfg, seed=seed)
 
     def after_train_epoch(self, runner) -> None:
         """Precise BN at the end of each long-cycle shape."""
-        stage = stage_at_epoch(self.stages, runner.epoch)
-        if not self.precise_bn_iters or runner.epoch + 1 != stage.end_epoch:
+        iters = self.options['precise_bn_iters']
+        if not iters or not self.plan.is_shape_end(runner.epoch):
             return
-        following = self.stages.index(stage) + 1
-        if following < len(self.stages) and (
-                self.stages[following].short_cycle == stage.short_cycle):
-            return  # an LR drop, not a shape change (the fine-tune halves)
+        stage = self.plan.stage_at(runner.epoch)
         model = _unwrap(runner.model)
         loader = self.build_loader(runner, stage, short_cycle=False)
         loader.batch_sampler.sampler.set_epoch(runner.epoch)
@@ -360,7 +231,7 @@ class MultigridHook(Hook):
             model(**data, mode='tensor')
 
         n = update_precise_bn(
-            model, itertools.islice(loader, self.precise_bn_iters), forward)
+            model, itertools.islice(loader, iters), forward)
         print_log(f'Multigrid: precise BN over {n} batches at epoch '
                   f'{runner.epoch}', logger='current')
 
@@ -382,16 +253,14 @@ class MultigridHook(Hook):
     def before_train_iter(self, runner, batch_idx: int,
                           data_batch=None) -> None:
         """Scale the LR by the long-cycle batch factor for this iteration."""
-        stage = stage_at_epoch(self.stages, runner.epoch)
-        factor = stage.shape.batch_factor
+        factor = self.plan.stage_at(runner.epoch).shape.batch_factor
         groups = self._param_groups(runner)
-        self._saved_lrs = [g['lr'] for g in groups]
-        for g in groups:
-            g['lr'] = g['lr'] * factor
+        self._restore_lrs = scale_lrs(groups, [factor] * len(groups))
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None) -> None:
         """Restore the schedulers' LR before they step."""
-        for g, lr in zip(self._param_groups(runner), self._saved_lrs):
-            g['lr'] = lr
+        if self._restore_lrs is not None:
+            self._restore_lrs()
+            self._restore_lrs = None
 

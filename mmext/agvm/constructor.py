@@ -5,9 +5,9 @@ from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
 from mmengine.registry import OPTIMIZERS
 from torch import nn
 
-from mmext.agvm import assign_parameters, resolve_module_names
 from mmext.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
-from .agvm_optim_wrapper import AGVMOptimWrapper
+from .modules import assign_parameters, resolve_module_names
+from .optim_wrapper import AGVMOptimWrapper
 
 __all__ = ['AGVMOptimWrapperConstructor', 'split_groups_by_module']
 

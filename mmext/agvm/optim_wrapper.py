@@ -10,10 +10,13 @@ from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from mmext.agvm import (AGVMSchedule, HalfStatistics, ModulationEMA,
-                        gradient_variance, modulation_factors)
+from mmext.compat import optim_wrapper_counts
 from mmext.registry import OPTIM_WRAPPERS
-from .agvm_halves import AccumulationHalves, DistributedHalves, GradientLayout
+from mmext.runner import scaled_lrs
+from .exchange import AccumulationHalves, DistributedHalves, GradientLayout
+from .schedule import AGVMSchedule
+from .statistics import (HalfStatistics, ModulationEMA, gradient_variance,
+                         modulation_factors)
 
 __all__ = ['AGVMOptimWrapper', 'AGVMAmpOptimWrapper']
 
@@ -111,7 +114,7 @@ class AGVMOptimWrapper(OptimWrapper):
         self.statistic = statistic
         self.clip_grad_window = clip_grad_window
         self.schedule = AGVMSchedule(update_interval, start_iter, end_iter,
-                                     self._accumulative_counts)
+                                     self._counts[1])
         self.layout = GradientLayout(optimizer, module_names)
         self.module_names = self.layout.module_names
         self.ema = ModulationEMA(len(self.module_names), ema_momentum)
@@ -125,7 +128,7 @@ class AGVMOptimWrapper(OptimWrapper):
         world_size = get_world_size()
         if world_size >= 2:
             return DistributedHalves(self.layout, world_size, get_rank())
-        counts = self._accumulative_counts
+        counts = self._counts[1]
         if counts < 2 or counts % 2:
             raise ValueError(
                 'AGVM compares the gradients of two halves of the batch. In '
@@ -145,12 +148,14 @@ class AGVMOptimWrapper(OptimWrapper):
         """Current EMA factor s_i of each modulated module."""
         return dict(zip(self.module_names, self.ema.factors.tolist()))
 
+    @property
+    def _counts(self) -> Tuple[int, int, int]:
+        """mmengine's ``(inner_count, accumulative_counts, max_counts)``."""
+        return optim_wrapper_counts(self)
+
     def _measures(self, iteration: int) -> bool:
-        """Whether the step of ``iteration`` re-estimates (and is complete)."""
-        if not self.schedule.is_measurement(iteration):
-            return False
-        end = self.schedule.window_start(iteration) + self._accumulative_counts
-        return self._max_counts < 0 or end <= self._max_counts
+        """Whether the step of ``iteration`` re-estimates the factors."""
+        return self.schedule.is_measurement(iteration, self._counts[2])
 
     @contextmanager
     def optim_context(self, model: nn.Module):
@@ -164,7 +169,7 @@ class AGVMOptimWrapper(OptimWrapper):
             model (nn.Module): The (possibly DDP-wrapped) training model.
         """
         with ExitStack() as stack:
-            iteration = self._inner_count
+            iteration = self._counts[0]
             if (self.distributed and self._measures(iteration)
                     and hasattr(model, 'no_sync')):
                 stack.enter_context(model.no_sync())
@@ -179,7 +184,7 @@ class AGVMOptimWrapper(OptimWrapper):
             loss (Tensor): The (scaled) loss of the current micro-batch.
             **kwargs: Passed to ``Tensor.backward``.
         """
-        iteration = self._inner_count
+        iteration = self._counts[0]
         super().backward(loss, **kwargs)
         if not self.distributed and self._measures(iteration):
             self._halves.after_backward(
@@ -192,7 +197,7 @@ class AGVMOptimWrapper(OptimWrapper):
         Args:
             **kwargs: Passed to ``optimizer.step``.
         """
-        iteration = self._inner_count - 1
+        iteration = self._counts[0] - 1
         if self._measures(iteration):
             self._update_factors(self.schedule.step_index(iteration))
         active = self.schedule.is_active(iteration)
@@ -200,20 +205,40 @@ class AGVMOptimWrapper(OptimWrapper):
             self.module_names)
         for name, factor in zip(self.module_names, applied):
             self.message_hub.update_scalar(f'train/agvm_mu/{name}', factor)
-        if not active:
-            super().step(**kwargs)
-            return
         # 'others' (index M) keeps factor 1.
         group_factors = applied + [1.0]
-        base_lrs = [group['lr'] for group in self.optimizer.param_groups]
-        for group, base_lr, module in zip(self.optimizer.param_groups,
-                                          base_lrs, self.layout.group_modules):
-            group['lr'] = base_lr * group_factors[module]
-        try:
+        with ExitStack() as stack:
+            stack.enter_context(
+                scaled_lrs(self.optimizer.param_groups, [
+                    group_factors[module]
+                    for module in self.layout.group_modules
+                ]))
+            if not self._clips(iteration):
+                stack.enter_context(self._without_clipping())
             super().step(**kwargs)
+
+    def _clips(self, iteration: int) -> bool:
+        """Whether ``clip_grad`` applies at ``iteration``."""
+        if self.clip_grad_window is None:
+            return True
+        begin, end = self.clip_grad_window
+        return begin <= iteration < end
+
+    @contextmanager
+    def _without_clipping(self):
+        """Skip mmengine's clipping for one step and drop its stale log.
+
+        The message hub keeps the last ``grad_norm`` it was given; once
+        clipping stops the key is removed, so no stale norm is logged.
+        """
+        clip_kwargs = self.clip_grad_kwargs
+        self.clip_grad_kwargs = {}
+        if clip_kwargs:
+            self.message_hub.log_scalars.pop(f'train/{self.grad_name}', None)
+        try:
+            yield
         finally:
-            for group, base_lr in zip(self.optimizer.param_groups, base_lrs):
-                group['lr'] = base_lr
+            self.clip_grad_kwargs = clip_kwargs
 
     def _update_factors(self, step: int) -> None:
         """Measure the halves of ``step`` and update the EMA factors."""
@@ -267,24 +292,18 @@ class AGVMOptimWrapper(OptimWrapper):
                 weights.append(flat.new_ones(param.numel()))
         return flat * torch.cat(weights).float()
 
-    def _clip_grad(self) -> None:
-        """Clip as mmengine does, only inside ``clip_grad_window``."""
-        if self.clip_grad_window is not None:
-            begin, end = self.clip_grad_window
-            if not begin <= self._inner_count - 1 < end:
-                return
-        super()._clip_grad()
-
     def state_dict(self) -> dict:
         """The optimizer's state dict plus ``'agvm'``: module names, EMA
-        factors (float64 tensor (M,)), update count, last d_i and the
-        iteration counter."""
+        factors (float64 tensor (M,)), update count and last d_i.
+
+        The iteration counter is not saved: the train loop restores it from
+        ``runner.iter`` when training resumes.
+        """
         state = super().state_dict()
         state['agvm'] = dict(
             module_names=list(self.module_names),
             ema=self.ema.state_dict(),
-            last_variance=self.last_variance.clone(),
-            inner_count=self._inner_count)
+            last_variance=self.last_variance.clone())
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -310,7 +329,6 @@ class AGVMOptimWrapper(OptimWrapper):
         self.ema.load_state_dict(agvm['ema'])
         self.last_variance = torch.as_tensor(
             agvm['last_variance'], dtype=torch.float64).clone()
-        self._inner_count = int(agvm['inner_count'])
         super().load_state_dict(state_dict)
 
 

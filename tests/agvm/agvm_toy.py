@@ -5,7 +5,7 @@ import torch
 from mmengine.optim import build_optim_wrapper
 from torch import nn
 
-from mmext.utils import run_gloo_processes
+from mmext.testing import run_gloo_processes
 
 MODULES = ['backbone', 'neck', 'head']
 

@@ -9,7 +9,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODELS, init_default_scope
 
 import mmext  # noqa: F401  (the ``mmext::`` prefix and registries)
-from mmext.engine.optimizers import AGVMOptimWrapper
+from mmext.agvm import AGVMOptimWrapper
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIGS = sorted(

@@ -4,7 +4,7 @@ import torch
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 
 from agvm_toy import ToyModel, build_wrapper, toy_batches
-from mmext.engine.optimizers import AGVMAmpOptimWrapper, AGVMOptimWrapper
+from mmext.agvm import AGVMAmpOptimWrapper, AGVMOptimWrapper
 
 
 def test_amp_variant_puts_agvm_around_amp():

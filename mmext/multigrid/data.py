@@ -11,13 +11,12 @@ from typing import Iterator, List, Sequence, Tuple, Union
 from mmengine.dataset import Compose
 from torch.utils.data import Dataset, Sampler
 
-from mmext.multigrid.schedule import iterations_per_epoch
-from mmext.registry import DATA_SAMPLERS, DATASETS
+from mmext.compat import random_other_index
+from .schedule import iterations_per_epoch
 
 __all__ = ['MultigridDataset', 'ShortCycleBatchSampler']
 
 
-@DATASETS.register_module()
 class MultigridDataset(Dataset):
     """Serve samples of a dataset at one of several grid shapes.
 
@@ -54,12 +53,11 @@ class MultigridDataset(Dataset):
             out = self.pipelines[shape](self.dataset.get_data_info(idx))
             if out is not None:
                 return out
-            idx = self.dataset._rand_another()
+            idx = random_other_index(self.dataset)
         raise RuntimeError(f'Cannot find a valid sample after '
                            f'{self.max_refetch} retries (last index {idx}).')
 
 
-@DATA_SAMPLERS.register_module()
 class ShortCycleBatchSampler(Sampler):
     """Batches of cycling sizes, each item tagged with its shape index.
 

@@ -1,3 +1,0 @@
-from .multigrid_dataset import MultigridDataset, ShortCycleBatchSampler
-
-__all__ = ['MultigridDataset', 'ShortCycleBatchSampler']

@@ -1,1 +1,0 @@
-from .multigrid_hook import MultigridHook  # noqa: F401
