@@ -7,6 +7,7 @@ import torch
 from mmengine.dist import get_rank, get_world_size
 from mmengine.logging import print_log
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
+from mmengine.visualization import Visualizer
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
@@ -249,10 +250,32 @@ class AGVMOptimWrapper(OptimWrapper):
         mu = modulation_factors(d, valid, 0, self.ratio_range)
         self.ema.update(mu)
         self.last_variance = torch.where(valid, d, self.last_variance)
-        for name, value, ok in zip(self.module_names, d.tolist(),
-                                   valid.tolist()):
-            if ok:
-                self.message_hub.update_scalar(f'train/agvm_d/{name}', value)
+        self._log_estimate(step, d, valid)
+
+    def _log_estimate(self, step: int, d: Tensor, valid: Tensor) -> None:
+        """Write one re-estimate to the visualizer backends.
+
+        ``agvm_d/<module>`` (d_i) and ``agvm_s/<module>`` (the factor after
+        this update) go to ``scalars.json``/TensorBoard at the iteration of
+        the re-estimate itself. Through the message hub they would only be
+        seen every ``logger.interval`` iterations, repeating an estimate
+        between re-estimates or skipping some.
+        """
+        scalars = {
+            f'agvm_d/{name}': value
+            for name, value, ok in zip(self.module_names, d.tolist(),
+                                       valid.tolist()) if ok
+        }
+        scalars.update({
+            f'agvm_s/{name}': factor
+            for name, factor in zip(self.module_names,
+                                    self.ema.factors.tolist())
+        })
+        try:
+            visualizer = Visualizer.get_current_instance()
+        except RuntimeError:  # no runner built a visualizer: nowhere to log
+            return
+        visualizer.add_scalars(scalars, step=(step + 1) * self._counts[1])
 
     def _collect(self, step: int) -> Optional[HalfStatistics]:
         if not self.distributed:

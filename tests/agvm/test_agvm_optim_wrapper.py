@@ -52,7 +52,26 @@ def _agvm_cfg(**kwargs):
     return cfg
 
 
-def test_factors_and_update_match_hand_computation():
+class RecordingVisualizer:
+    """Stands in for mmengine's Visualizer: records ``add_scalars`` calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def add_scalars(self, scalars, step=0, **kwargs):
+        self.calls.append((step, dict(scalars)))
+
+
+@pytest.fixture
+def visualizer(monkeypatch):
+    from mmengine.visualization import Visualizer
+    recorder = RecordingVisualizer()
+    monkeypatch.setattr(Visualizer, 'get_current_instance',
+                        classmethod(lambda cls: recorder))
+    return recorder
+
+
+def test_factors_and_update_match_hand_computation(visualizer):
     model = KnownGradients()
     wrapper = build_optim_wrapper(model, _agvm_cfg())
     _known_step(wrapper, model)
@@ -74,10 +93,16 @@ def test_factors_and_update_match_hand_computation():
     hub = MessageHub.get_current_instance()
     assert hub.get_scalar('train/agvm_mu/neck').current() == pytest.approx(
         factors[1])
-    assert hub.get_scalar('train/agvm_d/head').current() == pytest.approx(2.)
+    # d_i and s_i of the re-estimate reach the visualizer at its iteration
+    # (2 micro-batches: the step ends at iteration 2).
+    assert visualizer.calls == [(2, pytest.approx(dict(
+        **{f'agvm_d/{m}': d for m, d in zip(['backbone', 'neck', 'head'],
+                                            [1., .4, 2.])},
+        **{f'agvm_s/{m}': f for m, f in zip(['backbone', 'neck', 'head'],
+                                            factors)})))]
 
 
-def test_window_and_interval():
+def test_window_and_interval(visualizer):
     model = KnownGradients()
     wrapper = build_optim_wrapper(
         model, _agvm_cfg(start_iter=2, end_iter=6, update_interval=2))
@@ -87,6 +112,8 @@ def test_window_and_interval():
         history.append(wrapper.ema.num_updates)
     # steps 0..3 cover iterations 0-1, 2-3, 4-5, 6-7; re-estimate at step 1.
     assert history == [0, 1, 1, 1]
+    # One visualizer record per re-estimate, at the step's last iteration.
+    assert [step for step, _ in visualizer.calls] == [4]
     hub = MessageHub.get_current_instance()
     assert hub.get_scalar('train/agvm_mu/neck').current() == 1.0
 

@@ -59,16 +59,22 @@ def test_demo_config_logs_agvm_scalars(tmp_path, demo_data):
         [sys.executable, osp.join(ROOT, 'tools', 'train.py')])
     modules = ['backbone', 'neck', 'rpn_head', 'roi_head']
     # The first optimizer step ends at iteration 2 (2 micro-batches).
-    assert 'agvm_mu/backbone' not in records[0]
-    for record in records[1:]:
+    logged = [r for r in records if 'agvm_s/backbone' not in r]
+    assert 'agvm_mu/backbone' not in logged[0]
+    for record in logged[1:]:
         for name in modules:
             assert f'agvm_mu/{name}' in record
             assert 0.5**0.5 - 1e-6 <= record[f'agvm_mu/{name}'] <= 10**0.5
-    last = records[-1]
+    last = logged[-1]
     # 2 steps of 2 micro-batches, each re-estimating with momentum 0.5:
     # the factors must have left 1.
     assert any(abs(last[f'agvm_mu/{m}'] - 1) > 1e-4 for m in modules[1:])
-    assert all(0 <= last[f'agvm_d/{m}'] <= 2 for m in modules)
+    # Each re-estimate is written once, at its own iteration (2 and 4).
+    estimates = [r for r in records if 'agvm_s/backbone' in r]
+    assert [r['step'] for r in estimates] == [2, 4]
+    assert all(0 <= r[f'agvm_d/{m}'] <= 2 for r in estimates for m in modules)
+    assert [estimates[-1][f'agvm_s/{m}'] for m in modules] == pytest.approx(
+        [last[f'agvm_mu/{m}'] for m in modules])
     # The checkpoint holds the factors the log shows (restored by --resume).
     ckpt = torch.load(work_dir / 'iter_4.pth', map_location='cpu',
                       weights_only=False)
@@ -86,8 +92,9 @@ def test_dist_train_two_processes(tmp_path, demo_data):
     _, records = _train(
         tmp_path, demo_data,
         ['bash', osp.join(ROOT, 'tools', 'dist_train.sh')], ['2'])
-    last = records[-1]
-    assert all(0 <= last[f'agvm_d/{m}'] <= 2
+    estimates = [r for r in records if 'agvm_d/backbone' in r]
+    assert [r['step'] for r in estimates] == [2, 4]
+    assert all(0 <= r[f'agvm_d/{m}'] <= 2 for r in estimates
                for m in ['backbone', 'neck', 'rpn_head', 'roi_head'])
 
 
@@ -108,7 +115,10 @@ def test_camvid_segmentor_trains_with_agvm(tmp_path, shared_data):
     assert len(train) >= 4
     # Re-estimated from iteration 2 on (2 micro-batches per step).
     assert any(r['agvm_mu/neck'] != 1.0 for r in train)
-    assert all(0 <= r['agvm_d/backbone'] <= 2 for r in train
-               if 'agvm_d/backbone' in r)
+    estimates = [r for r in records if 'agvm_d/backbone' in r]
+    # 2 micro-batches per step; the first active step (iterations 2-3)
+    # re-estimates, the next one only after update_interval=10 steps.
+    assert [r['step'] for r in estimates] == [4]
+    assert all(0 <= r['agvm_d/backbone'] <= 2 for r in estimates)
     val = [r for r in records if 'mIoU' in r]
     assert len(val) == 1 and 0 <= val[0]['mIoU'] <= 100

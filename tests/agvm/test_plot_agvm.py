@@ -22,19 +22,33 @@ def test_load_and_plot(tmp_path):
                                                       (6, ))):
         vis = tmp_path / run / 'vis_data'
         vis.mkdir(parents=True)
-        vis.joinpath('scalars.json').write_text('\n'.join(json.dumps({
-            'step': s, 'lr': 0.1, 'agvm_mu/backbone': 1.0,
-            'agvm_mu/neck': 1 + s / 100, 'agvm_d/neck': 0.1 * s
-        }) for s in steps))
+        # Logger records (every iteration) and re-estimate records (every
+        # other one), as mmengine's LoggerHook and the wrapper write them.
+        lines = []
+        for s in steps:
+            lines.append({'step': s - 1, 'lr': 0.1, 'agvm_mu/neck': 1.0})
+            lines.append({'step': s, 'agvm_s/backbone': 1.0,
+                          'agvm_s/neck': 1 + s / 100, 'agvm_d/neck': 0.1 * s})
+            lines.append({'step': s, 'lr': 0.1, 'agvm_mu/neck': 1 + s / 100})
+        vis.joinpath('scalars.json').write_text('\n'.join(
+            json.dumps(line) for line in lines))
+    (tmp_path / 'run.py').write_text(
+        'optim_wrapper = dict(start_iter=2, clip_grad_window=(0, 2))\n')
     tool = _tool()
     factors, variances = tool.load_agvm_scalars(str(tmp_path))
+    # One point per re-estimate, not per logged iteration.
     assert factors['neck'] == [(2, 1.02), (4, 1.04), (6, 1.06)]
-    assert variances['neck'][-1] == (6, pytest.approx(0.6))
-    out = tmp_path / 'agvm.png'
-    tool.plot(factors, variances, str(out))
+    assert variances['neck'] == [(2, pytest.approx(0.2)),
+                                 (4, pytest.approx(0.4)),
+                                 (6, pytest.approx(0.6))]
+    window = tool.agvm_window(tool.saved_config(str(tmp_path)))
+    assert window == dict(start_iter=2, end_iter=None,
+                          clip_grad_window=(0, 2))
+    out = tmp_path / 'new' / 'agvm.png'
+    tool.plot(factors, variances, str(out), window)
     assert out.stat().st_size > 1000
 
 
 def test_work_dir_without_agvm_scalars(tmp_path):
-    with pytest.raises(FileNotFoundError, match='AGVMOptimWrapper'):
+    with pytest.raises(FileNotFoundError, match='agvm_s'):
         _tool().load_agvm_scalars(str(tmp_path))

@@ -1,18 +1,23 @@
 """Plot AGVM's per-module factors and gradient variances over iterations.
 
-Usage: python tools/analysis/plot_agvm.py WORK_DIR [--out agvm.png]
+Usage: python tools/analysis/plot_agvm.py WORK_DIR [--config CFG] [--out agvm.png]
 
 Reads ``WORK_DIR/<timestamp>/vis_data/scalars.json`` (mmengine's
 LocalVisBackend; all runs of the work dir in time order, so a resumed run
-continues the curves) and draws ``agvm_mu/<module>`` (the applied factor s_i)
-and ``agvm_d/<module>`` (d_i = 1 - cos of the halves' gradients).
+continues the curves). ``AGVMOptimWrapper`` writes ``agvm_d/<module>`` (d_i =
+1 - cos of the halves' gradients) and ``agvm_s/<module>`` (the factor s_i
+after the update) at every re-estimate, whatever the logger interval, so the
+curves have one point per real re-estimate. The AGVM start and the gradient
+clipping window come from the config mmengine saved in the work dir (or
+``--config``).
 """
 import argparse
 import glob
 import json
+import os
 import os.path as osp
 from collections import defaultdict
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import matplotlib
 
@@ -23,22 +28,23 @@ Series = Dict[str, List[Tuple[int, float]]]
 
 
 def load_agvm_scalars(work_dir: str) -> Tuple[Series, Series]:
-    """Collect the AGVM scalars of every run in ``work_dir``.
+    """Collect the re-estimates of every run in ``work_dir``.
 
     Args:
         work_dir (str): A training work dir.
 
     Returns:
-        tuple[dict, dict]: factors and variances, each mapping a module name
-        to ``(iteration, value)`` pairs sorted by iteration.
+        tuple[dict, dict]: factors s_i and variances d_i, each mapping a
+        module name to ``(iteration, value)`` pairs sorted by iteration, one
+        per re-estimate.
 
     Raises:
         FileNotFoundError: If the work dir has no ``scalars.json`` with
-            AGVM scalars.
+            AGVM re-estimates.
     """
     files = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data',
                                       'scalars.json')))
-    series = {'agvm_mu/': defaultdict(dict), 'agvm_d/': defaultdict(dict)}
+    series = {'agvm_s/': defaultdict(dict), 'agvm_d/': defaultdict(dict)}
     for path in files:
         with open(path) as f:
             for line in f:
@@ -48,41 +54,94 @@ def load_agvm_scalars(work_dir: str) -> Tuple[Series, Series]:
                         if key.startswith(prefix):
                             by_module[key[len(prefix):]][
                                 record['step']] = value
-    if not series['agvm_mu/']:
+    if not series['agvm_s/']:
         raise FileNotFoundError(
-            f'no agvm_mu/* scalars in {work_dir}/*/vis_data/scalars.json; '
-            'was it trained with mmext.AGVMOptimWrapper?')
+            f'no agvm_s/* scalars in {work_dir}/*/vis_data/scalars.json; '
+            'was it trained with mmext.AGVMOptimWrapper (and did it reach '
+            'start_iter)?')
     return tuple({name: sorted(points.items())
                   for name, points in by_module.items()}
                  for by_module in series.values())
 
 
-def plot(factors: Series, variances: Series, out: str) -> None:
-    """Draw factors (top) and variances (bottom) into ``out``."""
-    fig, axes = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
-    for ax, data, label in ((axes[0], factors, 'factor s_i (agvm_mu)'),
-                            (axes[1], variances, 'd_i = 1 - cos (agvm_d)')):
+def agvm_window(config: Optional[str]) -> Dict[str, object]:
+    """``start_iter``, ``end_iter`` and ``clip_grad_window`` of a config.
+
+    Args:
+        config (str, optional): A config file; None gives no markers.
+
+    Returns:
+        dict: The three options (None where unset).
+    """
+    if config is None:
+        return dict(start_iter=None, end_iter=None, clip_grad_window=None)
+    from mmengine.config import Config
+    wrapper = Config.fromfile(config).get('optim_wrapper', {})
+    return dict(start_iter=wrapper.get('start_iter', 0),
+                end_iter=wrapper.get('end_iter'),
+                clip_grad_window=wrapper.get('clip_grad_window'))
+
+
+def saved_config(work_dir: str) -> Optional[str]:
+    """The config mmengine dumped into ``work_dir`` (one ``*.py``), if any."""
+    found = sorted(p for p in os.listdir(work_dir) if p.endswith('.py'))
+    return osp.join(work_dir, found[-1]) if found else None
+
+
+def plot(factors: Series, variances: Series, out: str,
+         window: Optional[Dict[str, object]] = None,
+         title: str = 'AGVM per-module modulation') -> None:
+    """Draw factors (top) and variances (bottom, log) into ``out``.
+
+    Args:
+        factors (dict): From :func:`load_agvm_scalars`.
+        variances (dict): From :func:`load_agvm_scalars`.
+        out (str): Image path; its folder is created.
+        window (dict, optional): From :func:`agvm_window`; marks the AGVM
+            start/end and shades the clipping window.
+        title (str): Figure title.
+    """
+    window = window or {}
+    fig, axes = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
+    for ax, data, label in ((axes[0], factors, 'factor s_i'),
+                            (axes[1], variances, 'd_i = 1 - cos(G_A, G_B)')):
         for name, points in data.items():
             ax.plot([p[0] for p in points], [p[1] for p in points],
-                    label=name)
+                    marker='.', ms=4, label=name)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[0].legend()
-    axes[1].set_xlabel('iteration')
-    fig.suptitle('AGVM per-module modulation')
+        if window.get('start_iter') is not None:
+            ax.axvline(window['start_iter'], color='k', ls='--', lw=1,
+                       label='AGVM start' if ax is axes[0] else None)
+        if window.get('end_iter') is not None:
+            ax.axvline(window['end_iter'], color='k', ls=':', lw=1,
+                       label='AGVM end' if ax is axes[0] else None)
+        if window.get('clip_grad_window'):
+            begin, end = window['clip_grad_window']
+            ax.axvspan(begin, end, color='orange', alpha=0.15,
+                       label='gradient clipping' if ax is axes[0] else None)
+    axes[1].set_yscale('log')
+    axes[0].legend(fontsize=8, ncol=2)
+    axes[1].set_xlabel('iteration (one point per re-estimate)')
+    fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=110)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('work_dir')
+    parser.add_argument('--config', help='config of the run (default: the '
+                        'one mmengine saved in WORK_DIR)')
     parser.add_argument('--out', default='agvm.png')
     args = parser.parse_args()
     factors, variances = load_agvm_scalars(args.work_dir)
-    plot(factors, variances, args.out)
+    config = args.config or saved_config(args.work_dir)
+    plot(factors, variances, args.out, agvm_window(config),
+         title=f'AGVM: {osp.basename(osp.normpath(args.work_dir))}')
     print(f'wrote {args.out}: {len(factors)} modules, '
-          f'{max(len(p) for p in factors.values())} points')
+          f'{max(len(p) for p in factors.values())} re-estimates')
 
 
 if __name__ == '__main__':
