@@ -6,6 +6,7 @@ shape of each sample by yielding ``(index, shape_index)`` items
 wrapped dataset object (annotations are not reloaded at a shape change) and
 holds one ``Compose`` per shape of the current short cycle.
 """
+import copy
 import multiprocessing
 import warnings
 from typing import Iterator, List, Sequence, Tuple, Union
@@ -79,6 +80,16 @@ class MultigridDataset(Dataset):
         """Restart the count of :attr:`skipped_clips` (e.g. per epoch)."""
         with self._skipped.get_lock():
             self._skipped.value = 0
+
+    def __deepcopy__(self, memo) -> 'MultigridDataset':
+        """A copy sharing the wrapped dataset, pipelines and skip counter.
+
+        ``Runner.build_dataloader`` deep-copies its config, dataset included:
+        the loader must serve this dataset (annotations held once) and count
+        into the counter the hook reads (a shared-memory value cannot be
+        deep-copied).
+        """
+        return copy.copy(self)
 
     def __len__(self) -> int:
         return len(self.dataset)
