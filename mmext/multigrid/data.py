@@ -112,9 +112,16 @@ class MultigridDataset(Dataset):
                 out = None
             if out is not None:
                 return out
-            idx = random_other_index(self.dataset)
+            idx = self._other_index(idx)
         raise RuntimeError(f'Cannot find a valid sample after '
                            f'{self.max_refetch} retries (last index {idx}).')
+
+    def _other_index(self, idx: int) -> int:
+        """A random index other than ``idx`` (unless it is the only one)."""
+        new = random_other_index(self.dataset)
+        while new == idx and len(self.dataset) > 1:
+            new = random_other_index(self.dataset)
+        return new
 
     def _broken(self, idx: int, info: dict, error: Exception) -> None:
         """Raise for a clip whose pipeline failed, or warn and count it."""

@@ -433,10 +433,10 @@ class MultigridPlan:
                 f'batches of up to {base * splits} clips into groups of '
                 f'{base}, but cannot split these BN layers, which would '
                 f'normalise over the whole per-device batch: '
-                f'{", ".join(bad)}. Only '
-                f'{", ".join(t.__name__ for t in SPLITTABLE_BN_TYPES)} '
-                f'(SyncBN) layers are split. Use one of those kinds for them, '
-                f'keep them in eval mode (norm_eval), or set '
+                f'{", ".join(bad)}. Only layers of the kinds '
+                f'{[t.__name__ for t in SPLITTABLE_BN_TYPES]} (BN3d, SyncBN '
+                f'and SyncBN reverted without DDP) are split. Use one of those '
+                f'kinds for them, keep them in eval mode (norm_eval), or set '
                 f'bn_base_size=None to train every BN layer on the whole '
                 f'per-device batch.')
 
