@@ -113,8 +113,10 @@ class MultigridDataset(Dataset):
             if out is not None:
                 return out
             idx = self._other_index(idx)
-        raise RuntimeError(f'Cannot find a valid sample after '
-                           f'{self.max_refetch} retries (last index {idx}).')
+        raise RuntimeError(
+            f'Cannot find a valid sample after {self.max_refetch} retries '
+            f'(last: dataset index {idx}, '
+            f'{_clip_path(self.dataset.get_data_info(idx))}).')
 
     def _other_index(self, idx: int) -> int:
         """A random index other than ``idx`` (unless it is the only one)."""

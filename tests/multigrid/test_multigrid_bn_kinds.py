@@ -187,3 +187,26 @@ def test_frozen_layers_are_not_split():
                          if isinstance(s, SubBatchNorm3D))]
     assert len(still) == len(frozen)
     assert all(any(m is f for f in frozen) for m in still)
+
+
+@pytest.mark.parametrize('options', [dict(affine=False),
+                                     dict(track_running_stats=False)],
+                         ids=['affine=False', 'track_running_stats=False'])
+def test_non_affine_and_untracked_bn_split(options):
+    net = nn.Sequential(nn.BatchNorm3d(2, **options))
+    set_sub_bn_splits(net, 2)
+    assert isinstance(net[0], SubBatchNorm3D)
+    assert net[0].affine == options.get('affine', True)
+    x = torch.tensor([[1., 0.], [5., 10.], [3., 4.], [7., 14.]])
+    out = net(x.view(4, 2, 1, 1, 1)).view(4, 2)
+    # Normalised per split (biased variance 1 / 4), no affine transform
+    # where there is none.
+    z = torch.tensor([[-1., -1.], [-1., -1.], [1., 1.], [1., 1.]])
+    assert torch.allclose(out, z, atol=1e-4)
+    assert aggregate_sub_bn_stats(net) == (
+        0 if 'track_running_stats' in options else 1)
+    set_sub_bn_splits(net, 1)
+    assert type(net[0]) is nn.BatchNorm3d
+    assert net[0].affine == options.get('affine', True)
+    assert net[0].track_running_stats == options.get('track_running_stats',
+                                                     True)

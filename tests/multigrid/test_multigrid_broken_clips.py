@@ -140,3 +140,14 @@ def test_hook_logs_skipped_clips_per_epoch(ann_file, tmp_path):
     ]
     assert records[[r.getMessage() for r in records].index(
         messages[0])].levelno == logging.WARNING
+
+
+def test_refetch_exhausted_names_the_last_file(ann_file):
+    ann, broken = ann_file
+    dataset = _dataset(ann, num_good=0, max_refetch=2,
+                       skip_broken_clips=True)
+    with pytest.warns(UserWarning), pytest.raises(
+            RuntimeError, match=f'Cannot find a valid sample after 2 '
+            f'retries \\(last: dataset index 0, {broken}\\)'):
+        dataset[(0, 0)]
+    assert dataset.skipped_clips == 3
