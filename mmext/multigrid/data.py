@@ -3,8 +3,9 @@
 A batch sampler only yields indices, so the short cycle tells the dataset the
 shape of each sample by yielding ``(index, shape_index)`` items
 (mmengine batch samplers yield index lists only). ``MultigridDataset`` reuses the
-wrapped dataset object (annotations are not reloaded at a shape change) and
-holds one ``Compose`` per shape of the current short cycle.
+wrapped dataset object (annotations are not reloaded at a shape change),
+holds one ``Compose`` per shape of the current short cycle, and names the file
+of a clip that fails to load (or skips it, counting over loader workers).
 """
 import copy
 import multiprocessing
@@ -33,7 +34,6 @@ def _clip_path(info: dict) -> str:
         if key in info:
             return str(info[key])
     return '<no file name in the data info>'
-
 
 
 class MultigridDataset(Dataset):
