@@ -22,7 +22,7 @@ __all__ = [
     'MMENGINE_CHECKED', 'register_config_package', 'set_train_loop_length',
     'optim_wrapper_counts', 'set_optim_wrapper_max_counts',
     'random_other_index', 'trusted_checkpoint_loading',
-    'trust_runner_checkpoints'
+    'trust_runner_checkpoints', 'batch_norm_xd_type'
 ]
 
 MMENGINE_CHECKED = '0.10.7'
@@ -71,6 +71,17 @@ def set_optim_wrapper_max_counts(wrapper, max_counts: int) -> None:
 def random_other_index(dataset) -> int:
     """A random valid index of an mmengine ``BaseDataset`` (its refetch)."""
     return dataset._rand_another()
+
+
+def batch_norm_xd_type() -> type:
+    """mmengine's ``_BatchNormXd``: what ``SyncBN`` becomes without DDP.
+
+    ``Runner.wrap_model`` calls ``revert_sync_batchnorm`` in a
+    non-distributed run, which turns every ``SyncBatchNorm`` (and mmcv's
+    ``MMSyncBN``) into this dimension-agnostic ``_BatchNorm``.
+    """
+    from mmengine.model.utils import _BatchNormXd
+    return _BatchNormXd
 
 
 def _load_trusted_local(filename: str, map_location=None):

@@ -108,6 +108,14 @@ def test_random_other_index():
     assert 0 <= compat.random_other_index(Tiny(serialize_data=False)) < 5
 
 
+def test_batch_norm_xd_type_is_what_reverted_sync_bn_becomes():
+    from mmengine.model import revert_sync_batchnorm
+    net = revert_sync_batchnorm(nn.Sequential(nn.SyncBatchNorm(3)))
+    assert type(net[0]) is compat.batch_norm_xd_type()
+    assert issubclass(compat.batch_norm_xd_type(),
+                      nn.modules.batchnorm._BatchNorm)
+
+
 def test_no_private_mmengine_use_outside_compat():
     """Underscore attributes of mmengine objects appear in compat only."""
     import pathlib
@@ -116,7 +124,7 @@ def test_no_private_mmengine_use_outside_compat():
     private = re.compile(
         r'\._(max_iters|max_epochs|inner_count|accumulative_counts|'
         r'max_counts|clip_grad|rand_another|schemes|locations|module_dict)'
-        r'\b|MODULE2PACKAGE')
+        r'\b|MODULE2PACKAGE|_BatchNormXd')
     offenders = [
         f'{p.relative_to(root)}:{n}'
         for p in root.rglob('*.py') if p.name != 'compat.py'

@@ -3,9 +3,13 @@
 A batch sampler only yields indices, so the short cycle tells the dataset the
 shape of each sample by yielding ``(index, shape_index)`` items
 (mmengine batch samplers yield index lists only). ``MultigridDataset`` reuses the
-wrapped dataset object (annotations are not reloaded at a shape change) and
-holds one ``Compose`` per shape of the current short cycle.
+wrapped dataset object (annotations are not reloaded at a shape change),
+holds one ``Compose`` per shape of the current short cycle, and names the file
+of a clip that fails to load (or skips it, counting over loader workers).
 """
+import copy
+import multiprocessing
+import warnings
 from typing import Iterator, List, Sequence, Tuple, Union
 
 from mmengine.dataset import Compose
@@ -14,7 +18,22 @@ from torch.utils.data import Dataset, Sampler
 from mmext.compat import random_other_index
 from .schedule import iterations_per_epoch
 
-__all__ = ['MultigridDataset', 'ShortCycleBatchSampler']
+__all__ = ['BrokenClipError', 'MultigridDataset', 'ShortCycleBatchSampler']
+
+# Keys of a data info naming the clip's file (mmaction2 VideoDataset,
+# RawframeDataset, image datasets).
+_PATH_KEYS = ('filename', 'frame_dir', 'video_path', 'img_path')
+
+
+class BrokenClipError(RuntimeError):
+    """A clip whose pipeline failed (e.g. a truncated video file)."""
+
+
+def _clip_path(info: dict) -> str:
+    for key in _PATH_KEYS:
+        if key in info:
+            return str(info[key])
+    return '<no file name in the data info>'
 
 
 class MultigridDataset(Dataset):
@@ -27,35 +46,97 @@ class MultigridDataset(Dataset):
         pipelines (Sequence[list[dict]]): One train pipeline config per shape
             (see :func:`mmext.multigrid.pipeline.resize_pipeline`).
         max_refetch (int): Retries with another random index when a pipeline
-            returns ``None`` (as ``BaseDataset``).
+            returns ``None`` (as ``BaseDataset``) or, with
+            ``skip_broken_clips``, raises.
+        skip_broken_clips (bool): Replace a clip whose pipeline raises (a
+            truncated or corrupt video) by a random other one, with a warning
+            naming the file; :attr:`skipped_clips` counts them over all
+            loader workers. False raises :class:`BrokenClipError`.
 
     Items are ``(index, shape_index)``; a plain ``index`` uses the last
     shape (the long-cycle shape).
     """
 
     def __init__(self, dataset, pipelines: Sequence[List[dict]],
-                 max_refetch: int = 100):
+                 max_refetch: int = 100, skip_broken_clips: bool = False):
         self.dataset = dataset
         self.pipelines = [Compose(p) for p in pipelines]
         self.max_refetch = max_refetch
+        self.skip_broken_clips = skip_broken_clips
+        # Shared memory: loader workers skip, the main process reads.
+        self._skipped = multiprocessing.Value('q', 0)
 
     @property
     def metainfo(self) -> dict:
         """dict: The wrapped dataset's meta information."""
         return self.dataset.metainfo
 
+    @property
+    def skipped_clips(self) -> int:
+        """int: Broken clips skipped since the last :meth:`reset_skipped`."""
+        return self._skipped.value
+
+    def reset_skipped(self) -> None:
+        """Restart the count of :attr:`skipped_clips` (e.g. per epoch)."""
+        with self._skipped.get_lock():
+            self._skipped.value = 0
+
+    def __deepcopy__(self, memo) -> 'MultigridDataset':
+        """A copy sharing the wrapped dataset, pipelines and skip counter.
+
+        ``Runner.build_dataloader`` deep-copies its config, dataset included:
+        the loader must serve this dataset (annotations held once) and count
+        into the counter the hook reads (a shared-memory value cannot be
+        deep-copied).
+        """
+        return copy.copy(self)
+
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, item: Union[int, Tuple[int, int]]) -> dict:
+        """The sample of ``item`` at its shape.
+
+        Raises:
+            BrokenClipError: If the pipeline raises for the clip (naming its
+                file and index), unless ``skip_broken_clips``.
+            RuntimeError: If ``max_refetch`` retries found no valid sample.
+        """
         idx, shape = item if isinstance(item, tuple) else (item, -1)
         for _ in range(self.max_refetch + 1):
-            out = self.pipelines[shape](self.dataset.get_data_info(idx))
+            info = self.dataset.get_data_info(idx)
+            try:
+                out = self.pipelines[shape](info)
+            except Exception as error:
+                self._broken(idx, info, error)
+                out = None
             if out is not None:
                 return out
-            idx = random_other_index(self.dataset)
-        raise RuntimeError(f'Cannot find a valid sample after '
-                           f'{self.max_refetch} retries (last index {idx}).')
+            idx = self._other_index(idx)
+        raise RuntimeError(
+            f'Cannot find a valid sample after {self.max_refetch} retries '
+            f'(last: dataset index {idx}, '
+            f'{_clip_path(self.dataset.get_data_info(idx))}).')
+
+    def _other_index(self, idx: int) -> int:
+        """A random index other than ``idx`` (unless it is the only one)."""
+        new = random_other_index(self.dataset)
+        while new == idx and len(self.dataset) > 1:
+            new = random_other_index(self.dataset)
+        return new
+
+    def _broken(self, idx: int, info: dict, error: Exception) -> None:
+        """Raise for a clip whose pipeline failed, or warn and count it."""
+        message = (f'Cannot load clip {_clip_path(info)} (dataset index '
+                   f'{idx}): {type(error).__name__}: {error}')
+        if not self.skip_broken_clips:
+            raise BrokenClipError(
+                f'{message}. Fix or remove the file, or set '
+                f'skip_broken_clips=True in MultigridHook to replace broken '
+                f'clips by random other ones.') from error
+        with self._skipped.get_lock():
+            self._skipped.value += 1
+        warnings.warn(f'{message}; skipped (skip_broken_clips=True).')
 
 
 class ShortCycleBatchSampler(Sampler):

@@ -1,8 +1,11 @@
 """``MultigridHook``: runner glue; the plan is :class:`MultigridPlan`."""
 import copy
 import itertools
+import logging
 from typing import Callable, List, Optional, Sequence, Tuple
 
+import torch
+from mmengine.dist import all_reduce
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
@@ -45,8 +48,10 @@ class MultigridHook(Hook):
     epoch axis. At each shape change (only then) it rebuilds the train loader
     from the same dataset object; it multiplies the LR by the long-cycle batch
     factor during each iteration, runs sub-batch BN for per-device batches
-    above ``bn_base_size``, precise BN at the end of each long-cycle shape,
-    and writes checkpoints with plain ``BatchNorm3d`` keys. The stage is
+    above ``bn_base_size`` (BN layers the recipe trains: ``BatchNorm3d``,
+    ``SyncBN`` and its reverted form; see :mod:`mmext.multigrid.bn`), precise
+    BN of those layers at the end of each long-cycle shape, and writes
+    checkpoints with the recipe's BN keys. The stage is
     derived from ``runner.epoch``, so resuming is exact.
 
     Args:
@@ -62,21 +67,29 @@ class MultigridHook(Hook):
         bn_base_size (int, optional): Clips per BN split; ``None`` or 0
             disables sub-batch BN.
         precise_bn_iters (int): Batches for precise BN at the end of each
-            long-cycle shape; 0 disables it.
+            long-cycle shape; 0 disables it. Only BN layers in training mode
+            are updated; frozen ones keep their statistics.
         lr_steps (Sequence[int], optional): LR stage starts in recipe epochs
             (``[0, ...]``); default from the recipe's ``MultiStepLR``, else
             ``[0, max_epochs]``.
+        skip_broken_clips (bool): Replace a training clip that fails to load
+            (truncated/corrupt file) by a random other clip, with a warning
+            naming the file and a count per epoch in the log. False (default)
+            stops training with an error naming the file and dataset index.
 
     Raises:
         ValueError: At construction for a negative ``bn_base_size`` or
-            ``precise_bn_iters``.
+            ``precise_bn_iters``, or a non-bool ``skip_broken_clips``.
         TypeError: In ``before_run`` if the train loop is not epoch based.
         ValueError: In ``before_run`` for out-of-range factors or
             ``epoch_factor`` (see :func:`build_multigrid_schedule`), a train
             dataset without its own pipeline (dataset wrappers), a pipeline
             without ``SampleFrames`` or final fixed-size crop, a clip length
-            the backbone cannot take, a batch sub-batch BN cannot split, or
-            a dataset too small for one batch of some stage.
+            the backbone cannot take, a batch sub-batch BN cannot split, a
+            BN layer of a kind it cannot split (e.g. ``BatchNorm1d``), or a
+            dataset too small for one batch of some stage.
+        BrokenClipError: During training, for a clip that fails to load,
+            naming its file and index (unless ``skip_broken_clips``).
     """
 
     priority = 'HIGHEST'  # before RuntimeInfoHook logs the LR and before
@@ -93,7 +106,8 @@ class MultigridHook(Hook):
                  short_cycle_mode: str = 'absolute',
                  bn_base_size: Optional[int] = 8,
                  precise_bn_iters: int = 200,
-                 lr_steps: Optional[Sequence[int]] = None):
+                 lr_steps: Optional[Sequence[int]] = None,
+                 skip_broken_clips: bool = False):
         self.options = validate_options(dict(
             long_cycle=long_cycle,
             short_cycle=short_cycle,
@@ -103,7 +117,8 @@ class MultigridHook(Hook):
             short_cycle_mode=short_cycle_mode,
             bn_base_size=bn_base_size,
             precise_bn_iters=precise_bn_iters,
-            lr_steps=lr_steps))
+            lr_steps=lr_steps,
+            skip_broken_clips=skip_broken_clips))
         self.plan: Optional[MultigridPlan] = None
         self._loader_stage: Optional[MultigridStage] = None
         self._restore_lrs: Optional[Callable[[], None]] = None
@@ -139,8 +154,7 @@ class MultigridHook(Hook):
             runner.cfg.get('param_scheduler'),
             samples_per_rank=len(loop.dataloader.sampler),
             recipe_iters_per_epoch=len(loop.dataloader), **self.options)
-        self.plan.check_model(_unwrap(runner.model))
-        self.plan.warn_dropped_recipe_values()
+        self.plan.check(_unwrap(runner.model))
         set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
         if self.plan.param_scheduler:
             self._rebuild_schedulers(runner)
@@ -198,10 +212,12 @@ class MultigridHook(Hook):
             DataLoader: Built by ``Runner.build_dataloader``.
         """
         shapes = stage.short_cycle if short_cycle else stage.short_cycle[-1:]
-        dataset = MultigridDataset(self._dataset, [
-            resize_pipeline(self._pipeline, s.clip_len, s.crop_size)
-            for s in shapes
-        ])
+        dataset = MultigridDataset(
+            self._dataset, [
+                resize_pipeline(self._pipeline, s.clip_len, s.crop_size)
+                for s in shapes
+            ],
+            skip_broken_clips=self.options['skip_broken_clips'])
         cfg = copy.deepcopy(runner.cfg.train_dataloader)
         for key in ('batch_size', 'batch_sampler', 'shuffle', 'drop_last'):
             cfg.pop(key, None)
@@ -217,7 +233,8 @@ class MultigridHook(Hook):
         return Runner.build_dataloader(cfg, seed=seed)
 
     def after_train_epoch(self, runner) -> None:
-        """Precise BN at the end of each long-cycle shape."""
+        """Count skipped clips; precise BN at the end of each shape."""
+        self._report_skipped(runner)
         iters = self.options['precise_bn_iters']
         if not iters or not self.plan.is_shape_end(runner.epoch):
             return
@@ -235,12 +252,26 @@ class MultigridHook(Hook):
         print_log(f'Multigrid: precise BN over {n} batches at epoch '
                   f'{runner.epoch}', logger='current')
 
+    def _report_skipped(self, runner) -> None:
+        """Log the broken clips the epoch skipped (summed over ranks)."""
+        if not self.options['skip_broken_clips']:
+            return
+        dataset = runner.train_loop.dataloader.dataset
+        count = torch.tensor(dataset.skipped_clips)
+        all_reduce(count)
+        dataset.reset_skipped()
+        if count.item():
+            print_log(f'Multigrid: epoch {runner.epoch} skipped '
+                      f'{count.item()} broken clips (skip_broken_clips=True; '
+                      f'the warnings name the files)',
+                      logger='current', level=logging.WARNING)
+
     def before_val_epoch(self, runner) -> None:
         """Merge sub-BN statistics for evaluation."""
         aggregate_sub_bn_stats(_unwrap(runner.model))
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        """Save plain ``BatchNorm3d`` keys (loadable by the recipe model)."""
+        """Save the recipe's BN keys (loadable by the recipe model)."""
         model = _unwrap(runner.model)
         aggregate_sub_bn_stats(model)
         to_plain_bn_state_dict(model, checkpoint['state_dict'])

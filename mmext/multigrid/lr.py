@@ -2,10 +2,11 @@
 import copy
 from typing import Callable, List, Sequence, Tuple
 
-__all__ = ['find_lr_steps', 'remap_param_schedulers']
+__all__ = ['STEP_TYPES', 'find_lr_steps', 'remap_param_schedulers']
 
 INF = 1000000000  # mmengine's default ``end`` of a scheduler
-_STEP_TYPES = ('MultiStepLR', 'MultiStepParamScheduler')
+# Schedulers whose epoch milestones are the recipe's LR stages.
+STEP_TYPES = ('MultiStepLR', 'MultiStepParamScheduler')
 
 
 def find_lr_steps(schedulers: Sequence[dict],
@@ -23,7 +24,7 @@ def find_lr_steps(schedulers: Sequence[dict],
         cycle over the whole run, no fine-tune stage).
     """
     for s in schedulers:
-        if s['type'].split('.')[-1] in _STEP_TYPES and s.get(
+        if s['type'].split('.')[-1] in STEP_TYPES and s.get(
                 'by_epoch', True) and s.get('param_name', 'lr') == 'lr':
             steps = [0] + [m for m in s['milestones'] if 0 < m < max_epochs]
             if len(steps) > 1:

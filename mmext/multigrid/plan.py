@@ -12,7 +12,9 @@ import math
 import warnings
 from typing import List, Optional, Sequence, Tuple
 
-from .lr import find_lr_steps, remap_param_schedulers
+from .bn import (SPLITTABLE_BN_TYPES, bn_layers_in_training,
+                 unsplittable_bn_layers)
+from .lr import INF, STEP_TYPES, find_lr_steps, remap_param_schedulers
 from .pipeline import parse_grid_shape
 from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
                        MultigridStage, build_multigrid_schedule,
@@ -32,7 +34,10 @@ HOOK_OPTIONS = dict(
     short_cycle_mode='absolute',
     bn_base_size=8,
     precise_bn_iters=200,
-    lr_steps=None)
+    lr_steps=None,
+    skip_broken_clips=False)
+_WARMUP_TYPES = ('LinearLR', 'ConstantLR', 'LinearParamScheduler',
+                 'ConstantParamScheduler')
 _SCHEDULE_OPTIONS = ('long_cycle', 'short_cycle', 'epoch_factor',
                      'long_cycle_factors', 'short_cycle_factors',
                      'short_cycle_mode')
@@ -48,8 +53,9 @@ def validate_options(options: dict) -> dict:
         dict: All of ``HOOK_OPTIONS``.
 
     Raises:
-        ValueError: For an unknown option, a negative ``bn_base_size`` or a
-            ``precise_bn_iters`` that is not an int >= 0.
+        ValueError: For an unknown option, a negative ``bn_base_size``, a
+            ``precise_bn_iters`` that is not an int >= 0 or a non-bool
+            ``skip_broken_clips``.
     """
     unknown = sorted(set(options) - set(HOOK_OPTIONS))
     if unknown:
@@ -64,6 +70,9 @@ def validate_options(options: dict) -> dict:
     if not isinstance(iters, int) or iters < 0:
         raise ValueError(f'precise_bn_iters must be an int >= 0 (0 disables '
                          f'precise BN), got {iters}')
+    if not isinstance(options['skip_broken_clips'], bool):
+        raise ValueError(f'skip_broken_clips must be True or False, got '
+                         f'{options["skip_broken_clips"]!r}')
     return options
 
 
@@ -164,18 +173,27 @@ class MultigridPlan:
         steps, self.gamma = find_lr_steps(self.param_scheduler,
                                           self.recipe_epochs)
         self.lr_steps = list(self.options['lr_steps'] or steps)
-        self.stages: List[MultigridStage] = build_multigrid_schedule(
-            self.base_clip_len, self.base_crop_size, self.lr_steps,
-            self.recipe_epochs, gamma=self.gamma,
-            **{k: self.options[k]
-               for k in _SCHEDULE_OPTIONS})
-        self._check_sub_bn()
         self.samples_per_rank = samples_per_rank
-        self.cum_iters: Optional[List[int]] = None
         self.recipe_iters_per_epoch = recipe_iters_per_epoch
         if samples_per_rank is not None:
             self.recipe_iters_per_epoch = recipe_iters_per_epoch or math.ceil(
                 samples_per_rank / self.base_batch)
+        try:
+            self.stages: List[MultigridStage] = build_multigrid_schedule(
+                self.base_clip_len, self.base_crop_size, self.lr_steps,
+                self.recipe_epochs, gamma=self.gamma,
+                **{k: self.options[k]
+                   for k in _SCHEDULE_OPTIONS})
+        except ValueError as error:
+            # A dropped recipe value is often the cause (e.g. a shortened run).
+            dropped = self.dropped_recipe_values()
+            if not dropped:
+                raise
+            raise ValueError(f'{error} Recipe values the schedule cannot '
+                             f'honour: {" ".join(dropped)}') from error
+        self._check_sub_bn()
+        self.cum_iters: Optional[List[int]] = None
+        if samples_per_rank is not None:
             self.cum_iters = self._count_iterations(samples_per_rank)
 
     @classmethod
@@ -357,42 +375,155 @@ class MultigridPlan:
                     f'bn_base_size or a divisor of it, or change '
                     f'bn_base_size.')
 
+    def check(self, model=None) -> List[str]:
+        """Every check of a run before training, as the hook runs them.
+
+        Warns about recipe values the plan cannot honour
+        (:meth:`warn_dropped_recipe_values`), then checks the model
+        (:meth:`check_model`) and warns if precise BN would have no BN layer
+        to update. ``MultigridHook`` and
+        ``tools/analysis/multigrid_schedule.py`` both call this.
+
+        Args:
+            model (nn.Module, optional): The unwrapped recognizer; None skips
+                the model checks.
+
+        Returns:
+            list[str]: The warnings given.
+
+        Raises:
+            ValueError: See :meth:`check_model`.
+        """
+        messages = self.warn_dropped_recipe_values()
+        if model is None:
+            return messages
+        self.check_model(model)
+        iters = self.options['precise_bn_iters']
+        if iters and not bn_layers_in_training(model):
+            messages.append(
+                f'precise_bn_iters={iters}, but no BN layer of the model '
+                f'trains (all are in eval mode after model.train(), e.g. '
+                f'norm_eval=True): precise BN has nothing to update and is '
+                f'skipped.')
+            warnings.warn(messages[-1])
+        return messages
+
     def check_model(self, model) -> None:
-        """Raise if the recognizer cannot take the plan's clip lengths.
+        """Raise if the recognizer cannot train the plan.
 
         Args:
             model (nn.Module): The (unwrapped) recognizer.
 
         Raises:
-            ValueError: See :func:`check_clip_lengths`.
+            ValueError: For a clip length the backbone cannot take (see
+                :func:`check_clip_lengths`), or, when some stage splits its
+                batch for sub-batch BN, a BN layer that trains and cannot be
+                split (see :func:`mmext.multigrid.bn.unsplittable_bn_layers`).
         """
         if hasattr(model, 'backbone'):
             check_clip_lengths(
                 model.backbone,
                 sorted({s.shape.clip_len for s in self.stages}))
+        splits = max(self.sub_bn_splits(s) for s in self.stages)
+        bad = unsplittable_bn_layers(model) if splits > 1 else []
+        if bad:
+            base = self.options['bn_base_size']
+            raise ValueError(
+                f'Sub-batch BN (bn_base_size={base}) splits per-device '
+                f'batches of up to {base * splits} clips into groups of '
+                f'{base}, but cannot split these BN layers, which would '
+                f'normalise over the whole per-device batch: '
+                f'{", ".join(bad)}. Only layers of the kinds '
+                f'{[t.__name__ for t in SPLITTABLE_BN_TYPES]} (BN3d, SyncBN '
+                f'and SyncBN reverted without DDP) are split. Use one of those '
+                f'kinds for them, keep them in eval mode (norm_eval), or set '
+                f'bn_base_size=None to train every BN layer on the whole '
+                f'per-device batch.')
+
+    def _recipe_epochs_of(self, scheduler: dict, value: float
+                          ) -> Optional[float]:
+        """A scheduler bound in recipe epochs (None if unknown)."""
+        if scheduler.get('by_epoch', True):
+            return value
+        if not self.recipe_iters_per_epoch:
+            return None
+        return value / self.recipe_iters_per_epoch
 
     def warn_dropped_recipe_values(self) -> List[str]:
-        """Warn about recipe values the plan cannot honour; return them.
-
-        ``MultiStepLR`` milestones outside ``(0, max_epochs)`` are not LR
-        stages of the run.
-        """
-        messages = []
-        for s in self.param_scheduler:
-            if s['type'].split('.')[-1] not in ('MultiStepLR',
-                                                'MultiStepParamScheduler'):
-                continue
-            dropped = [m for m in s.get('milestones', [])
-                       if not 0 < m < self.recipe_epochs]
-            if dropped and not self.options['lr_steps']:
-                messages.append(
-                    f'MultiStepLR milestones {dropped} lie outside the '
-                    f'recipe\'s {self.recipe_epochs} epochs, so they are not '
-                    f'LR stages of the multigrid schedule (LR stages start '
-                    f'at {self.lr_steps}).')
+        """Warn about :meth:`dropped_recipe_values`; return the messages."""
+        messages = self.dropped_recipe_values()
         for message in messages:
             warnings.warn(message)
         return messages
+
+    def dropped_recipe_values(self) -> List[str]:
+        """Messages about recipe values the plan cannot honour.
+
+        * ``MultiStepLR`` milestones outside ``(0, max_epochs)`` are not LR
+          stages of the run; an iteration-based ``MultiStepLR`` gives no LR
+          stages (one long cycle over the whole run);
+        * an LR scheduler that begins after the run never acts, and one
+          (other than a step schedule) that ends after it, e.g. a warm-up or
+          cosine longer than the run, is cut before its final value;
+        * a warm-up (``LinearLR``/``ConstantLR``) longer than the first LR
+          stage covers the whole first long cycle.
+
+        Iteration-based bounds are checked only when the recipe's
+        iterations per epoch are known (``samples_per_rank``).
+        """
+        messages = []
+        stage_end = self.lr_steps[1]
+        for s in self.param_scheduler:
+            if s.get('param_name', 'lr') != 'lr':
+                continue
+            kind = s['type'].split('.')[-1]
+            if kind in STEP_TYPES and not self.options['lr_steps']:
+                messages += self._step_warnings(s, kind)
+                continue
+            begin = self._recipe_epochs_of(s, s.get('begin', 0))
+            end = self._recipe_epochs_of(s, s.get('end', INF))
+            warmup = kind in _WARMUP_TYPES and s.get('begin', 0) == 0
+            name = f'The {kind} warm-up' if warmup else kind
+            if begin is not None and begin >= self.recipe_epochs:
+                messages.append(
+                    f'{kind} begins at recipe epoch {begin:g}, not before '
+                    f'the end of the recipe\'s {self.recipe_epochs} epochs, '
+                    f'so it never acts. Move its begin or raise '
+                    f'train_cfg.max_epochs.')
+            elif end is not None and s.get('end', INF) != INF and (
+                    end > self.recipe_epochs):
+                messages.append(
+                    f'{name} ends at recipe epoch {end:g}, after the '
+                    f'recipe\'s {self.recipe_epochs} epochs: it is cut at '
+                    f'the end of the run and never reaches its final value. '
+                    f'Shorten it (end) or raise train_cfg.max_epochs.')
+            elif warmup and end is not None and end > stage_end:
+                messages.append(
+                    f'{name} ends at recipe epoch {end:g}, after '
+                    f'the first LR stage [0, {stage_end}): the whole first '
+                    f'long cycle trains in warm-up. Shorten the warm-up or '
+                    f'check the MultiStepLR milestones.')
+        return messages
+
+    def _step_warnings(self, scheduler: dict, kind: str) -> List[str]:
+        """Milestones of a step schedule that are not multigrid LR stages."""
+        milestones = list(scheduler.get('milestones', []))
+        if not scheduler.get('by_epoch', True):
+            return [
+                f'{kind} with by_epoch=False: its iteration milestones '
+                f'{milestones} do not make multigrid LR stages, so the long '
+                f'cycle runs once over the whole run (LR stages start at '
+                f'{self.lr_steps}). Use an epoch-based {kind} or the '
+                f'hook\'s lr_steps.'
+            ]
+        dropped = [m for m in milestones if not 0 < m < self.recipe_epochs]
+        if not dropped:
+            return []
+        return [
+            f'{kind} milestones {dropped} lie outside the recipe\'s '
+            f'{self.recipe_epochs} epochs, so they are not LR stages of the '
+            f'multigrid schedule (LR stages start at {self.lr_steps}).'
+        ]
 
     # ------------------------------------------------------------ report
     def rows(self) -> List[dict]:

@@ -1,48 +1,12 @@
-"""Sub-batch BN aggregation, precise BN and the pre-training checks."""
+"""Precise BN averaging and the pre-training checks (sub-batch BN: see
+test_multigrid_bn_kinds.py)."""
 import pytest
 import torch
 import torch.nn as nn
-from mmaction.models.common import SubBatchNorm3D
 
 from mmext.multigrid.plan import check_clip_lengths
-from mmext.multigrid.bn import (aggregate_sub_bn_stats, set_sub_bn_splits,
-                                update_precise_bn)
+from mmext.multigrid.bn import update_precise_bn
 from mmext.multigrid.pipeline import parse_grid_shape, resize_pipeline
-
-
-def _net():
-    return nn.Sequential(nn.Identity(), nn.BatchNorm3d(2, momentum=None))
-
-
-def test_sub_bn_aggregation_is_total_variance():
-    net = _net()
-    weight = net[1].weight
-    set_sub_bn_splits(net, 2)
-    sub = net[1]
-    assert isinstance(sub, SubBatchNorm3D) and sub.weight is weight
-    sub.split_bn.reset_running_stats()
-    # SubBatchNorm3D views (N, C) as (N / k, C k): sample i is in split
-    # i mod k. Split 0: channel values {1, 3} / {0, 4}; split 1: {5, 7} /
-    # {10, 14}.
-    x = torch.tensor([[1., 0.], [5., 10.], [3., 4.], [7., 14.]])
-    x = x.view(4, 2, 1, 1, 1)
-    net.train()
-    net(x)
-    aggregate_sub_bn_stats(net)
-    # Law of total variance: mean of the split variances (unbiased, as BN
-    # stores them) plus the variance of the split means.
-    means = torch.tensor([[2., 2.], [6., 12.]])
-    variances = torch.tensor([[2., 8.], [2., 8.]])
-    mean = means.mean(0)
-    var = variances.mean(0) + ((means - mean)**2).mean(0)
-    assert torch.allclose(sub.bn.running_mean, torch.tensor([4., 7.]))
-    assert torch.allclose(sub.bn.running_mean, mean)
-    assert torch.allclose(sub.bn.running_var, var)
-    assert torch.allclose(sub.bn.running_var, torch.tensor([6., 33.]))
-    # Back to plain BN keeps the aggregated statistics and the Parameter.
-    set_sub_bn_splits(net, 1)
-    assert type(net[1]) is nn.BatchNorm3d and net[1].weight is weight
-    assert torch.allclose(net[1].running_var, torch.tensor([6., 33.]))
 
 
 def test_precise_bn_is_exact_average():

@@ -9,12 +9,16 @@ The schedule comes from :class:`mmext.multigrid.MultigridPlan`, the object the
 hook itself trains from. Iteration counts are exact when the number of
 training clips is known (``--dataset`` builds the config's train dataset and
 counts it; ``--num-samples`` gives it), and marked as estimates otherwise.
-The recognizer is built (no weights) to run the hook's clip-length checks.
+The recognizer is built (no weights) so that the tool runs every check the
+hook runs before training (:meth:`MultigridPlan.check`): warnings about
+recipe values the schedule cannot honour, and errors (exit status 1) for clip
+lengths the backbone cannot take or BN layers sub-batch BN cannot split.
 """
 import argparse
 import json
 import math
 import os.path as osp
+import sys
 import warnings
 
 from mmengine.config import Config, DictAction
@@ -115,13 +119,19 @@ def main():
     num_clips = count_clips(cfg) if args.dataset else args.num_samples
     per_rank = (None if num_clips is None else math.ceil(
         num_clips / args.world_size))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        plan = MultigridPlan.from_config(cfg, samples_per_rank=per_rank)
-        plan.warn_dropped_recipe_values()
+    model = None
     if not args.no_model_check:
         from mmengine.registry import MODELS
-        plan.check_model(MODELS.build(cfg.model))
+        model = MODELS.build(cfg.model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        try:
+            plan = MultigridPlan.from_config(cfg, samples_per_rank=per_rank)
+            plan.check(model)
+        except ValueError as error:
+            for w in caught:
+                print(f'warning: {w.message}', file=sys.stderr)
+            sys.exit(f'error: {error}')
     if args.json:
         print(json.dumps(dict(
             base=dict(batch_size=plan.base_batch,
