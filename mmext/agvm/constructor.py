@@ -1,9 +1,18 @@
-"""Optimizer wrapper constructor that groups parameters by AGVM module."""
-from typing import Dict, List
+"""Optimizer wrapper constructor that groups parameters by AGVM module.
 
-from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
-from mmengine.registry import OPTIMIZERS
+The param groups come from the recipe's own constructor (mmengine's default
+with ``paramwise_cfg``, mmdet/mmseg ``LearningRateDecayOptimizerConstructor``,
+mmseg ``LayerDecayOptimizerConstructor``, ...); AGVM only splits them by
+module, so layer-wise LR decay and per-parameter weight decay survive.
+"""
+import copy
+import warnings
+from typing import Dict, List, Optional
+
+from mmengine.optim import OptimWrapper
+from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as ALL_CONSTRUCTORS
 from torch import nn
+from torch.optim import Optimizer
 
 from mmext.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
 from .modules import assign_parameters, resolve_module_names
@@ -11,15 +20,23 @@ from .optim_wrapper import AGVMOptimWrapper
 
 __all__ = ['AGVMOptimWrapperConstructor', 'split_groups_by_module']
 
+DEFAULT_BASE_CONSTRUCTOR = 'DefaultOptimWrapperConstructor'
+# ``DefaultOptimWrapperConstructor.__init__`` type-checks these keys for every
+# subclass, including the decay constructors whose ``add_params`` ignores
+# them; only reads while the groups are built say that they are applied.
+_VALIDATED_AT_INIT = ('custom_keys', 'bias_decay_mult', 'norm_decay_mult',
+                      'dwconv_decay_mult')
+
 
 def split_groups_by_module(groups: List[Dict],
                            owners: Dict[int, str]) -> List[Dict]:
     """Split param groups so each holds parameters of one module only.
 
     Each resulting group keeps its options (lr, weight decay, ...) and gets
-    ``'agvm_module'``: the module name from ``owners`` or ``'others'``.
-    Parameters not in ``owners`` (frozen) are dropped, as mmengine does with
-    ``paramwise_cfg``.
+    ``'agvm_module'``: the module name from ``owners`` or ``'others'``. A
+    ``'param_names'`` list parallel to ``'params'`` (mmdet/mmseg decay
+    constructors, torch named params) is split alongside. Parameters not in
+    ``owners`` (frozen) are dropped.
 
     Args:
         groups (list[dict]): Param groups (``'params'`` plus options).
@@ -30,51 +47,168 @@ def split_groups_by_module(groups: List[Dict],
     """
     tagged = []
     for group in groups:
-        by_module: Dict[str, list] = {}
-        for param in group['params']:
-            if id(param) in owners:
-                by_module.setdefault(owners[id(param)], []).append(param)
-        for module, params in by_module.items():
-            tagged.append(dict(group, params=params, agvm_module=module))
+        names = group.get('param_names')
+        if names is not None and len(names) != len(group['params']):
+            names = None
+        by_module: Dict[str, Dict[str, list]] = {}
+        for i, param in enumerate(group['params']):
+            if id(param) not in owners:
+                continue
+            split = by_module.setdefault(owners[id(param)],
+                                         dict(params=[], param_names=[]))
+            split['params'].append(param)
+            if names is not None:
+                split['param_names'].append(names[i])
+        for module, split in by_module.items():
+            new_group = dict(group, params=split['params'],
+                             agvm_module=module)
+            if names is not None:
+                new_group['param_names'] = split['param_names']
+            tagged.append(new_group)
     return tagged
 
 
-@OPTIM_WRAPPER_CONSTRUCTORS.register_module()
-class AGVMOptimWrapperConstructor(DefaultOptimWrapperConstructor):
-    """Build the optimizer with param groups tagged by AGVM module.
+class _ReadKeys(dict):
+    """A ``paramwise_cfg`` that records which keys its reader looked at.
 
-    Reads ``module_names`` from the optim wrapper config (default: the
-    model's top-level children with trainable parameters), validates it
-    before training, assigns every trainable parameter to a listed module or
-    to ``'others'`` (factor 1, never dropped), applies ``paramwise_cfg`` as
-    :class:`DefaultOptimWrapperConstructor` does, and splits the groups so
-    that each belongs to exactly one module. The wrapper type defaults to
-    ``mmext.AGVMOptimWrapper``.
-
-    Args:
-        optim_wrapper_cfg (dict): The ``optim_wrapper`` config.
-        paramwise_cfg (dict, optional): As in mmengine.
-
-    Raises:
-        ValueError: From :func:`mmext.agvm.resolve_module_names` when called
-            on a model with a wrong ``module_names``, or if
-            ``optim_wrapper.type`` is not an AGVM wrapper.
+    Lookups (``[]``, ``get``, ``pop``, ``setdefault``) mark one key;
+    anything that reads the whole dict (iteration, ``items``, copies) marks
+    all of them, so a constructor that copies its config is never accused of
+    ignoring it. Membership tests do not count (they read no value).
     """
 
-    def __call__(self, model: nn.Module) -> OptimWrapper:
-        model = getattr(model, 'module', model)
-        names = resolve_module_names(
-            model, self.optim_wrapper_cfg.get('module_names'))
-        owners = assign_parameters(model, names)
-        if self.paramwise_cfg:
-            groups: List[Dict] = []
-            self.add_params(groups, model)
-        else:
-            groups = [dict(params=list(model.parameters()))]
-        optimizer_cfg = self.optimizer_cfg.copy()
-        optimizer_cfg['params'] = split_groups_by_module(groups, owners)
-        optimizer = OPTIMIZERS.build(optimizer_cfg)
-        wrapper_cfg = self.optim_wrapper_cfg.copy()
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def pop(self, key, *default):
+        self.read.add(key)
+        return super().pop(key, *default)
+
+    def setdefault(self, key, default=None):
+        self.read.add(key)
+        return super().setdefault(key, default)
+
+    def _read_all(self):
+        self.read.update(super().keys())
+
+    def __iter__(self):
+        self._read_all()
+        return super().__iter__()
+
+    def keys(self):
+        self._read_all()
+        return super().keys()
+
+    def items(self):
+        self._read_all()
+        return super().items()
+
+    def values(self):
+        self._read_all()
+        return super().values()
+
+    def copy(self):
+        self._read_all()
+        return dict(super().items())
+
+    def __deepcopy__(self, memo):
+        self._read_all()
+        return copy.deepcopy(dict(super().items()), memo)
+
+
+def _warn_unmatched_custom_keys(model: nn.Module, paramwise_cfg: dict,
+                                base: str) -> None:
+    """Warn about ``custom_keys`` that match no trainable parameter.
+
+    mmengine applies a custom key to every parameter whose full name contains
+    it and ignores keys that match nothing, so a typo or a key meant for
+    another backbone silently changes nothing.
+    """
+    names = [
+        '.' + name for name, param in model.named_parameters()
+        if param.requires_grad
+    ]
+    unmatched = [
+        key for key in dict.get(paramwise_cfg, 'custom_keys') or {}
+        if not any(key in name for name in names)
+    ]
+    if unmatched:
+        warnings.warn(
+            f'AGVMOptimWrapperConstructor: paramwise_cfg.custom_keys '
+            f'{unmatched} match no trainable parameter of '
+            f'{type(model).__name__}, so {base} applies them to nothing')
+
+
+@OPTIM_WRAPPER_CONSTRUCTORS.register_module()
+class AGVMOptimWrapperConstructor:
+    """Build the recipe's optimizer, with its param groups split by module.
+
+    The param groups are built by the recipe's own constructor
+    (``base_constructor``, mmengine's ``DefaultOptimWrapperConstructor`` by
+    default) from the recipe's ``optimizer`` and ``paramwise_cfg``. Each
+    group is then split so that it belongs to exactly one AGVM module,
+    keeping all its options (lr, weight decay, ``lr_scale`` ...): AGVM's
+    factor multiplies the LR each group has under the recipe. Every trainable
+    parameter is assigned to a listed module or to ``'others'`` (factor 1,
+    never dropped); ``module_names`` is validated before training.
+
+    To switch a recipe to AGVM, move its ``optim_wrapper.constructor`` (if
+    any) to ``base_constructor``::
+
+        optim_wrapper = dict(
+            type='mmext.AGVMOptimWrapper',
+            constructor='mmext.AGVMOptimWrapperConstructor',
+            base_constructor='LearningRateDecayOptimizerConstructor',
+            paramwise_cfg=dict(decay_rate=0.9, decay_type='layer_wise',
+                               num_layers=6),
+            optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.05),
+            accumulative_counts=2)
+
+    ``base_constructor`` is looked up in the config's default scope, so the
+    mmdet and mmseg classes of the same name both work (or prefix it, e.g.
+    ``'mmseg.LayerDecayOptimizerConstructor'``).
+
+    Args:
+        optim_wrapper_cfg (dict): The ``optim_wrapper`` config: ``optimizer``,
+            ``base_constructor`` (str, optional), the AGVM wrapper's options
+            and mmengine's (``accumulative_counts``, ``clip_grad`` ...). The
+            wrapper type defaults to ``mmext.AGVMOptimWrapper``.
+        paramwise_cfg (dict, optional): Read by ``base_constructor`` only.
+
+    Raises:
+        ValueError: At construction if ``optim_wrapper.type`` is not an AGVM
+            wrapper or ``base_constructor`` is this class; when called, from
+            :func:`mmext.agvm.resolve_module_names` for a wrong
+            ``module_names``, or if ``base_constructor`` did not read some
+            ``paramwise_cfg`` key (it would change nothing).
+        KeyError: If ``base_constructor`` is not registered.
+    """
+
+    def __init__(self,
+                 optim_wrapper_cfg: dict,
+                 paramwise_cfg: Optional[dict] = None):
+        wrapper_cfg = copy.deepcopy(dict(optim_wrapper_cfg))
+        if 'optimizer' not in wrapper_cfg:
+            raise ValueError('optim_wrapper needs an optimizer config')
+        self.optimizer_cfg = wrapper_cfg.pop('optimizer')
+        self.base_constructor = wrapper_cfg.pop('base_constructor',
+                                                DEFAULT_BASE_CONSTRUCTOR)
+        if self.base_constructor in ('AGVMOptimWrapperConstructor',
+                                     'mmext.AGVMOptimWrapperConstructor',
+                                     type(self)):
+            raise ValueError(
+                'optim_wrapper.base_constructor names the constructor that '
+                "builds the recipe's param groups (e.g. "
+                f"'{DEFAULT_BASE_CONSTRUCTOR}'), not AGVM's own")
         wrapper_cfg.setdefault('type', 'mmext.AGVMOptimWrapper')
         wrapper_type = wrapper_cfg['type']
         if isinstance(wrapper_type, str):
@@ -86,6 +220,55 @@ class AGVMOptimWrapperConstructor(DefaultOptimWrapperConstructor):
                 f"optim_wrapper.type={wrapper_cfg['type']!r}; set "
                 f"type='mmext.AGVMOptimWrapper' (or drop the constructor for "
                 f'a plain optimizer wrapper)')
-        wrapper_cfg['module_names'] = names
+        self.wrapper_cfg = wrapper_cfg
+        self.paramwise_cfg = paramwise_cfg
+
+    def _recipe_optimizer(self, model: nn.Module) -> Optimizer:
+        """The optimizer ``base_constructor`` builds for ``model``.
+
+        Raises:
+            ValueError: If ``base_constructor`` left ``paramwise_cfg`` keys
+                unread.
+        """
+        paramwise_cfg = _ReadKeys(self.paramwise_cfg or {})
+        user_keys = set(dict.keys(paramwise_cfg))
+        base = ALL_CONSTRUCTORS.build(
+            dict(
+                type=self.base_constructor,
+                optim_wrapper_cfg=dict(
+                    type='OptimWrapper',
+                    optimizer=copy.deepcopy(self.optimizer_cfg)),
+                paramwise_cfg=paramwise_cfg))
+        paramwise_cfg.read.difference_update(_VALIDATED_AT_INIT)
+        optimizer = base(model).optimizer
+        unread = sorted(user_keys - paramwise_cfg.read)
+        name = self.base_constructor if isinstance(
+            self.base_constructor, str) else self.base_constructor.__name__
+        if unread:
+            raise ValueError(
+                f'optim_wrapper.paramwise_cfg keys {unread} are not read by '
+                f'{name} (optim_wrapper.base_constructor), so they would '
+                f'change nothing. Set base_constructor to the constructor '
+                f"the recipe used (its former optim_wrapper.constructor, "
+                f"e.g. 'LearningRateDecayOptimizerConstructor' for "
+                f'decay_rate/decay_type/num_layers), or remove the keys.')
+        if 'custom_keys' in paramwise_cfg.read:
+            _warn_unmatched_custom_keys(model, paramwise_cfg, name)
+        return optimizer
+
+    def __call__(self, model: nn.Module) -> OptimWrapper:
+        """Build the AGVM wrapper for ``model`` (DDP-wrapped or not)."""
+        model = getattr(model, 'module', model)
+        names = resolve_module_names(model,
+                                     self.wrapper_cfg.get('module_names'))
+        optimizer = self._recipe_optimizer(model)
+        groups = split_groups_by_module(optimizer.param_groups,
+                                        assign_parameters(model, names))
+        # The optimizer has no state yet: regrouping it keeps whatever the
+        # recipe's constructor configured on the optimizer object itself.
+        optimizer.param_groups = []
+        for group in groups:
+            optimizer.add_param_group(group)
+        wrapper_cfg = dict(self.wrapper_cfg, module_names=names)
         return OPTIM_WRAPPERS.build(
             wrapper_cfg, default_args=dict(optimizer=optimizer))

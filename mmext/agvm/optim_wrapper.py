@@ -94,7 +94,9 @@ class AGVMOptimWrapper(OptimWrapper):
         if not module_names:
             raise ValueError(
                 'AGVMOptimWrapper needs module_names; build it with '
-                "constructor='mmext.AGVMOptimWrapperConstructor'")
+                "constructor='mmext.AGVMOptimWrapperConstructor' (and move "
+                "the recipe's own optim_wrapper.constructor, if any, to "
+                'optim_wrapper.base_constructor)')
         if len(ratio_range) != 2 or not 0 < ratio_range[0] <= ratio_range[1]:
             raise ValueError('ratio_range must be (lo, hi) with 0 < lo <= '
                              f'hi, got {ratio_range}')

@@ -1,0 +1,268 @@
+"""AGVMOptimWrapperConstructor on top of the recipes' own constructors.
+
+For each constructor kind the toolboxes' recipes use, every parameter's
+optimizer options under AGVM must equal what the recipe's constructor alone
+gives it, with the groups split by module.
+"""
+import re
+
+import pytest
+from mmengine.hub import get_config
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import MODELS, DefaultScope, init_default_scope
+from torch import nn
+
+from mmext.agvm import AGVMOptimWrapper
+
+AGVM = dict(type='mmext.AGVMOptimWrapper',
+            constructor='mmext.AGVMOptimWrapperConstructor',
+            accumulative_counts=2)
+
+
+def _options(optimizer, model):
+    """Parameter name -> its group's options (without the bookkeeping)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    out = {}
+    for group in optimizer.param_groups:
+        options = {
+            k: v for k, v in group.items()
+            if k not in ('params', 'param_names', 'agvm_module')
+        }
+        for param in group['params']:
+            out[names[id(param)]] = options
+    return out
+
+
+def _recipe_and_agvm(model, recipe_cfg, scope):
+    """Build the recipe's wrapper and its AGVM switch in ``scope``."""
+    agvm_cfg = dict(recipe_cfg, **AGVM)
+    agvm_cfg.pop('type', None)
+    agvm_cfg['type'] = AGVM['type']
+    if 'constructor' in recipe_cfg:
+        agvm_cfg['base_constructor'] = recipe_cfg['constructor']
+    with DefaultScope.overwrite_default_scope(scope):
+        recipe = build_optim_wrapper(model, recipe_cfg)
+        agvm = build_optim_wrapper(model, agvm_cfg)
+    assert isinstance(agvm, AGVMOptimWrapper)
+    return recipe, agvm
+
+
+def _assert_same_options_split_by_module(recipe, agvm, model):
+    expected = _options(recipe.optimizer, model)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    got = _options(agvm.optimizer, model)
+    assert set(got) == trainable
+    for name in trainable:
+        assert got[name] == expected[name], name
+    for group in agvm.optimizer.param_groups:
+        names = group.get('param_names')
+        ids = {id(p) for p in group['params']}
+        owner = group['agvm_module']
+        for name, param in model.named_parameters():
+            if id(param) in ids:
+                assert (name.split('.')[0] == owner
+                        or owner == 'others'
+                        and name.split('.')[0] not in agvm.module_names)
+        if names is not None:  # mmdet/mmseg keep names parallel to params
+            by_name = dict(model.named_parameters())
+            assert [id(by_name[n]) for n in names] == [
+                id(p) for p in group['params']
+            ]
+    return got
+
+
+class ConvNeXt(nn.Module):
+    """Parameter names and class name of mmpretrain's ConvNeXt, which the
+    mmdet/mmseg decay constructors map to layer ids (4 stages, stage 2 of 6
+    blocks)."""
+
+    def __init__(self):
+        super().__init__()
+        self.downsample_layers = nn.ModuleList(
+            nn.Conv2d(2, 2, 1) for _ in range(4))
+        self.stages = nn.ModuleList(
+            nn.Sequential(*[nn.Conv2d(2, 2, 1) for _ in range(depth)])
+            for depth in (1, 1, 6, 1))
+
+
+class ConvNeXtDetector(nn.Module):
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = ConvNeXt()
+        self.neck = nn.Conv2d(2, 2, 1)
+        self.head = nn.Linear(2, 2)
+
+
+CONVNEXT_RECIPE = dict(  # mmdet configs/convnext/mask-rcnn_convnext-t-...
+    type='OptimWrapper',
+    constructor='LearningRateDecayOptimizerConstructor',
+    paramwise_cfg={'decay_rate': 0.95, 'decay_type': 'layer_wise',
+                   'num_layers': 6},
+    optimizer=dict(type='AdamW', lr=0.0001, betas=(0.9, 0.999),
+                   weight_decay=0.05))
+
+
+@pytest.mark.parametrize('scope', ['mmdet', 'mmseg'])
+@pytest.mark.parametrize('decay_type', ['layer_wise', 'stage_wise'])
+def test_learning_rate_decay_constructor_convnext(scope, decay_type):
+    model = ConvNeXtDetector()
+    recipe_cfg = dict(CONVNEXT_RECIPE,
+                      paramwise_cfg=dict(CONVNEXT_RECIPE['paramwise_cfg'],
+                                         decay_type=decay_type))
+    recipe, agvm = _recipe_and_agvm(model, recipe_cfg, scope)
+    got = _assert_same_options_split_by_module(recipe, agvm, model)
+    # num_layers + 2 = 8 LR levels: lr = 1e-4 * 0.95 ** (8 - id - 1).
+    layer_id = {
+        'layer_wise': {'backbone.downsample_layers.0.weight': 0,
+                       'backbone.stages.2.0.weight': 3,
+                       'backbone.stages.2.5.weight': 4,
+                       'backbone.stages.3.0.weight': 6,
+                       'neck.weight': 7},
+        'stage_wise': {'backbone.downsample_layers.0.weight': 0,
+                       'backbone.stages.2.0.weight': 3,
+                       'backbone.stages.2.5.weight': 3,
+                       'backbone.stages.3.0.weight': 4,
+                       'neck.weight': 7},
+    }[decay_type]
+    for name, lid in layer_id.items():
+        assert got[name]['lr'] == pytest.approx(1e-4 * 0.95**(8 - lid - 1))
+    assert got['neck.weight']['weight_decay'] == 0.05
+    assert got['neck.bias']['weight_decay'] == 0.
+    assert agvm.module_names == ['backbone', 'neck', 'head']
+    # Several LRs inside the backbone: the decay is not flattened.
+    assert len({got[n]['lr'] for n in got if n.startswith('backbone')}) >= 4
+
+
+@pytest.fixture(scope='module')
+def beit_upernet():
+    """The stock mmseg BEiT-UperNet recipe, shrunk to 2 layers of width 32."""
+    cfg = get_config(
+        'mmseg::beit/beit-base_upernet_8xb2-160k_ade20k-640x640.py')
+    init_default_scope('mmseg')
+    bn = dict(type='BN', requires_grad=True)
+    model = cfg.model
+    model.pretrained = None
+    model.backbone.update(img_size=(32, 32), embed_dims=32, num_layers=2,
+                          num_heads=2, out_indices=[0, 1, 1, 1],
+                          init_cfg=None)
+    model.neck.embed_dim = 32
+    model.decode_head.update(in_channels=[32] * 4, channels=16, norm_cfg=bn)
+    model.auxiliary_head.update(in_channels=32, channels=16, norm_cfg=bn)
+    return MODELS.build(model), cfg.optim_wrapper
+
+
+def _beit_checks(got):
+    # (num_layers=2) + 2 = 4 levels: cls token 0, layer i -> i + 1, rest 3.
+    for name, lid in [('backbone.cls_token', 0),
+                      ('backbone.patch_embed.projection.weight', 0),
+                      ('backbone.layers.0.attn.qkv.weight', 1),
+                      ('backbone.layers.1.attn.qkv.weight', 2),
+                      ('decode_head.conv_seg.weight', 3)]:
+        assert got[name]['lr'] == pytest.approx(3e-5 * 0.9**(4 - lid - 1))
+    assert got['backbone.layers.1.attn.qkv.weight']['weight_decay'] == 0.05
+    assert got['backbone.layers.1.ln1.weight']['weight_decay'] == 0.
+
+
+def test_layer_decay_constructor_beit(beit_upernet):
+    model, optim_cfg = beit_upernet
+    recipe_cfg = optim_cfg.to_dict()
+    recipe_cfg.pop('_delete_', None)
+    assert recipe_cfg['constructor'] == 'LayerDecayOptimizerConstructor'
+    recipe_cfg['paramwise_cfg'] = dict(num_layers=2, layer_decay_rate=0.9)
+    recipe, agvm = _recipe_and_agvm(model, recipe_cfg, 'mmseg')
+    _beit_checks(_assert_same_options_split_by_module(recipe, agvm, model))
+    assert agvm.module_names == ['backbone', 'neck', 'decode_head',
+                                 'auxiliary_head']
+
+
+def test_learning_rate_decay_constructor_vit(beit_upernet):
+    model, optim_cfg = beit_upernet
+    recipe_cfg = dict(
+        type='OptimWrapper',
+        optimizer=optim_cfg.optimizer.to_dict(),
+        constructor='mmseg.LearningRateDecayOptimizerConstructor',
+        paramwise_cfg=dict(num_layers=2, decay_rate=0.9,
+                           decay_type='layer_wise_vit'))
+    recipe, agvm = _recipe_and_agvm(model, recipe_cfg, None)
+    _beit_checks(_assert_same_options_split_by_module(recipe, agvm, model))
+
+
+def test_default_constructor_paramwise_options_resnet():
+    init_default_scope('mmdet')
+    cfg = get_config('mmext::demo/faster-rcnn_r18_fpn_demo-det.py')
+    model = MODELS.build(cfg.model)
+    recipe_cfg = dict(
+        optimizer=dict(type='SGD', lr=0.02, momentum=0.9, weight_decay=1e-4),
+        paramwise_cfg=dict(norm_decay_mult=0., bias_lr_mult=2.,
+                           custom_keys={'backbone.layer2': dict(
+                               lr_mult=0.1, decay_mult=0.5)}))
+    recipe, agvm = _recipe_and_agvm(model, recipe_cfg, 'mmdet')
+    got = _assert_same_options_split_by_module(recipe, agvm, model)
+    assert got['backbone.layer2.0.conv1.weight']['lr'] == pytest.approx(2e-3)
+    assert got['backbone.layer2.0.conv1.weight'][
+        'weight_decay'] == pytest.approx(5e-5)
+    assert got['backbone.layer3.0.bn1.weight']['weight_decay'] == 0.
+    assert got['neck.lateral_convs.0.conv.bias']['lr'] == pytest.approx(0.04)
+    assert got['rpn_head.rpn_conv.weight']['lr'] == pytest.approx(0.02)
+    assert agvm.module_names == ['backbone', 'neck', 'rpn_head', 'roi_head']
+
+
+def test_decay_keys_without_their_constructor_raise():
+    """The recipe's constructor forgotten: its keys must not vanish."""
+    cfg = dict(AGVM, optimizer=dict(type='AdamW', lr=1e-4),
+               paramwise_cfg=CONVNEXT_RECIPE['paramwise_cfg'])
+    with pytest.raises(ValueError) as err:
+        build_optim_wrapper(ConvNeXtDetector(), cfg)
+    msg = str(err.value)
+    assert "['decay_rate', 'decay_type', 'num_layers']" in msg
+    assert 'DefaultOptimWrapperConstructor' in msg
+    assert "'LearningRateDecayOptimizerConstructor'" in msg
+
+
+@pytest.mark.parametrize('paramwise_cfg,base,unread', [
+    (dict(norm_decay_mul=0.), 'DefaultOptimWrapperConstructor',
+     "['norm_decay_mul']"),
+    # The decay constructors replace mmengine's rules: custom_keys does
+    # nothing there, even in the recipe alone.
+    (dict(CONVNEXT_RECIPE['paramwise_cfg'],
+          custom_keys={'neck': dict(lr_mult=0.)}),
+     'mmdet.LearningRateDecayOptimizerConstructor', "['custom_keys']"),
+])
+def test_unread_paramwise_keys_raise(paramwise_cfg, base, unread):
+    cfg = dict(AGVM, optimizer=dict(type='AdamW', lr=1e-4,
+                                    weight_decay=0.05),
+               base_constructor=base, paramwise_cfg=paramwise_cfg)
+    with pytest.raises(ValueError, match=re.escape(f'keys {unread} are not read by')):
+        build_optim_wrapper(ConvNeXtDetector(), cfg)
+
+
+def test_custom_key_matching_nothing_warns():
+    cfg = dict(AGVM, optimizer=dict(type='SGD', lr=0.1, weight_decay=1e-4),
+               paramwise_cfg=dict(custom_keys={
+                   'neck': dict(lr_mult=0.5),
+                   'absolute_pos_embed': dict(decay_mult=0.)}))
+    with pytest.warns(UserWarning, match=r"\['absolute_pos_embed'\] match "
+                      'no trainable parameter'):
+        wrapper = build_optim_wrapper(ConvNeXtDetector(), cfg)
+    lrs = {g['agvm_module']: g['lr'] for g in wrapper.optimizer.param_groups}
+    assert lrs['neck'] == 0.05
+
+
+def test_base_constructor_cannot_be_agvm():
+    cfg = dict(AGVM, optimizer=dict(type='SGD', lr=0.1),
+               base_constructor='mmext.AGVMOptimWrapperConstructor')
+    with pytest.raises(ValueError, match="not AGVM's own"):
+        build_optim_wrapper(ConvNeXtDetector(), cfg)
+
+
+def test_frozen_parameters_stay_out():
+    model = ConvNeXtDetector()
+    model.backbone.downsample_layers.requires_grad_(False)
+    wrapper = build_optim_wrapper(model, dict(
+        AGVM, optimizer=dict(type='SGD', lr=0.1)))
+    in_optimizer = {
+        id(p) for g in wrapper.optimizer.param_groups for p in g['params']
+    }
+    for name, param in model.named_parameters():
+        assert (id(param) in in_optimizer) == param.requires_grad, name
