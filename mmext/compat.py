@@ -21,8 +21,9 @@ from mmengine.runner import CheckpointLoader
 __all__ = [
     'MMENGINE_CHECKED', 'register_config_package', 'set_train_loop_length',
     'optim_wrapper_counts', 'set_optim_wrapper_max_counts',
-    'random_other_index', 'trusted_checkpoint_loading',
-    'trust_runner_checkpoints', 'batch_norm_xd_type'
+    'random_other_index', 'train_loader_batch_size',
+    'trusted_checkpoint_loading', 'trust_runner_checkpoints',
+    'batch_norm_xd_type'
 ]
 
 MMENGINE_CHECKED = '0.10.7'
@@ -82,6 +83,19 @@ def batch_norm_xd_type() -> type:
     """
     from mmengine.model.utils import _BatchNormXd
     return _BatchNormXd
+
+
+def train_loader_batch_size(runner) -> int:
+    """The per-process batch size of a runner's train loader.
+
+    Read as mmengine's ``Runner.scale_lr`` reads it: from the runner's
+    ``_train_dataloader``, the config dict until the loader is built (its
+    ``batch_size``), else the built ``DataLoader``.
+    """
+    loader = runner._train_dataloader
+    if isinstance(loader, dict):
+        return loader['batch_size']
+    return loader.batch_size
 
 
 def _load_trusted_local(filename: str, map_location=None):

@@ -11,9 +11,10 @@ from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import \
     OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
+from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import Registry
 
-__all__ = ['HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS']
+__all__ = ['HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'RUNNERS']
 
 HOOKS = Registry(
     'hook', parent=MMENGINE_HOOKS, scope='mmext',
@@ -25,3 +26,6 @@ OPTIM_WRAPPER_CONSTRUCTORS = Registry(
     'optimizer wrapper constructor',
     parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, scope='mmext',
     locations=['mmext.agvm'])
+RUNNERS = Registry(
+    'runner', parent=MMENGINE_RUNNERS, scope='mmext',
+    locations=['mmext.runner'])

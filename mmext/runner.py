@@ -1,28 +1,253 @@
 """Runner plumbing shared by the tools, the multigrid hook and AGVM's wrapper.
 
-The steps of ``tools/train.py``/``tools/test.py`` (config, distributed set-up
-on CPU-only machines, runner, ``--amp``) and the per-step LR scaling that
-both methods apply on top of the param schedulers.
+``mmext.Runner`` (mmengine's runner with the effective batch and mmext's
+resume checks), the steps of ``tools/train.py``/``tools/test.py`` (config,
+distributed set-up on CPU-only machines, runner, ``--amp``) and the per-step
+LR scaling that both methods apply on top of the param schedulers.
 """
 import argparse
 import os
 import os.path as osp
 import subprocess
 from contextlib import contextmanager
-from typing import Callable, Iterator, List, Optional, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
 from mmengine.config import Config, DictAction
-from mmengine.registry import RUNNERS
-from mmengine.runner import Runner
+from mmengine.optim import BaseOptimWrapper, OptimWrapper, OptimWrapperDict
+from mmengine.registry import RUNNERS as ALL_RUNNERS
+from mmengine.runner import Runner as MMEngineRunner
 
-from .compat import trust_runner_checkpoints
+from .compat import (optim_wrapper_counts, train_loader_batch_size,
+                     trust_runner_checkpoints)
+from .registry import RUNNERS
 
 __all__ = [
+    'Runner', 'RUNNER_TYPE', 'effective_batch', 'check_auto_scale_lr',
+    'check_runner_lr_scaling', 'running_config',
     'add_run_args', 'load_run_config', 'build_runner', 'enable_amp',
     'setup_cpu_distributed', 'scale_lrs', 'scaled_lrs'
 ]
+
+# ``runner_type`` of :class:`Runner` in configs.
+RUNNER_TYPE = 'mmext.Runner'
+
+
+def effective_batch(loader_batch: int, world_size: int,
+                    accumulative_counts: int) -> str:
+    """The batch of one optimizer step, spelt out for logs and tools.
+
+    Args:
+        loader_batch (int): ``train_dataloader.batch_size`` (per process).
+        world_size (int): Number of processes.
+        accumulative_counts (int): Micro-batches per optimizer step.
+
+    Returns:
+        str: e.g. ``'8 (loader batch 2 x world size 2 x accumulative_counts
+        2)'``.
+    """
+    return (f'{loader_batch * world_size * accumulative_counts} (loader '
+            f'batch {loader_batch} x world size {world_size} x '
+            f'accumulative_counts {accumulative_counts})')
+
+
+def check_auto_scale_lr(auto_scale_lr: Optional[dict],
+                        accumulative_counts: int,
+                        runner_type: Union[str, type, None]) -> None:
+    """Raise if mmengine's own ``auto_scale_lr`` misses the accumulation.
+
+    mmengine's ``Runner.scale_lr`` scales by loader batch x world size only,
+    so with ``accumulative_counts = K > 1`` it sets an LR K times too small
+    for the batch of an optimizer step. :class:`Runner` counts K.
+
+    Args:
+        auto_scale_lr (dict, optional): The config's ``auto_scale_lr``.
+        accumulative_counts (int): K of the optimizer wrapper.
+        runner_type (str | type, optional): The runner class, or the config's
+            ``runner_type`` (None for mmengine's ``Runner``).
+
+    Raises:
+        ValueError: If ``auto_scale_lr`` is enabled, K > 1 and the runner is
+            not :class:`Runner` or a subclass.
+    """
+    if (not auto_scale_lr or not auto_scale_lr.get('enable', False)
+            or accumulative_counts <= 1):
+        return
+    runner_cls = (ALL_RUNNERS.get(runner_type)
+                  if isinstance(runner_type, str) else runner_type)
+    if isinstance(runner_cls, type) and issubclass(runner_cls, Runner):
+        return
+    name = runner_type if isinstance(runner_type, str) else getattr(
+        runner_type, '__name__', 'Runner')
+    raise ValueError(
+        f'auto_scale_lr is enabled and optim_wrapper.accumulative_counts='
+        f"{accumulative_counts}, but the runner ({name}, mmengine's "
+        f'Runner.scale_lr) scales the LR by loader batch x world size only, '
+        f'{accumulative_counts}x too small for the batch of an optimizer '
+        f"step. Set runner_type='{RUNNER_TYPE}' in the config (mmext's "
+        f'tools/train.py does), or disable auto_scale_lr and set the LR for '
+        f'the effective batch yourself.')
+
+
+def check_runner_lr_scaling(runner) -> None:
+    """:func:`check_auto_scale_lr` for every optimizer wrapper of ``runner``.
+
+    Raises:
+        ValueError: As :func:`check_auto_scale_lr`.
+    """
+    for wrapper in _optim_wrappers(runner.optim_wrapper).values():
+        if isinstance(wrapper, OptimWrapper):
+            check_auto_scale_lr(runner.auto_scale_lr,
+                                optim_wrapper_counts(wrapper)[1],
+                                type(runner))
+
+
+def running_config(message_hub) -> Optional[Config]:
+    """The config of the running runner, for components without the runner.
+
+    mmengine's ``RuntimeInfoHook`` puts ``runner.cfg.pretty_text`` into the
+    message hub (``'cfg'``) in ``before_run``, so the optimizer wrapper can
+    read it when the train loop initialises it.
+
+    Args:
+        message_hub (MessageHub): The runner's message hub.
+
+    Returns:
+        Config | None: None outside a runner, or if the text does not parse
+        back (configs holding Python objects rather than literals).
+    """
+    text = message_hub.get_info('cfg')
+    if not text:
+        return None
+    try:
+        return Config.fromstring(text, file_format='.py')
+    except Exception:  # noqa: BLE001  (any failure means: unknown)
+        return None
+
+
+def _optim_wrappers(optim_wrapper) -> dict:
+    if isinstance(optim_wrapper, OptimWrapperDict):
+        return dict(optim_wrapper.items())
+    return {'': optim_wrapper}
+
+
+@RUNNERS.register_module(name='Runner')
+class Runner(MMEngineRunner):
+    """mmengine's ``Runner`` with the effective batch and mmext's checks.
+
+    ``runner_type='mmext.Runner'`` in a config (mmext's ``tools/train.py``
+    and ``tools/test.py`` use it unless the config names another runner)
+    changes two things for any recipe:
+
+    * The batch is the effective batch: loader batch x world size x
+      ``accumulative_counts``. It is logged when training starts, and
+      ``auto_scale_lr`` scales each optimizer's LR by effective batch /
+      ``base_batch_size`` (mmengine leaves out the accumulation).
+    * ``resume`` refuses a checkpoint written with mmext components (AGVM
+      optimizer state, a multigrid schedule) that the config does not have,
+      naming what to do instead; the opposite direction is checked by the
+      components themselves (``AGVMOptimWrapper.load_state_dict``,
+      ``MultigridHook``), so it holds with any runner.
+    """
+
+    def scale_lr(self, optim_wrapper: OptimWrapper,
+                 auto_scale_lr: Optional[dict] = None) -> None:
+        """Log the effective batch; scale LRs by it if ``auto_scale_lr``.
+
+        Args:
+            optim_wrapper (OptimWrapper | OptimWrapperDict): Built wrapper(s).
+            auto_scale_lr (dict, optional): ``enable`` and
+                ``base_batch_size`` (the effective batch the config's LR is
+                meant for), as in mmengine.
+
+        Raises:
+            ValueError: If enabled without ``base_batch_size``.
+        """
+        loader_batch = train_loader_batch_size(self)
+        enabled = bool(auto_scale_lr and auto_scale_lr.get('enable', False))
+        if enabled and 'base_batch_size' not in auto_scale_lr:
+            raise ValueError('auto_scale_lr.enable=True needs '
+                             'auto_scale_lr.base_batch_size')
+        for name, wrapper in _optim_wrappers(optim_wrapper).items():
+            counts = optim_wrapper_counts(wrapper)[1]
+            batch = loader_batch * self.world_size * counts
+            prefix = f'{name}: ' if name else ''
+            message = (f'{prefix}effective batch '
+                       f'{effective_batch(loader_batch, self.world_size, counts)}')
+            if enabled:
+                ratio = batch / auto_scale_lr['base_batch_size']
+                for group in wrapper.optimizer.param_groups:
+                    group['lr'] = group['lr'] * ratio
+                message += (f'; auto_scale_lr: LR x {ratio:g} (effective '
+                            f'batch / base_batch_size '
+                            f"{auto_scale_lr['base_batch_size']})")
+            self.logger.info(message)
+
+    # Set while ``resume`` runs: None, or whether it restores the optimizer.
+    _resuming: Optional[bool] = None
+
+    def resume(self, filename: str, resume_optimizer: bool = True,
+               *args, **kwargs) -> None:
+        """mmengine's ``resume``, refusing checkpoints of mmext components
+        the config lacks (see :meth:`check_resume`); arguments as there."""
+        self._resuming = resume_optimizer
+        try:
+            super().resume(filename, resume_optimizer, *args, **kwargs)
+        finally:
+            self._resuming = None
+
+    def load_checkpoint(self, filename: str, *args, **kwargs) -> dict:
+        """mmengine's ``load_checkpoint``; when resuming, also
+        :meth:`check_resume` before any state is restored."""
+        checkpoint = super().load_checkpoint(filename, *args, **kwargs)
+        if self._resuming is not None:
+            self.check_resume(checkpoint, filename, self._resuming)
+        return checkpoint
+
+    def check_resume(self, checkpoint: dict, filename: str,
+                     resume_optimizer: bool = True) -> None:
+        """Raise if ``checkpoint`` holds mmext state the config cannot take.
+
+        Args:
+            checkpoint (dict): The loaded checkpoint.
+            filename (str): Its path, for the message.
+            resume_optimizer (bool): Whether the optimizer state is restored
+                (AGVM's state matters only then).
+
+        Raises:
+            ValueError: If it has AGVM optimizer state and the config's
+                optimizer wrapper is not AGVM's, or a multigrid schedule and
+                the config has no ``MultigridHook``.
+        """
+        from mmext.agvm import AGVMOptimWrapper
+        from mmext.multigrid import MultigridHook
+        from mmext.multigrid.plan import CHECKPOINT_KEY
+        restart = (f'or start from its weights with load_from={filename} '
+                   f'(no --resume).')
+        saved = (checkpoint.get('optimizer') or {}) if resume_optimizer else {}
+        if 'param_groups' in saved:
+            saved = {'': saved}
+        for name, wrapper in _optim_wrappers(self.optim_wrapper).items():
+            agvm = (saved.get(name) or {}).get('agvm')
+            if (agvm is not None and isinstance(wrapper, BaseOptimWrapper)
+                    and not isinstance(wrapper, AGVMOptimWrapper)):
+                raise ValueError(
+                    f'{filename} comes from an AGVM run (module_names '
+                    f"{list(agvm['module_names'])}): its optimizer param "
+                    f'groups are split by module, which the config\'s '
+                    f'{type(wrapper).__name__} cannot map. Resume with that '
+                    f"run's AGVM optim_wrapper (type='mmext.AGVMOptimWrapper',"
+                    f" constructor='mmext.AGVMOptimWrapperConstructor'), "
+                    + restart)
+        schedule = checkpoint.get('meta', {}).get(CHECKPOINT_KEY)
+        if schedule is not None and not any(
+                isinstance(hook, MultigridHook) for hook in self.hooks):
+            raise ValueError(
+                f'{filename} comes from a multigrid run: its epochs (of '
+                f"{schedule['max_epochs']}) and param scheduler states are "
+                f"on the multigrid schedule, not on the recipe's. Resume with "
+                f"that run's mmext.MultigridHook in custom_hooks, " + restart)
 
 # Optimizer wrappers and their mixed-precision counterparts (``--amp``).
 AMP_WRAPPERS = {
@@ -134,22 +359,21 @@ def load_run_config(config: str,
     return cfg
 
 
-def build_runner(cfg: Config) -> Runner:
+def build_runner(cfg: Config) -> MMEngineRunner:
     """Set up distributed training for ``cfg.launcher`` and build the runner.
 
     Args:
-        cfg (Config): A config from :func:`load_run_config`.
+        cfg (Config): A config from :func:`load_run_config`; its
+            ``runner_type`` defaults to ``'mmext.Runner'``.
 
     Returns:
-        Runner: ``Runner.from_cfg(cfg)``, or the ``runner_type`` the config
-        names, whose own checkpoint loads (``--resume``, ``load_from``) are
-        trusted (:func:`mmext.compat.trust_runner_checkpoints`).
+        Runner: The ``runner_type`` runner, whose own checkpoint loads
+        (``--resume``, ``load_from``) are trusted
+        (:func:`mmext.compat.trust_runner_checkpoints`).
     """
     setup_cpu_distributed(cfg, cfg.launcher)
-    if 'runner_type' in cfg:
-        runner = RUNNERS.build(cfg)
-    else:
-        runner = Runner.from_cfg(cfg)
+    cfg.setdefault('runner_type', RUNNER_TYPE)
+    runner = ALL_RUNNERS.build(cfg)
     trust_runner_checkpoints(runner)
     return runner
 

@@ -1,7 +1,20 @@
-"""mmext.runner: the LR scaling both methods apply for one step."""
-import pytest
+"""mmext.runner: the per-step LR scaling of both methods, and mmext.Runner
+(effective batch, auto_scale_lr, resume checks) on toy runs."""
+import os.path as osp
+import re
 
-from mmext.runner import scale_lrs, scaled_lrs
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.dataset import BaseDataset
+from mmengine.model import BaseModel
+from mmengine.registry import DATASETS, MODELS
+from mmengine.runner import Runner as MMEngineRunner
+from torch import nn
+
+from mmext.agvm import AGVMOptimWrapper
+from mmext.runner import (Runner, build_runner, check_auto_scale_lr, scale_lrs,
+                          scaled_lrs)
 
 
 def test_scale_and_restore():
@@ -24,3 +37,177 @@ def test_context_restores_on_error():
 def test_length_mismatch_rejected():
     with pytest.raises(ValueError, match='2 LR factors for 1 param groups'):
         scale_lrs([dict(lr=0.1)], [1.0, 2.0])
+
+
+@MODELS.register_module(force=True)
+class RunnerToyModel(BaseModel):
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.backbone = nn.Linear(2, 4)
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, inputs, labels=None, mode='tensor', **kwargs):
+        out = self.head(torch.tanh(self.backbone(torch.stack(inputs))))
+        if mode == 'loss':
+            return dict(loss=((out - torch.stack(labels))**2).mean())
+        return out
+
+
+@DATASETS.register_module(force=True)
+class RunnerToyData(BaseDataset):
+
+    def __init__(self, **kwargs):
+        super().__init__(serialize_data=False, **kwargs)
+
+    def load_data_list(self):
+        gen = torch.Generator().manual_seed(0)
+        return [dict(inputs=torch.randn(2, generator=gen),
+                     labels=torch.randn(1, generator=gen))
+                for _ in range(16)]
+
+
+AGVM_WRAPPER = dict(
+    type='mmext.AGVMOptimWrapper',
+    constructor='mmext.AGVMOptimWrapperConstructor',
+    optimizer=dict(type='SGD', lr=0.1),
+    module_names=['backbone', 'head'],
+    accumulative_counts=2)
+
+
+def _cfg(work_dir, **kwargs):
+    cfg = dict(
+        model=dict(type='RunnerToyModel'),
+        work_dir=str(work_dir),
+        experiment_name=f'{osp.basename(osp.dirname(work_dir))}_'
+        f'{osp.basename(work_dir)}',
+        train_dataloader=dict(
+            dataset=dict(type='RunnerToyData'),
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            collate_fn=dict(type='pseudo_collate'),
+            batch_size=2, num_workers=0),
+        train_cfg=dict(by_epoch=True, max_epochs=1),
+        optim_wrapper=AGVM_WRAPPER,
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook',
+                                           interval=1)),
+        launcher='none',
+        env_cfg=dict(dist_cfg=dict(backend='gloo')),
+        randomness=dict(seed=0))
+    cfg.update(kwargs)
+    return Config(cfg)
+
+
+def _lrs(runner):
+    return [g['lr'] for g in runner.optim_wrapper.optimizer.param_groups]
+
+
+AUTO = dict(enable=True, base_batch_size=8)
+
+
+def test_auto_scale_lr_uses_the_effective_batch_with_agvm(tmp_path):
+    """One process, loader batch 2, 2 accumulated micro-batches (AGVM's
+    halves): effective batch 4, so base_batch_size 8 halves the LR (mmengine
+    alone would quarter it)."""
+    runner = build_runner(_cfg(tmp_path, auto_scale_lr=AUTO))
+    assert type(runner) is Runner
+    runner.train()
+    assert isinstance(runner.optim_wrapper, AGVMOptimWrapper)
+    assert _lrs(runner) == [pytest.approx(0.05)] * 2
+    assert runner.message_hub.get_scalar('train/lr').current() == (
+        pytest.approx(0.05))
+    log = open(glob_log(tmp_path)).read()
+    assert ('effective batch 4 (loader batch 2 x world size 1 x '
+            'accumulative_counts 2); auto_scale_lr: LR x 0.5') in log
+
+
+def glob_log(work_dir):
+    import glob
+    logs = glob.glob(osp.join(str(work_dir), '*', '*.log'))
+    assert len(logs) == 1, logs
+    return logs[0]
+
+
+def test_plain_wrapper_with_accumulation_is_scaled_alike(tmp_path):
+    runner = build_runner(_cfg(
+        tmp_path, auto_scale_lr=AUTO,
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1),
+                           accumulative_counts=2)))
+    runner.train()
+    assert _lrs(runner) == [pytest.approx(0.05)]
+
+
+def test_mmengine_runner_with_accumulation_is_refused(tmp_path):
+    """The toolboxes' tools/train.py builds mmengine's Runner: the AGVM
+    wrapper reads the running config and stops before the first step."""
+    runner = MMEngineRunner.from_cfg(_cfg(tmp_path, auto_scale_lr=AUTO))
+    with pytest.raises(ValueError) as err:
+        runner.train()
+    assert ('accumulative_counts=2, but the runner (Runner, mmengine\'s '
+            'Runner.scale_lr) scales the LR by loader batch x world size '
+            'only, 2x too small') in str(err.value)
+    assert "Set runner_type='mmext.Runner'" in str(err.value)
+    assert runner.iter == 0
+
+
+@pytest.mark.parametrize('auto, counts, runner_type', [
+    (None, 2, None), (dict(enable=False, base_batch_size=8), 2, None),
+    (AUTO, 1, None), (AUTO, 2, 'mmext.Runner'), (AUTO, 2, Runner)])
+def test_auto_scale_lr_check_passes(auto, counts, runner_type):
+    check_auto_scale_lr(auto, counts, runner_type)
+
+
+def _train_and_checkpoint(tmp_path, **kwargs):
+    runner = build_runner(_cfg(tmp_path / 'first', **kwargs))
+    runner.train()
+    return str(tmp_path / 'first' / 'epoch_1.pth')
+
+
+def _resume(tmp_path, ckpt, **kwargs):
+    cfg = _cfg(tmp_path / 'second', **kwargs)
+    cfg.train_cfg.max_epochs = 2
+    cfg.resume, cfg.load_from = True, ckpt
+    return build_runner(cfg)
+
+
+def test_resume_agvm_checkpoint_into_plain_config(tmp_path):
+    ckpt = _train_and_checkpoint(tmp_path)
+    runner = _resume(tmp_path, ckpt, optim_wrapper=dict(
+        optimizer=dict(type='SGD', lr=0.1)))
+    with pytest.raises(ValueError) as err:
+        runner.train()
+    msg = str(err.value)
+    assert f"{ckpt} comes from an AGVM run (module_names ['backbone', " \
+        "'head'])" in msg
+    assert "config's OptimWrapper cannot map" in msg
+    assert f'load_from={ckpt} (no --resume)' in msg
+
+
+def test_resume_plain_checkpoint_into_agvm_config(tmp_path):
+    ckpt = _train_and_checkpoint(tmp_path, optim_wrapper=dict(
+        optimizer=dict(type='SGD', lr=0.1)))
+    with pytest.raises(ValueError, match=re.escape(
+            'the checkpoint has no AGVM state: it comes from a run without '
+            'AGVM')):
+        _resume(tmp_path, ckpt).train()
+
+
+def test_resume_with_other_module_names(tmp_path):
+    ckpt = _train_and_checkpoint(tmp_path)
+    with pytest.raises(ValueError, match=re.escape(
+            "checkpoint AGVM modules ['backbone', 'head'] differ from "
+            "module_names ['head', 'backbone']. Resume with "
+            "optim_wrapper.module_names=['backbone', 'head']")):
+        _resume(tmp_path, ckpt, optim_wrapper=dict(
+            AGVM_WRAPPER, module_names=['head', 'backbone'])).train()
+
+
+def test_resume_with_other_param_groups(tmp_path):
+    ckpt = _train_and_checkpoint(tmp_path)
+    wrapper = dict(AGVM_WRAPPER, paramwise_cfg=dict(bias_lr_mult=2.))
+    with pytest.raises(ValueError) as err:
+        _resume(tmp_path, ckpt, optim_wrapper=wrapper).train()
+    assert ("the checkpoint's optimizer has 2 param groups (module, size) "
+            "[('backbone', 2), ('head', 2)], this run 4: [('backbone', 1), "
+            "('backbone', 1), ('head', 1), ('head', 1)]") in str(err.value)
+    assert 'base_constructor, paramwise_cfg' in str(err.value)

@@ -1,7 +1,8 @@
 """AGVM optimizer wrappers for mmengine (fp32 and CUDA mixed precision)."""
 import logging
+import warnings
 from contextlib import ExitStack, contextmanager
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.dist import get_rank, get_world_size
@@ -13,7 +14,7 @@ from torch.optim import Optimizer
 
 from mmext.compat import optim_wrapper_counts
 from mmext.registry import OPTIM_WRAPPERS
-from mmext.runner import scaled_lrs
+from mmext.runner import check_auto_scale_lr, running_config, scaled_lrs
 from .exchange import AccumulationHalves, DistributedHalves, GradientLayout
 from .schedule import AGVMSchedule
 from .statistics import (HalfStatistics, ModulationEMA, gradient_variance,
@@ -113,6 +114,12 @@ class AGVMOptimWrapper(OptimWrapper):
                 or clip_grad_window[0] >= clip_grad_window[1]):
             raise ValueError('clip_grad_window must be (begin, end) with '
                              f'begin < end, got {clip_grad_window}')
+        if clip_grad_window is not None and not kwargs.get('clip_grad'):
+            raise ValueError(
+                f'clip_grad_window={tuple(clip_grad_window)} limits '
+                'clip_grad, which is not set, so it would do nothing; add '
+                'optim_wrapper.clip_grad (e.g. dict(max_norm=1.0)) or remove '
+                'clip_grad_window')
         self.ratio_range = tuple(ratio_range)
         self.statistic = statistic
         self.clip_grad_window = clip_grad_window
@@ -140,6 +147,63 @@ class AGVMOptimWrapper(OptimWrapper):
                 f'accumulative_counts to an even number >= 2 (got {counts}), '
                 'or train with >= 2 processes (tools/dist_train.sh CONFIG 2)')
         return AccumulationHalves(self.layout, counts)
+
+    def initialize_count_status(self, model: nn.Module, init_counts: int,
+                                max_counts: int) -> None:
+        """mmengine's set-up of the counters, then checks against the run.
+
+        The train loop calls it once its length is known (after resuming).
+        Window values that the run cannot honour warn, naming the value
+        (:meth:`unused_window_values`). With mmengine's runner, an enabled
+        ``auto_scale_lr`` that left out ``accumulative_counts`` raises (see
+        :func:`mmext.runner.check_auto_scale_lr`; the running config is read
+        from the message hub, where mmengine's ``RuntimeInfoHook`` puts it).
+
+        Args:
+            model (nn.Module): The training model.
+            init_counts (int): Iterations done (``runner.iter``).
+            max_counts (int): Iterations of the run (``max_iters``).
+
+        Raises:
+            ValueError: From :func:`mmext.runner.check_auto_scale_lr`.
+        """
+        super().initialize_count_status(model, init_counts, max_counts)
+        for message in self.unused_window_values(max_counts):
+            warnings.warn(message)
+        cfg = running_config(self.message_hub)
+        if cfg is not None:
+            check_auto_scale_lr(cfg.get('auto_scale_lr'), self._counts[1],
+                                cfg.get('runner_type'))
+
+    def unused_window_values(self, max_iters: int) -> List[str]:
+        """What of ``start_iter``/``end_iter``/``clip_grad_window`` a run of
+        ``max_iters`` iterations cannot honour, one message per value."""
+        messages = []
+        start, end = self.schedule.start_iter, self.schedule.end_iter
+        if start >= max_iters:
+            messages.append(
+                f'AGVM start_iter={start} is not before the end of training '
+                f'(max_iters={max_iters}), so AGVM never modulates the LR. '
+                f'Lower start_iter (the paper starts after the warm-up) or '
+                f'train longer.')
+        elif end != float('inf') and end > max_iters:
+            messages.append(
+                f'AGVM end_iter={end} lies after the end of training '
+                f'(max_iters={max_iters}); AGVM runs to the end, as with '
+                f'end_iter=None.')
+        if self.clip_grad_window is not None:
+            begin, stop = self.clip_grad_window
+            if begin >= max_iters:
+                messages.append(
+                    f'clip_grad_window={tuple(self.clip_grad_window)} begins '
+                    f'after the end of training (max_iters={max_iters}), so '
+                    f'gradients are never clipped.')
+            elif stop > max_iters:
+                messages.append(
+                    f'clip_grad_window={tuple(self.clip_grad_window)} ends '
+                    f'after the end of training (max_iters={max_iters}); '
+                    f'gradients are clipped to the end.')
+        return messages
 
     @property
     def distributed(self) -> bool:
@@ -335,9 +399,11 @@ class AGVMOptimWrapper(OptimWrapper):
         """Restore :meth:`state_dict` output.
 
         Raises:
-            ValueError: If the checkpoint modulated other modules, or comes
+            ValueError: Naming what to do instead, if the checkpoint comes
                 from a run without AGVM (its param groups are not split by
-                module, so its optimizer state cannot be mapped).
+                module, so its optimizer state cannot be mapped), modulated
+                other modules, or split its param groups differently (other
+                ``base_constructor``, ``paramwise_cfg`` or frozen layers).
         """
         state_dict = dict(state_dict)
         agvm = state_dict.pop('agvm', None)
@@ -346,11 +412,28 @@ class AGVMOptimWrapper(OptimWrapper):
                 'the checkpoint has no AGVM state: it comes from a run '
                 'without AGVM, whose optimizer param groups are not split by '
                 'module. Start the AGVM run from its weights with '
-                'load_from=CKPT (no --resume) instead.')
+                'load_from=CKPT (no --resume), or resume it with the plain '
+                "optim_wrapper of the checkpoint's run.")
         if list(agvm['module_names']) != self.module_names:
             raise ValueError(
-                f"checkpoint AGVM modules {agvm['module_names']} differ "
-                f'from module_names {self.module_names}')
+                f"checkpoint AGVM modules {list(agvm['module_names'])} differ "
+                f'from module_names {self.module_names}. Resume with '
+                f"optim_wrapper.module_names={list(agvm['module_names'])}, "
+                f'or start from its weights with load_from=CKPT (no '
+                f'--resume) to modulate other modules.')
+        saved = [(g.get('agvm_module'), len(g['params']))
+                 for g in state_dict['param_groups']]
+        current = [(g['agvm_module'], len(g['params']))
+                   for g in self.optimizer.param_groups]
+        if saved != current:
+            raise ValueError(
+                f'the checkpoint\'s optimizer has {len(saved)} param groups '
+                f'(module, size) {saved}, this run {len(current)}: '
+                f'{current}. The recipe\'s param groups changed '
+                f'(optim_wrapper.base_constructor, paramwise_cfg, or which '
+                f'layers are frozen). Resume with the settings of the '
+                f"checkpoint's run, or start from its weights with "
+                f'load_from=CKPT (no --resume).')
         self.ema.load_state_dict(agvm['ema'])
         self.last_variance = torch.as_tensor(
             agvm['last_variance'], dtype=torch.float64).clone()

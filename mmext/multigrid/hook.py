@@ -15,12 +15,12 @@ from mmengine.runner import EpochBasedTrainLoop, Runner
 
 from mmext.compat import set_train_loop_length
 from mmext.registry import HOOKS
-from mmext.runner import scale_lrs
+from mmext.runner import check_runner_lr_scaling, scale_lrs
 from .bn import (aggregate_sub_bn_stats, set_sub_bn_splits,
                  to_plain_bn_state_dict, update_precise_bn)
 from .data import MultigridDataset, ShortCycleBatchSampler
 from .pipeline import resize_pipeline
-from .plan import MultigridPlan, validate_options
+from .plan import CHECKPOINT_KEY, MultigridPlan, validate_options
 from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
                        MultigridStage)
 
@@ -120,6 +120,7 @@ class MultigridHook(Hook):
             lr_steps=lr_steps,
             skip_broken_clips=skip_broken_clips))
         self.plan: Optional[MultigridPlan] = None
+        self._loaded_schedule: Optional[dict] = None
         self._loader_stage: Optional[MultigridStage] = None
         self._restore_lrs: Optional[Callable[[], None]] = None
 
@@ -132,6 +133,7 @@ class MultigridHook(Hook):
         """
         if not isinstance(runner.optim_wrapper, BaseOptimWrapper):
             return
+        check_runner_lr_scaling(runner)
         loop = runner.train_loop
         if not isinstance(loop, EpochBasedTrainLoop):
             raise TypeError(
@@ -275,6 +277,17 @@ class MultigridHook(Hook):
         model = _unwrap(runner.model)
         aggregate_sub_bn_stats(model)
         to_plain_bn_state_dict(model, checkpoint['state_dict'])
+        checkpoint.setdefault('meta', {})[CHECKPOINT_KEY] = (
+            self.plan.resume_signature())
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        """Remember which multigrid schedule (if any) the checkpoint ran."""
+        self._loaded_schedule = checkpoint.get('meta', {}).get(CHECKPOINT_KEY)
+
+    def before_train(self, runner) -> None:
+        """A resumed run must continue the checkpoint's schedule."""
+        if runner.iter > 0:
+            self.plan.check_resume(self._loaded_schedule)
 
     def after_train(self, runner) -> None:
         """Leave the recipe's plain BN modules in the trained model."""

@@ -21,8 +21,11 @@ from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
                        iterations_per_epoch, map_recipe_epoch, stage_at_epoch,
                        total_flops_ratio)
 
-__all__ = ['MultigridPlan', 'HOOK_OPTIONS', 'validate_options',
-           'check_clip_lengths', 'sub_bn_splits']
+__all__ = ['MultigridPlan', 'HOOK_OPTIONS', 'CHECKPOINT_KEY',
+           'validate_options', 'check_clip_lengths', 'sub_bn_splits']
+
+# Where a multigrid run's checkpoints record its schedule (``meta``).
+CHECKPOINT_KEY = 'mmext_multigrid'
 
 # Options of MultigridHook, with their defaults.
 HOOK_OPTIONS = dict(
@@ -524,6 +527,49 @@ class MultigridPlan:
             f'{self.recipe_epochs} epochs, so they are not LR stages of the '
             f'multigrid schedule (LR stages start at {self.lr_steps}).'
         ]
+
+    # ------------------------------------------------------------ resume
+    def resume_signature(self) -> dict:
+        """What defines the run's epoch axis, saved in its checkpoints.
+
+        Returns:
+            dict: The schedule options, ``lr_steps``, ``recipe_epochs`` and
+            ``max_epochs`` (plain values, picklable).
+        """
+        signature = {k: self.options[k] for k in _SCHEDULE_OPTIONS}
+        signature.update(lr_steps=list(self.lr_steps),
+                         recipe_epochs=self.recipe_epochs,
+                         max_epochs=self.max_epochs)
+        return signature
+
+    def check_resume(self, saved: Optional[dict]) -> None:
+        """Raise unless a resumed checkpoint trained this very schedule.
+
+        Args:
+            saved (dict, optional): The checkpoint's
+                :meth:`resume_signature` (``meta[CHECKPOINT_KEY]``); None
+                for a checkpoint of a run without multigrid.
+
+        Raises:
+            ValueError: Naming the differences and what to do instead.
+        """
+        if saved is None:
+            raise ValueError(
+                'resuming a checkpoint of a run without multigrid: its '
+                'epoch, iteration and param scheduler states are on the '
+                'recipe\'s schedule, not on the multigrid schedule of this '
+                f'config ({self.max_epochs} epochs). Start the multigrid run '
+                'from its weights with load_from=CKPT (no --resume), or '
+                'resume without mmext.MultigridHook.')
+        current = self.resume_signature()
+        differ = [f'{k}: checkpoint {saved.get(k)!r}, config {v!r}'
+                  for k, v in current.items() if saved.get(k) != v]
+        if differ:
+            raise ValueError(
+                'the checkpoint was trained on another multigrid schedule ('
+                + '; '.join(differ) + '). Resume with the checkpoint\'s '
+                'MultigridHook options and recipe epochs, or start from its '
+                'weights with load_from=CKPT (no --resume).')
 
     # ------------------------------------------------------------ report
     def rows(self) -> List[dict]:
