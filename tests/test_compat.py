@@ -116,6 +116,15 @@ def test_batch_norm_xd_type_is_what_reverted_sync_bn_becomes():
                       nn.modules.batchnorm._BatchNorm)
 
 
+def test_train_loader_batch_size():
+    from types import SimpleNamespace
+    runner = SimpleNamespace(_train_dataloader=dict(batch_size=3))
+    assert compat.train_loader_batch_size(runner) == 3
+    runner._train_dataloader = torch.utils.data.DataLoader([0] * 8,
+                                                           batch_size=5)
+    assert compat.train_loader_batch_size(runner) == 5
+
+
 def test_no_private_mmengine_use_outside_compat():
     """Underscore attributes of mmengine objects appear in compat only."""
     import pathlib
@@ -123,7 +132,8 @@ def test_no_private_mmengine_use_outside_compat():
     root = pathlib.Path(compat.__file__).parent
     private = re.compile(
         r'\._(max_iters|max_epochs|inner_count|accumulative_counts|'
-        r'max_counts|clip_grad|rand_another|schemes|locations|module_dict)'
+        r'max_counts|clip_grad|rand_another|schemes|locations|module_dict|'
+        r'train_dataloader)'
         r'\b|MODULE2PACKAGE|_BatchNormXd')
     offenders = [
         f'{p.relative_to(root)}:{n}'

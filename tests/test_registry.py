@@ -32,6 +32,24 @@ def test_fresh_process_builds_from_locations(scope, registry_name, cfg):
     assert out.strip().startswith('mmext.')
 
 
+def test_fresh_process_finds_runner_type():
+    """``runner_type='mmext.Runner'`` works with the toolboxes' own
+    tools/train.py, which build ``RUNNERS.build(cfg)`` in their scope."""
+    import subprocess
+    import sys
+    code = ('from mmengine.registry import DefaultScope, RUNNERS\n'
+            "for scope in ('mmdet', 'mmaction', 'mmseg'):\n"
+            '    with DefaultScope.overwrite_default_scope(scope):\n'
+            "        cls = RUNNERS.get('mmext.Runner')\n"
+            '    print(scope, cls.__module__, cls.__name__)\n')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split('\n')[:3] == [
+        f'{scope} mmext.runner Runner'
+        for scope in ('mmdet', 'mmaction', 'mmseg')
+    ]
+
+
 @pytest.mark.parametrize('default_scope', ['mmdet', 'mmaction', 'mmseg'])
 def test_mmext_prefix_resolves_from_any_scope(default_scope):
     """A config in another scope builds `type='mmext.X'` without imports."""

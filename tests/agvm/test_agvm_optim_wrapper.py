@@ -1,5 +1,6 @@
 """AGVMOptimWrapper in one process (accumulation halves)."""
 import math
+import warnings
 
 import pytest
 import torch
@@ -254,3 +255,40 @@ def test_resume_from_a_run_without_agvm_says_what_to_do():
     wrapper = build_wrapper(ToyModel(), accumulative_counts=2)
     with pytest.raises(ValueError, match='load_from=CKPT'):
         wrapper.load_state_dict(plain.state_dict())
+
+
+@pytest.mark.parametrize('kwargs,max_iters,expected', [
+    (dict(start_iter=100), 100, [
+        'AGVM start_iter=100 is not before the end of training '
+        '(max_iters=100), so AGVM never modulates the LR']),
+    (dict(start_iter=10, end_iter=500), 100, [
+        'AGVM end_iter=500 lies after the end of training (max_iters=100); '
+        'AGVM runs to the end']),
+    (dict(clip_grad=dict(max_norm=1.), clip_grad_window=(100, 200)), 50, [
+        'clip_grad_window=(100, 200) begins after the end of training '
+        '(max_iters=50), so gradients are never clipped']),
+    (dict(start_iter=200, clip_grad=dict(max_norm=1.),
+          clip_grad_window=(0, 200)), 150, [
+        'AGVM start_iter=200 is not before the end of training',
+        'clip_grad_window=(0, 200) ends after the end of training '
+        '(max_iters=150); gradients are clipped to the end']),
+    (dict(start_iter=10, end_iter=90, clip_grad=dict(max_norm=1.),
+          clip_grad_window=(0, 10)), 100, []),
+])
+def test_window_outside_the_run_warns(kwargs, max_iters, expected):
+    model = ToyModel()
+    wrapper = build_wrapper(model, accumulative_counts=2, **kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        wrapper.initialize_count_status(model, 0, max_iters)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == len(expected)
+    for message, start in zip(messages, expected):
+        assert message.startswith(start), message
+
+
+def test_clip_grad_window_without_clip_grad_raises():
+    with pytest.raises(ValueError, match=r'clip_grad_window=\(0, 10\) limits '
+                       'clip_grad, which is not set'):
+        build_wrapper(ToyModel(), accumulative_counts=2,
+                      clip_grad_window=(0, 10))
