@@ -6,6 +6,7 @@ distributed set-up on CPU-only machines, runner, ``--amp``) and the per-step
 LR scaling that both methods apply on top of the param schedulers.
 """
 import argparse
+import copy
 import os
 import os.path as osp
 import subprocess
@@ -26,7 +27,8 @@ from .registry import RUNNERS
 __all__ = [
     'Runner', 'RUNNER_TYPE', 'effective_batch', 'check_auto_scale_lr',
     'check_runner_lr_scaling', 'running_config',
-    'add_run_args', 'load_run_config', 'build_runner', 'enable_amp',
+    'train_parser', 'test_parser', 'train_config', 'test_config',
+    'load_run_config', 'build_runner', 'enable_amp',
     'setup_cpu_distributed', 'scale_lrs', 'scaled_lrs'
 ]
 
@@ -284,10 +286,19 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> None:
 
     Args:
         cfg (Config): The full config; ``model_wrapper_cfg`` is edited in place.
-        launcher (str): ``'none'``, ``'pytorch'`` (torchrun) or ``'slurm'``.
+        launcher (str): ``'none'``, ``'pytorch'`` (torchrun), ``'slurm'``
+            or ``'mpi'``.
+
+    Raises:
+        RuntimeError: For ``'mpi'`` without CUDA.
     """
     if launcher == 'none' or torch.cuda.is_available():
         return
+    if launcher == 'mpi':
+        raise RuntimeError(
+            "--launcher mpi: mmengine's MPI set-up selects a CUDA device and "
+            'there is none; on CPU use --launcher pytorch '
+            '(tools/dist_train.sh) or slurm')
     if launcher == 'slurm':
         _slurm_env_to_torch_env(str(cfg.get('env_cfg', {}).get(
             'dist_cfg', {}).get('port', 29500)))
@@ -302,25 +313,7 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> None:
     cfg.model_wrapper_cfg = wrapper_cfg
 
 
-def add_run_args(parser: argparse.ArgumentParser) -> None:
-    """Add the options ``tools/train.py`` and ``tools/test.py`` share.
-
-    ``--work-dir``, ``--cfg-options``, ``--launcher`` and ``--local-rank``
-    (which ``torch.distributed.launch`` passes; torchrun sets ``LOCAL_RANK``
-    instead), as in the toolboxes' tools.
-    """
-    parser.add_argument(
-        '--work-dir', help='the dir to save logs, checkpoints and metrics')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override settings of the config, key=value pairs in xxx=yyy '
-        'format, e.g. train_dataloader.batch_size=4')
-    parser.add_argument(
-        '--launcher', choices=['none', 'pytorch', 'slurm'], default='none',
-        help='job launcher')
-    parser.add_argument(
-        '--local_rank', '--local-rank', type=int, default=0,
-        action=_ExportLocalRank)
+LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
 
 
 class _ExportLocalRank(argparse.Action):
@@ -329,6 +322,277 @@ class _ExportLocalRank(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         setattr(namespace, self.dest, values)
         os.environ.setdefault('LOCAL_RANK', str(values))
+
+
+def _run_parser(description: str, test: bool) -> argparse.ArgumentParser:
+    """The options of ``tools/train.py`` and ``tools/test.py`` in common."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(
+        'config', help=f'{"test" if test else "train"} config file path')
+    if test:
+        parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument(
+        '--work-dir', help='the dir to save logs, checkpoints and metrics '
+        '(default: ./work_dirs/<config name>)')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings of the config, key=value pairs in xxx=yyy '
+        'format, e.g. train_dataloader.batch_size=4; merged before the '
+        'other options, as in mmdet and mmseg')
+    parser.add_argument(
+        '--launcher', choices=LAUNCHERS, default='none',
+        help='job launcher (mpi needs CUDA)')
+    # ``torch.distributed.launch`` passes it; torchrun sets LOCAL_RANK.
+    parser.add_argument(
+        '--local_rank', '--local-rank', type=int, default=0,
+        action=_ExportLocalRank,
+        help='set by torch.distributed.launch (exported as LOCAL_RANK)')
+    return parser
+
+
+def train_parser() -> argparse.ArgumentParser:
+    """``tools/train.py``'s options: the union of mmdet 3.3, mmaction2 1.2
+    and mmseg 1.2 ``tools/train.py`` (see :func:`train_config`)."""
+    parser = _run_parser('Train a model', test=False)
+    parser.add_argument(
+        '--resume', nargs='?', type=str, const='auto',
+        help='resume from the given checkpoint; without a value, from the '
+        'latest checkpoint in the work dir')
+    parser.add_argument(
+        '--amp', action='store_true',
+        help='automatic mixed precision (needs CUDA)')
+    parser.add_argument(
+        '--auto-scale-lr', action='store_true',
+        help='scale the LR by effective batch / auto_scale_lr.'
+        'base_batch_size (effective batch = loader batch x world size x '
+        'accumulative_counts)')
+    parser.add_argument(
+        '--no-validate', action='store_true',
+        help='do not evaluate during training')
+    parser.add_argument('--seed', type=int, help='random seed')
+    parser.add_argument(
+        '--diff-rank-seed', action='store_true',
+        help='a different seed on every rank')
+    parser.add_argument(
+        '--deterministic', action='store_true',
+        help='deterministic options for the CUDNN backend')
+    return parser
+
+
+def test_parser() -> argparse.ArgumentParser:
+    """``tools/test.py``'s options: the union of mmdet 3.3, mmaction2 1.2
+    and mmseg 1.2 ``tools/test.py`` (see :func:`test_config`)."""
+    parser = _run_parser('Test (and eval) a model', test=True)
+    parser.add_argument(
+        '--out',
+        help='save the predictions: a .pkl file (mmdet, mmaction2), or the '
+        'directory of prediction images (mmseg)')
+    parser.add_argument(
+        '--dump', help='dump the predictions to a .pkl file (mmaction2)')
+    parser.add_argument(
+        '--show', action='store_true', help='show the predictions')
+    parser.add_argument(
+        '--show-dir', help='save the painted predictions in this directory')
+    parser.add_argument(
+        '--wait-time', type=float, default=2.,
+        help='seconds each --show window stays')
+    parser.add_argument(
+        '--interval', type=int,
+        help='visualize every interval-th sample (mmaction2 default 1)')
+    parser.add_argument(
+        '--tta', action='store_true', help='test-time augmentation')
+    return parser
+
+
+def _base_config(args: argparse.Namespace) -> Config:
+    return load_run_config(args.config, args.cfg_options, args.work_dir,
+                           args.launcher)
+
+
+def train_config(args: argparse.Namespace) -> Config:
+    """The training config of ``tools/train.py``'s ``args``.
+
+    Same meanings as in the toolboxes' ``tools/train.py``; where they
+    differ, an explicit option is never ignored: ``--seed``,
+    ``--diff-rank-seed`` and ``--deterministic`` update ``randomness`` (in
+    mmaction2 they apply only to configs without ``randomness``).
+
+    Args:
+        args (Namespace): From :func:`train_parser`.
+
+    Returns:
+        Config: With ``resume``/``load_from`` (``--resume``), the AMP
+        wrapper (``--amp``), ``auto_scale_lr.enable`` (``--auto-scale-lr``),
+        no validation (``--no-validate``) and ``randomness`` set.
+
+    Raises:
+        RuntimeError: ``--amp`` without CUDA.
+        ValueError: ``--auto-scale-lr`` without
+            ``auto_scale_lr.base_batch_size`` in the config; ``--amp`` with
+            an optimizer wrapper that has no AMP variant.
+    """
+    cfg = _base_config(args)
+    if args.amp:
+        enable_amp(cfg)
+    if args.auto_scale_lr:
+        if 'base_batch_size' not in (cfg.get('auto_scale_lr') or {}):
+            raise ValueError(
+                '--auto-scale-lr needs auto_scale_lr = dict('
+                'base_batch_size=N) in the config: the effective batch (loader '
+                'batch x world size x accumulative_counts) its LR is meant '
+                'for.')
+        cfg.auto_scale_lr.enable = True
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume is not None:
+        cfg.resume, cfg.load_from = True, args.resume
+    if args.no_validate:
+        cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    randomness = {
+        key: value for key, value in (
+            ('seed', args.seed),
+            ('diff_rank_seed', args.diff_rank_seed or None),
+            ('deterministic', args.deterministic or None))
+        if value is not None
+    }
+    if randomness:
+        cfg.randomness = dict(cfg.get('randomness') or {}, **randomness)
+    return cfg
+
+
+def _scope(cfg: Config, option: str) -> str:
+    scope = cfg.get('default_scope')
+    if scope not in ('mmdet', 'mmseg', 'mmaction'):
+        raise ValueError(f'{option} is defined for mmdet, mmseg and '
+                         f'mmaction configs; this one has default_scope='
+                         f'{scope!r}')
+    return scope
+
+
+def _add_test_metric(cfg: Config, metric: dict) -> None:
+    evaluator = cfg.test_evaluator
+    if isinstance(evaluator, (list, tuple)):
+        cfg.test_evaluator = list(evaluator) + [metric]
+    elif 'metrics' in evaluator:  # an Evaluator config
+        evaluator.metrics = list(evaluator.metrics) + [metric]
+    else:
+        cfg.test_evaluator = [evaluator, metric]
+
+
+def _dump_predictions(cfg: Config, path: str, option: str) -> None:
+    """Append the scope's pickle dumper to the test metrics."""
+    if not path.endswith(('.pkl', '.pickle')):
+        raise ValueError(f'{option} {path}: the dump file must be a .pkl '
+                         f'file')
+    metric = ('DumpDetResults'
+              if _scope(cfg, option) == 'mmdet' else 'DumpResults')
+    _add_test_metric(cfg, dict(type=metric, out_file_path=path))
+
+
+def _visualize(cfg: Config, args: argparse.Namespace) -> None:
+    """``--show``/``--show-dir``/``--wait-time``/``--interval``, each
+    toolbox's way (their hooks name the options differently)."""
+    scope = _scope(cfg, '--show/--show-dir')
+    hook = cfg.default_hooks.get('visualization')
+    if hook is None:
+        raise ValueError(
+            '--show/--show-dir need a VisualizationHook: add default_hooks.'
+            "visualization=dict(type='VisualizationHook') (the toolbox's "
+            'default_runtime has it)')
+    hook.update({'enable' if scope == 'mmaction' else 'draw': True})
+    if args.show:
+        hook.update(show=True, wait_time=args.wait_time)
+    if args.show_dir:
+        if scope == 'mmdet':
+            hook.test_out_dir = args.show_dir
+        elif scope == 'mmseg':
+            cfg.visualizer.save_dir = args.show_dir
+        else:
+            hook.out_dir = args.show_dir
+    if args.interval is not None or scope == 'mmaction':
+        hook.interval = 1 if args.interval is None else args.interval
+
+
+def _mmdet_default_tta(cfg: Config) -> None:
+    """mmdet ``tools/test.py``'s defaults: horizontal-flip TTA merged by
+    NMS, for configs without ``tta_model``/``tta_pipeline``."""
+    cfg.setdefault('tta_model', dict(
+        type='DetTTAModel',
+        tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5),
+                     max_per_img=100)))
+    if 'tta_pipeline' not in cfg:
+        dataset = cfg.test_dataloader.dataset
+        while 'dataset' in dataset:
+            dataset = dataset['dataset']
+        pipeline = copy.deepcopy(dataset.pipeline)
+        pipeline[-1] = dict(
+            type='TestTimeAug',
+            transforms=[[dict(type='RandomFlip', prob=1.),
+                         dict(type='RandomFlip', prob=0.)],
+                        [dict(type='PackDetInputs',
+                              meta_keys=('img_id', 'img_path', 'ori_shape',
+                                         'img_shape', 'scale_factor', 'flip',
+                                         'flip_direction'))]])
+        cfg.tta_pipeline = pipeline
+
+
+def _test_time_augmentation(cfg: Config) -> None:
+    scope = _scope(cfg, '--tta')
+    if scope == 'mmaction':
+        raise ValueError(
+            '--tta: mmaction2 has no TTA model; a recognizer tests several '
+            'views by its test_pipeline (SampleFrames num_clips, ThreeCrop '
+            '/ TenCrop), set them there')
+    if scope == 'mmdet':
+        _mmdet_default_tta(cfg)
+    missing = [k for k in ('tta_model', 'tta_pipeline') if k not in cfg]
+    if missing:
+        raise ValueError(f'--tta needs {missing} in the config (mmseg '
+                         f'recipes define both in their default runtime or '
+                         f'dataset configs)')
+    cfg.model = dict(cfg.tta_model, module=cfg.model)
+    cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+
+
+def test_config(args: argparse.Namespace) -> Config:
+    """The test config of ``tools/test.py``'s ``args``.
+
+    Each option has the meaning it has in the toolbox of the config's
+    ``default_scope``: ``--out`` dumps a .pkl (mmdet ``DumpDetResults``;
+    mmaction2: as ``--dump``) or, for mmseg, saves prediction images to a
+    directory (``test_evaluator.output_dir``); ``--dump`` a .pkl (mmdet's
+    dumper in mmdet, mmengine's ``DumpResults`` otherwise); ``--show``,
+    ``--show-dir``, ``--wait-time`` and ``--interval`` switch on the
+    config's ``VisualizationHook``; ``--tta`` wraps the model in
+    ``tta_model`` and tests with ``tta_pipeline`` (mmdet's defaults when
+    missing).
+
+    Args:
+        args (Namespace): From :func:`test_parser`.
+
+    Returns:
+        Config: With ``load_from`` = the checkpoint.
+
+    Raises:
+        ValueError: Naming the option: a dump file that is not .pkl, no
+            ``VisualizationHook``, ``--tta`` on mmaction2 or without
+            ``tta_model``/``tta_pipeline`` (mmseg), or a config outside
+            mmdet/mmseg/mmaction2 for the toolbox-specific options.
+    """
+    cfg = _base_config(args)
+    cfg.load_from = args.checkpoint
+    if args.show or args.show_dir:
+        _visualize(cfg, args)
+    if args.tta:
+        _test_time_augmentation(cfg)
+    if args.out is not None:
+        if _scope(cfg, '--out') == 'mmseg':
+            cfg.test_evaluator.update(output_dir=args.out, keep_results=True)
+        else:
+            _dump_predictions(cfg, args.out, '--out')
+    if args.dump is not None:
+        _dump_predictions(cfg, args.dump, '--dump')
+    return cfg
 
 
 def load_run_config(config: str,
@@ -342,7 +606,7 @@ def load_run_config(config: str,
         cfg_options (dict, optional): ``--cfg-options`` overrides.
         work_dir (str, optional): ``--work-dir``; default
             ``./work_dirs/<config name>`` unless the config sets one.
-        launcher (str): ``'none'``, ``'pytorch'`` or ``'slurm'``.
+        launcher (str): One of ``LAUNCHERS``.
 
     Returns:
         Config: The merged config, with ``launcher`` and ``work_dir`` set.

@@ -1,27 +1,15 @@
 """Test (evaluate) a checkpoint with an mm* config.
 
-Same CLI as mmdet/mmaction2/mmseg ``tools/test.py``.
+The options of mmdet 3.3, mmaction2 1.2 and mmseg 1.2 ``tools/test.py``
+(``python tools/test.py -h``; meanings in :func:`mmext.runner.test_config`).
 """
-import argparse
-
-import mmext  # noqa: F401  (compat fixes and the ``mmext::`` config prefix)
-from mmext.runner import add_run_args, build_runner, load_run_config
+import mmext  # noqa: F401  (the ``mmext::`` config prefix)
+from mmext.runner import build_runner, test_config, test_parser
 
 
-def parse_args():
-    parser = argparse.ArgumentParser(description='Test (and eval) a model')
-    parser.add_argument('config', help='test config file path')
-    parser.add_argument('checkpoint', help='checkpoint file')
-    add_run_args(parser)
-    return parser.parse_args()
-
-
-def main():
-    args = parse_args()
-    cfg = load_run_config(args.config, args.cfg_options, args.work_dir,
-                          args.launcher)
-    cfg.load_from = args.checkpoint
-    build_runner(cfg).test()
+def main(argv=None):
+    args = test_parser().parse_args(argv)
+    build_runner(test_config(args)).test()
 
 
 if __name__ == '__main__':

@@ -42,10 +42,16 @@ def test_faster_rcnn_trains_and_evaluates_on_coco128(tmp_path, shared_data):
 
     # tools/test.py evaluates the saved checkpoint with the same metric.
     ckpt = osp.join(work_dir, 'epoch_1.pth')
+    preds = tmp_path / 'preds.pkl'
     proc = run_tool([sys.executable, 'tools/test.py', DET_SMOKE, ckpt,
-                     '--work-dir', str(tmp_path / 'det_test'),
-                     '--cfg-options', 'test_dataloader.dataset.indices=4'])
+                     '--work-dir', str(tmp_path / 'det_test'), '--out',
+                     str(preds), '--cfg-options',
+                     'test_dataloader.dataset.indices=4'])
     assert 'coco/bbox_mAP:' in proc.stdout + proc.stderr
+    # --out as in mmdet: the predictions of the 4 images, pickled.
+    import pickle
+    with open(preds, 'rb') as f:
+        assert len(pickle.load(f)) == 4
 
 
 def test_i3d_trains_and_evaluates_on_fight(tmp_path, shared_data):
