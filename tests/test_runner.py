@@ -211,3 +211,15 @@ def test_resume_with_other_param_groups(tmp_path):
             "[('backbone', 2), ('head', 2)], this run 4: [('backbone', 1), "
             "('backbone', 1), ('head', 1), ('head', 1)]") in str(err.value)
     assert 'base_constructor, paramwise_cfg' in str(err.value)
+
+
+def test_mmext_method_configs_use_mmext_runner():
+    import glob
+    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    paths = (glob.glob(osp.join(root, 'configs', 'agvm', '*.py')) +
+             glob.glob(osp.join(root, 'configs', 'multigrid', '*.py')) +
+             glob.glob(osp.join(root, 'configs', 'demo', '*agvm*.py')) +
+             glob.glob(osp.join(root, 'configs', 'demo', '*multigrid*.py')))
+    assert len(paths) >= 10
+    for path in paths:
+        assert Config.fromfile(path).runner_type == 'mmext.Runner', path

@@ -16,3 +16,7 @@ optim_wrapper = dict(
     clip_grad=dict(max_norm=10.0),
     clip_grad_window=(0, 6))
 default_hooks = dict(logger=dict(interval=2))
+# mmext.Runner (also with the toolboxes' own tools/train.py): auto_scale_lr by
+# the effective batch (loader x world size x accumulative_counts), mmext's
+# resume checks.
+runner_type = 'mmext.Runner'

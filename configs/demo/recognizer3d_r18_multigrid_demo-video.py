@@ -30,3 +30,7 @@ custom_hooks = [
         bn_base_size=4,
         precise_bn_iters=4)
 ]
+# mmext.Runner (also with the toolboxes' own tools/train.py): auto_scale_lr by
+# the effective batch (loader x world size x accumulative_counts), mmext's
+# resume checks.
+runner_type = 'mmext.Runner'

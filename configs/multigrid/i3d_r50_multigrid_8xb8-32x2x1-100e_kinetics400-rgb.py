@@ -7,3 +7,7 @@ custom_hooks = [
          long_cycle=True, short_cycle=True, epoch_factor=1.5,
          short_cycle_mode='absolute', bn_base_size=8, precise_bn_iters=200)
 ]
+# mmext.Runner (also with the toolboxes' own tools/train.py): auto_scale_lr by
+# the effective batch (loader x world size x accumulative_counts), mmext's
+# resume checks.
+runner_type = 'mmext.Runner'

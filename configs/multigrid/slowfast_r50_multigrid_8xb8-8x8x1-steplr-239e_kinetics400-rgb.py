@@ -19,3 +19,7 @@ custom_hooks = [
          short_cycle_mode='absolute',
          bn_base_size=8, precise_bn_iters=200)
 ]
+# mmext.Runner (also with the toolboxes' own tools/train.py): auto_scale_lr by
+# the effective batch (loader x world size x accumulative_counts), mmext's
+# resume checks.
+runner_type = 'mmext.Runner'

@@ -9,11 +9,11 @@ from mmengine.dist import all_reduce
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
-from mmengine.optim import BaseOptimWrapper
+from mmengine.optim import BaseOptimWrapper, OptimWrapper
 from mmengine.registry import DATA_SAMPLERS
 from mmengine.runner import EpochBasedTrainLoop, Runner
 
-from mmext.compat import set_train_loop_length
+from mmext.compat import optim_wrapper_counts, set_train_loop_length
 from mmext.registry import HOOKS
 from mmext.runner import check_runner_lr_scaling, scale_lrs
 from .bn import (aggregate_sub_bn_stats, set_sub_bn_splits,
@@ -155,7 +155,11 @@ class MultigridHook(Hook):
             self._pipeline, dl_cfg.batch_size, loop.max_epochs,
             runner.cfg.get('param_scheduler'),
             samples_per_rank=len(loop.dataloader.sampler),
-            recipe_iters_per_epoch=len(loop.dataloader), **self.options)
+            recipe_iters_per_epoch=len(loop.dataloader),
+            world_size=runner.world_size,
+            accumulative_counts=optim_wrapper_counts(runner.optim_wrapper)[1]
+            if isinstance(runner.optim_wrapper, OptimWrapper) else 1,
+            **self.options)
         self.plan.check(_unwrap(runner.model))
         set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
         if self.plan.param_scheduler:
@@ -193,9 +197,11 @@ class MultigridHook(Hook):
         if self.options['bn_base_size']:
             set_sub_bn_splits(_unwrap(runner.model),
                               self.plan.sub_bn_splits(stage))
+        sizes = self.plan.batch_sizes(stage)
         print_log(
-            f'Multigrid: epoch {runner.epoch}: batches '
-            f'{self.plan.batch_sizes(stage)}, T={stage.shape.clip_len}, crops '
+            f'Multigrid: epoch {runner.epoch}: batches {sizes} per process '
+            f'(effective {[b * self.plan.batch_multiplier for b in sizes]}), '
+            f'T={stage.shape.clip_len}, crops '
             f'{[s.crop_size for s in stage.short_cycle]}, '
             f'{len(runner.train_loop.dataloader)} iters/epoch',
             logger='current')

@@ -147,6 +147,9 @@ class MultigridPlan:
         recipe_iters_per_epoch (int, optional): Iterations per epoch of the
             recipe's own loader; default ``ceil(samples_per_rank /
             batch_size)``.
+        world_size (int): Processes of the run (for the effective batch).
+        accumulative_counts (int): Micro-batches per optimizer step (for
+            the effective batch).
         **options: The :class:`~mmext.multigrid.MultigridHook` options
             (``HOOK_OPTIONS``).
 
@@ -165,8 +168,14 @@ class MultigridPlan:
                  param_scheduler=None,
                  samples_per_rank: Optional[int] = None,
                  recipe_iters_per_epoch: Optional[int] = None,
+                 world_size: int = 1,
+                 accumulative_counts: int = 1,
                  **options):
         self.options = validate_options(options)
+        # Effective batch / per-process batch.
+        self.batch_multiplier = int(world_size) * int(accumulative_counts)
+        self.world_size = int(world_size)
+        self.accumulative_counts = int(accumulative_counts)
         self.base_clip_len, _, self.base_crop_size = parse_grid_shape(pipeline)
         self.base_batch = int(batch_size)
         self.recipe_epochs = int(max_epochs)
@@ -200,13 +209,15 @@ class MultigridPlan:
             self.cum_iters = self._count_iterations(samples_per_rank)
 
     @classmethod
-    def from_config(cls, cfg, samples_per_rank: Optional[int] = None
-                    ) -> 'MultigridPlan':
+    def from_config(cls, cfg, samples_per_rank: Optional[int] = None,
+                    world_size: int = 1) -> 'MultigridPlan':
         """Plan of a config whose ``custom_hooks`` hold ``MultigridHook``.
 
         Args:
             cfg (Config): A full mmaction2 config.
             samples_per_rank (int, optional): As in the constructor.
+            world_size (int): As in the constructor
+                (``accumulative_counts`` comes from ``cfg.optim_wrapper``).
 
         Raises:
             ValueError: If the config has no ``MultigridHook``, or as the
@@ -221,7 +232,11 @@ class MultigridPlan:
                    if k not in ('type', 'priority')}
         return cls(cfg.train_dataloader.dataset.pipeline,
                    cfg.train_dataloader.batch_size, cfg.train_cfg.max_epochs,
-                   cfg.get('param_scheduler'), samples_per_rank, **options)
+                   cfg.get('param_scheduler'), samples_per_rank,
+                   world_size=world_size,
+                   accumulative_counts=cfg.get('optim_wrapper', {}).get(
+                       'accumulative_counts', 1),
+                   **options)
 
     # ------------------------------------------------------------ shapes
     @property
@@ -575,14 +590,17 @@ class MultigridPlan:
     def rows(self) -> List[dict]:
         """One dict per stage (the ``--json`` format of the schedule tool).
 
-        Keys of :meth:`MultigridStage.to_dict` plus ``batch_size``,
-        ``short_cycle_batch_sizes``, ``iters`` (exact per stage, or None)
-        and ``estimated_iters`` (in recipe iterations per epoch).
+        Keys of :meth:`MultigridStage.to_dict` plus ``batch_size`` (per
+        process), ``effective_batch_size`` (x world size x
+        ``accumulative_counts``), ``short_cycle_batch_sizes``, ``iters``
+        (exact per stage, or None) and ``estimated_iters`` (in recipe
+        iterations per epoch).
         """
         out = []
         for s in self.stages:
             d = s.to_dict()
             d['batch_size'] = self.base_batch * s.shape.batch_factor
+            d['effective_batch_size'] = d['batch_size'] * self.batch_multiplier
             d['short_cycle_batch_sizes'] = self.batch_sizes(s)
             d['iters'] = (self.iters_per_epoch(s) * s.num_epochs
                           if self.exact else None)
@@ -595,8 +613,12 @@ class MultigridPlan:
         exact = self.exact
         lines = [
             f'base (B, T, S) = ({self.base_batch}, {self.base_clip_len}, '
-            f'{self.base_crop_size}), {self.recipe_epochs} recipe epochs',
-            f'{"lr stage":>8} {"batch":>6} {"T":>4} {"S":>4} {"start":>6} '
+            f'{self.base_crop_size}), {self.recipe_epochs} recipe epochs; '
+            f'batch = per process, eff. batch = batch x world size '
+            f'{self.world_size} x accumulative_counts '
+            f'{self.accumulative_counts}',
+            f'{"lr stage":>8} {"batch":>6} {"eff. batch":>10} {"T":>4} '
+            f'{"S":>4} {"start":>6} '
             f'{"end":>5} '
             + (f'{"iters":>7} ' if exact else
                f'{"iters (x recipe iters/epoch)":>28} ')
@@ -609,7 +631,8 @@ class MultigridPlan:
             iters = (f'{d["iters"]:>7} ' if exact else
                      f'{d["estimated_iters"]:>28.2f} ')
             lines.append(
-                f'{s.lr_stage:>8} {d["batch_size"]:>6} {s.shape.clip_len:>4} '
+                f'{s.lr_stage:>8} {d["batch_size"]:>6} '
+                f'{d["effective_batch_size"]:>10} {s.shape.clip_len:>4} '
                 f'{s.shape.crop_size:>4} {s.start_epoch:>6} '
                 f'{s.end_epoch:>5} {iters}{s.lr_factor:>8.4g}  {cycle}')
         if exact:

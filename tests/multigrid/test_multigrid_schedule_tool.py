@@ -24,15 +24,21 @@ def _run(config, *args):
 
 
 def test_reference_table_json_and_text():
-    out = json.loads(_run(CFG, '--json', '--no-model-check').stdout)
+    out = json.loads(_run(CFG, '--json', '--no-model-check',
+                          '--world-size', '8').stdout)
     stages = out['stages']
     assert [s['end_epoch'] for s in stages][-3:] == [329, 343, 358]
     assert (stages[0]['batch_size'], stages[0]['clip_len'],
             stages[0]['crop_size']) == (64, 8, 158)
+    # The recipe's 8 GPUs x 8 clips: the effective batch of the first stage.
+    assert stages[0]['effective_batch_size'] == 512
+    assert out['base']['effective_batch_size'] == 64
     assert out['exact'] is False and out['iters'] is None
     assert round(out['iteration_saving'], 2) == 3.42
     text = _run(CFG, '--no-model-check').stdout
     assert '3.42x fewer iterations' in text and 'estimate' in text
+    assert ('eff. batch = batch x world size 1 x accumulative_counts 1'
+            in text)
 
 
 def test_plot_is_written(tmp_path):

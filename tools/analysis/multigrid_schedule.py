@@ -126,7 +126,8 @@ def main():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         try:
-            plan = MultigridPlan.from_config(cfg, samples_per_rank=per_rank)
+            plan = MultigridPlan.from_config(cfg, samples_per_rank=per_rank,
+                                             world_size=args.world_size)
             plan.check(model)
         except ValueError as error:
             for w in caught:
@@ -135,6 +136,8 @@ def main():
     if args.json:
         print(json.dumps(dict(
             base=dict(batch_size=plan.base_batch,
+                      effective_batch_size=(plan.base_batch *
+                                            plan.batch_multiplier),
                       clip_len=plan.base_clip_len,
                       crop_size=plan.base_crop_size),
             recipe_epochs=plan.recipe_epochs,

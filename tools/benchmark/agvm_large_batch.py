@@ -10,8 +10,9 @@ Three trainings of the config's detector on its data, one after the other:
          OptimWrapper, lr * scale (linear scaling rule);
   agvm:  the same large batch and lr with the config's AGVM wrapper (halves =
          the first and second half of the micro-batches).
-Printed: wall time (training and the final validation), optimizer steps and
-bbox mAP (COCO, val split) of each.
+Printed: wall time (training and the final validation), optimizer steps,
+effective batch (loader batch x world size x accumulative_counts) and bbox
+mAP (COCO, val split) of each.
 A one-process stand-in for the paper's multi-GPU comparison: on a CPU only a
 few epochs fit, so read the mAPs as a smoke test of the recipe, not of AGVM.
 """
@@ -80,8 +81,10 @@ def _train(args, mode):
     start = time.perf_counter()
     runner.train()
     seconds = time.perf_counter() - start
-    steps = runner.iter // cfg.optim_wrapper.get('accumulative_counts', 1)
-    return seconds, steps, last.metrics.get('coco/bbox_mAP', float('nan'))
+    counts = cfg.optim_wrapper.get('accumulative_counts', 1)
+    batch = cfg.train_dataloader.batch_size * runner.world_size * counts
+    return (seconds, runner.iter // counts, batch,
+            last.metrics.get('coco/bbox_mAP', float('nan')))
 
 
 def main():
@@ -100,9 +103,11 @@ def main():
     results = {mode: _train(args, mode) for mode in ('small', 'large', 'agvm')}
     print(f'\n{args.config}: ResNet-{args.depth}, {args.image_size} px, '
           f'{args.epochs} epoch(s), large batch = {args.scale} x small')
-    print(f'{"run":<8}{"time s":>9}{"steps":>7}{"bbox mAP":>10}')
-    for mode, (seconds, steps, bbox_map) in results.items():
-        print(f'{mode:<8}{seconds:>9.0f}{steps:>7d}{bbox_map:>10.3f}')
+    print(f'{"run":<8}{"time s":>9}{"steps":>7}{"eff. batch":>11}'
+          f'{"bbox mAP":>10}')
+    for mode, (seconds, steps, batch, bbox_map) in results.items():
+        print(f'{mode:<8}{seconds:>9.0f}{steps:>7d}{batch:>11d}'
+              f'{bbox_map:>10.3f}')
 
 
 if __name__ == '__main__':

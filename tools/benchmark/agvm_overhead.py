@@ -135,7 +135,8 @@ def main():
     print(f'config {args.config}, ResNet-{args.depth}, batch {args.batch_size}'
           f' per process, {args.steps} timed steps per wrapper, '
           f'update_interval {args.update_interval}')
-    print(f'{"setting":<22}{"plain s/step":>13}{"AGVM s/step":>13}'
+    print(f'{"setting":<22}{"eff. batch":>11}{"plain s/step":>13}'
+          f'{"AGVM s/step":>13}'
           f'{"ratio":>8}{"median ratio":>14}{"AGVM work s/step":>18}'
           f'{"share":>8}')
     for world_size in args.nprocs:
@@ -148,7 +149,10 @@ def main():
         work = sum(result['agvm_work']) / len(result['times']['agvm'])
         setting = ('1 process, 2 accum.' if world_size == 1 else
                    f'{world_size} processes DDP')
-        print(f'{setting:<22}{plain:>13.3f}{agvm:>13.3f}{agvm / plain:>8.3f}'
+        # Loader batch x world size x accumulative_counts (2 in 1 process).
+        batch = args.batch_size * max(world_size, 2)
+        print(f'{setting:<22}{batch:>11}{plain:>13.3f}{agvm:>13.3f}'
+              f'{agvm / plain:>8.3f}'
               f'{median_ratio:>14.3f}{work:>18.4f}{work / plain:>8.2%}')
 
 
