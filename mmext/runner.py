@@ -10,6 +10,7 @@ import copy
 import os
 import os.path as osp
 import subprocess
+import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterator, List, Optional, Sequence, Union
 
@@ -18,6 +19,7 @@ import torch.distributed as dist
 from mmengine.config import Config, DictAction
 from mmengine.optim import BaseOptimWrapper, OptimWrapper, OptimWrapperDict
 from mmengine.registry import RUNNERS as ALL_RUNNERS
+from mmengine.runner import EpochBasedTrainLoop
 from mmengine.runner import Runner as MMEngineRunner
 
 from .compat import (optim_wrapper_counts, train_loader_batch_size,
@@ -26,7 +28,7 @@ from .registry import RUNNERS
 
 __all__ = [
     'Runner', 'RUNNER_TYPE', 'effective_batch', 'check_auto_scale_lr',
-    'check_runner_lr_scaling', 'running_config',
+    'check_runner_lr_scaling', 'running_config', 'unused_scheduler_values',
     'train_parser', 'test_parser', 'train_config', 'test_config',
     'load_run_config', 'build_runner', 'enable_amp',
     'setup_cpu_distributed', 'scale_lrs', 'scaled_lrs'
@@ -128,6 +130,67 @@ def running_config(message_hub) -> Optional[Config]:
         return None
 
 
+def _scheduler_configs(schedulers) -> List[dict]:
+    """The config dicts in a ``param_scheduler`` value (dict, list, or a
+    dict of lists per optimizer); built schedulers are left out."""
+    if isinstance(schedulers, dict):
+        if 'type' in schedulers:
+            return [schedulers]
+        return [c for v in schedulers.values() for c in _scheduler_configs(v)]
+    if isinstance(schedulers, (list, tuple)):
+        return [c for v in schedulers for c in _scheduler_configs(v)]
+    return []
+
+
+def unused_scheduler_values(schedulers, max_epochs: Optional[int],
+                            max_iters: int,
+                            milestones: bool = True) -> List[str]:
+    """What of the ``param_scheduler`` configs a run cannot honour.
+
+    One message per value: a scheduler that begins at or after the end of
+    training (never applies), one that ends after it (cut short: a warm-up
+    longer than the run never reaches its LR), and ``milestones`` at or
+    after the end (those LR steps never happen).
+
+    Args:
+        schedulers (dict | list): The ``param_scheduler`` config value.
+        max_epochs (int, optional): Epochs of the run; None for an
+            iteration-based loop (epoch-based values are then not checked).
+        max_iters (int): Iterations of the run.
+        milestones (bool): Check ``milestones`` too (the multigrid plan
+            checks them itself on its schedule).
+
+    Returns:
+        list[str]: The messages.
+    """
+    from mmengine.optim.scheduler.param_scheduler import INF
+    messages = []
+    for cfg in _scheduler_configs(schedulers):
+        by_epoch = cfg.get('by_epoch', True)
+        length = max_epochs if by_epoch else max_iters
+        if length is None:
+            continue
+        unit = 'epoch' if by_epoch else 'iteration'
+        name = f"param_scheduler {cfg['type']}"
+        begin, end = cfg.get('begin', 0), cfg.get('end', INF)
+        if begin >= length:
+            messages.append(
+                f'{name} begins at {unit} {begin}, not before the end of '
+                f'training ({length} {unit}s): it never applies.')
+            continue
+        if end != INF and end > length:
+            messages.append(
+                f'{name} ends at {unit} {end}, after the end of training '
+                f'({length} {unit}s): it is cut short (a warm-up never '
+                f'reaches its target LR).')
+        late = [m for m in cfg.get('milestones', []) if m >= length]
+        if milestones and late:
+            messages.append(
+                f'{name} milestones {late} lie at or after the end of '
+                f'training ({length} {unit}s): those LR steps never happen.')
+    return messages
+
+
 def _optim_wrappers(optim_wrapper) -> dict:
     if isinstance(optim_wrapper, OptimWrapperDict):
         return dict(optim_wrapper.items())
@@ -140,12 +203,15 @@ class Runner(MMEngineRunner):
 
     ``runner_type='mmext.Runner'`` in a config (mmext's ``tools/train.py``
     and ``tools/test.py`` use it unless the config names another runner)
-    changes two things for any recipe:
+    changes three things for any recipe:
 
     * The batch is the effective batch: loader batch x world size x
       ``accumulative_counts``. It is logged when training starts, and
       ``auto_scale_lr`` scales each optimizer's LR by effective batch /
       ``base_batch_size`` (mmengine leaves out the accumulation).
+    * Param scheduler values the run cannot honour (a warm-up longer than
+      the run, milestones after its end, ...) warn, naming the value
+      (:func:`unused_scheduler_values`).
     * ``resume`` refuses a checkpoint written with mmext components (AGVM
       optimizer state, a multigrid schedule) that the config does not have,
       naming what to do instead; the opposite direction is checked by the
@@ -185,6 +251,20 @@ class Runner(MMEngineRunner):
                             f'batch / base_batch_size '
                             f"{auto_scale_lr['base_batch_size']})")
             self.logger.info(message)
+
+    def build_param_scheduler(self, scheduler):
+        """mmengine's, warning first about scheduler values the run cannot
+        honour (:func:`unused_scheduler_values`); arguments as there."""
+        loop = self.train_loop
+        if loop is not None and _scheduler_configs(scheduler):
+            from mmext.multigrid import MultigridHook
+            multigrid = any(isinstance(h, MultigridHook) for h in self.hooks)
+            for message in unused_scheduler_values(
+                    scheduler, getattr(loop, 'max_epochs', None)
+                    if isinstance(loop, EpochBasedTrainLoop) else None,
+                    loop.max_iters, milestones=not multigrid):
+                warnings.warn(message)
+        return super().build_param_scheduler(scheduler)
 
     # Set while ``resume`` runs: None, or whether it restores the optimizer.
     _resuming: Optional[bool] = None

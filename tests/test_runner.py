@@ -223,3 +223,41 @@ def test_mmext_method_configs_use_mmext_runner():
     assert len(paths) >= 10
     for path in paths:
         assert Config.fromfile(path).runner_type == 'mmext.Runner', path
+
+
+def test_stock_i3d_schedule_on_a_short_run():
+    """The I3D recipe's MultiStepLR (end 100, milestones [40, 80]) with
+    max_epochs=2, and a 500-iteration warm-up in a 40-iteration run."""
+    from mmext.runner import unused_scheduler_values
+    schedulers = [
+        dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
+             end=500),
+        dict(type='MultiStepLR', begin=0, end=100, by_epoch=True,
+             milestones=[1, 40, 80], gamma=0.1),
+        dict(type='CosineAnnealingLR', begin=5, by_epoch=True),
+    ]
+    assert unused_scheduler_values(schedulers, 2, 40) == [
+        'param_scheduler LinearLR ends at iteration 500, after the end of '
+        'training (40 iterations): it is cut short (a warm-up never reaches '
+        'its target LR).',
+        'param_scheduler MultiStepLR ends at epoch 100, after the end of '
+        'training (2 epochs): it is cut short (a warm-up never reaches its '
+        'target LR).',
+        'param_scheduler MultiStepLR milestones [40, 80] lie at or after the '
+        'end of training (2 epochs): those LR steps never happen.',
+        'param_scheduler CosineAnnealingLR begins at epoch 5, not before the '
+        'end of training (2 epochs): it never applies.',
+    ]
+    assert unused_scheduler_values(schedulers[1:2], 100, 4000) == []
+    assert len(unused_scheduler_values(schedulers, 2, 40,
+                                       milestones=False)) == 3
+
+
+def test_runner_warns_about_a_warm_up_longer_than_the_run(tmp_path):
+    runner = build_runner(_cfg(tmp_path, param_scheduler=[dict(
+        type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
+        end=50)]))
+    with pytest.warns(UserWarning, match='param_scheduler LinearLR ends at '
+                      r'iteration 50, after the end of training \(8 '
+                      'iterations\)'):
+        runner.train()
