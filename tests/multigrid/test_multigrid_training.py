@@ -187,3 +187,11 @@ def test_bad_hook_options_rejected_at_build(options, match):
     from mmext.multigrid import MultigridHook
     with pytest.raises(ValueError, match=match):
         MultigridHook(**options)
+
+
+def test_auto_scale_lr_with_accumulation_needs_mmext_runner(tmp_path):
+    """mmengine's own runner would scale by loader batch x world size only."""
+    with pytest.raises(ValueError, match="Set runner_type='mmext.Runner'"):
+        _train(tmp_path, runner_type='Runner',
+               auto_scale_lr=dict(enable=True, base_batch_size=4),
+               optim_wrapper=dict(accumulative_counts=2))
