@@ -12,7 +12,7 @@ import os.path as osp
 import subprocess
 import warnings
 from contextlib import contextmanager
-from typing import Callable, Iterator, List, Optional, Sequence, Union
+from typing import Callable, Iterator, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -27,8 +27,9 @@ from .compat import (optim_wrapper_counts, train_loader_batch_size,
 from .registry import RUNNERS
 
 __all__ = [
-    'Runner', 'RUNNER_TYPE', 'effective_batch', 'check_auto_scale_lr',
-    'check_runner_lr_scaling', 'running_config', 'unused_scheduler_values',
+    'Runner', 'RUNNER_TYPE', 'EFFECTIVE_BATCH_INFO', 'effective_batch',
+    'check_auto_scale_lr', 'check_runner_lr_scaling', 'running_config',
+    'unused_scheduler_values',
     'train_parser', 'test_parser', 'train_config', 'test_config',
     'load_run_config', 'build_runner', 'enable_amp',
     'setup_cpu_distributed', 'scale_lrs', 'scaled_lrs'
@@ -36,6 +37,9 @@ __all__ = [
 
 # ``runner_type`` of :class:`Runner` in configs.
 RUNNER_TYPE = 'mmext.Runner'
+# Message hub runtime info: ``{optim wrapper name ('' for one): effective
+# batch}``, set by :class:`Runner` when it has scaled the LRs for it.
+EFFECTIVE_BATCH_INFO = 'effective_batch_size'
 
 
 def effective_batch(loader_batch: int, world_size: int,
@@ -56,55 +60,50 @@ def effective_batch(loader_batch: int, world_size: int,
             f'accumulative_counts {accumulative_counts})')
 
 
-def check_auto_scale_lr(auto_scale_lr: Optional[dict],
-                        accumulative_counts: int,
-                        runner_type: Union[str, type, None]) -> None:
-    """Raise if mmengine's own ``auto_scale_lr`` misses the accumulation.
+def check_auto_scale_lr(runner_info, auto_scale_lr: Optional[dict],
+                        accumulative_counts: int) -> None:
+    """Raise if mmengine's own ``auto_scale_lr`` missed the accumulation.
 
     mmengine's ``Runner.scale_lr`` scales by loader batch x world size only,
     so with ``accumulative_counts = K > 1`` it sets an LR K times too small
-    for the batch of an optimizer step. :class:`Runner` counts K.
+    for the batch of an optimizer step. :class:`Runner` counts K and records
+    it in the message hub (``EFFECTIVE_BATCH_INFO``); that record clears the
+    run.
 
     Args:
+        runner_info (MessageHub): The runner's message hub.
         auto_scale_lr (dict, optional): The config's ``auto_scale_lr``.
         accumulative_counts (int): K of the optimizer wrapper.
-        runner_type (str | type, optional): The runner class, or the config's
-            ``runner_type`` (None for mmengine's ``Runner``).
 
     Raises:
-        ValueError: If ``auto_scale_lr`` is enabled, K > 1 and the runner is
-            not :class:`Runner` or a subclass.
+        ValueError: If ``auto_scale_lr`` is enabled and K > 1 under a runner
+            that is not :class:`Runner`.
     """
     if (not auto_scale_lr or not auto_scale_lr.get('enable', False)
-            or accumulative_counts <= 1):
+            or accumulative_counts <= 1
+            or runner_info.get_info(EFFECTIVE_BATCH_INFO) is not None):
         return
-    runner_cls = (ALL_RUNNERS.get(runner_type)
-                  if isinstance(runner_type, str) else runner_type)
-    if isinstance(runner_cls, type) and issubclass(runner_cls, Runner):
-        return
-    name = runner_type if isinstance(runner_type, str) else getattr(
-        runner_type, '__name__', 'Runner')
     raise ValueError(
         f'auto_scale_lr is enabled and optim_wrapper.accumulative_counts='
-        f"{accumulative_counts}, but the runner ({name}, mmengine's "
-        f'Runner.scale_lr) scales the LR by loader batch x world size only, '
-        f'{accumulative_counts}x too small for the batch of an optimizer '
-        f"step. Set runner_type='{RUNNER_TYPE}' in the config (mmext's "
-        f'tools/train.py does), or disable auto_scale_lr and set the LR for '
-        f'the effective batch yourself.')
+        f"{accumulative_counts}, but mmengine's Runner.scale_lr scales the "
+        f'LR by loader batch x world size only, {accumulative_counts}x too '
+        f"small for the batch of an optimizer step. Set runner_type='"
+        f"{RUNNER_TYPE}' in the config (mmext's tools/train.py does), or "
+        f'disable auto_scale_lr and set the LR for the effective batch '
+        f'yourself.')
 
 
 def check_runner_lr_scaling(runner) -> None:
-    """:func:`check_auto_scale_lr` for every optimizer wrapper of ``runner``.
+    """:func:`check_auto_scale_lr` for every optimizer wrapper of ``runner``
+    (after ``Runner.train`` scaled the LRs).
 
     Raises:
         ValueError: As :func:`check_auto_scale_lr`.
     """
     for wrapper in _optim_wrappers(runner.optim_wrapper).values():
         if isinstance(wrapper, OptimWrapper):
-            check_auto_scale_lr(runner.auto_scale_lr,
-                                optim_wrapper_counts(wrapper)[1],
-                                type(runner))
+            check_auto_scale_lr(runner.message_hub, runner.auto_scale_lr,
+                                optim_wrapper_counts(wrapper)[1])
 
 
 def running_config(message_hub) -> Optional[Config]:
@@ -237,9 +236,11 @@ class Runner(MMEngineRunner):
         if enabled and 'base_batch_size' not in auto_scale_lr:
             raise ValueError('auto_scale_lr.enable=True needs '
                              'auto_scale_lr.base_batch_size')
+        batches = {}
         for name, wrapper in _optim_wrappers(optim_wrapper).items():
             counts = optim_wrapper_counts(wrapper)[1]
             batch = loader_batch * self.world_size * counts
+            batches[name] = batch
             prefix = f'{name}: ' if name else ''
             message = (f'{prefix}effective batch '
                        f'{effective_batch(loader_batch, self.world_size, counts)}')
@@ -251,6 +252,9 @@ class Runner(MMEngineRunner):
                             f'batch / base_batch_size '
                             f"{auto_scale_lr['base_batch_size']})")
             self.logger.info(message)
+        # Not resumed: a later run with mmengine's runner must not inherit it.
+        self.message_hub.update_info(EFFECTIVE_BATCH_INFO, batches,
+                                     resumed=False)
 
     def build_param_scheduler(self, scheduler):
         """mmengine's, warning first about scheduler values the run cannot

@@ -13,8 +13,18 @@ from mmengine.runner import Runner as MMEngineRunner
 from torch import nn
 
 from mmext.agvm import AGVMOptimWrapper
-from mmext.runner import (Runner, build_runner, check_auto_scale_lr, scale_lrs,
-                          scaled_lrs)
+from mmext.runner import (EFFECTIVE_BATCH_INFO, Runner, build_runner,
+                          check_auto_scale_lr, scale_lrs, scaled_lrs)
+
+
+@pytest.fixture(autouse=True)
+def fresh_message_hub():
+    """Runners leave their message hub (with their config) current; later
+    tests in this process get a clean one."""
+    yield
+    import uuid
+    from mmengine.logging import MessageHub
+    MessageHub.get_instance(f'clean_hub_{uuid.uuid4().hex}')
 
 
 def test_scale_and_restore():
@@ -105,11 +115,14 @@ def _lrs(runner):
 AUTO = dict(enable=True, base_batch_size=8)
 
 
-def test_auto_scale_lr_uses_the_effective_batch_with_agvm(tmp_path):
+@pytest.mark.parametrize('build', ['tools', 'from_cfg'])
+def test_auto_scale_lr_uses_the_effective_batch_with_agvm(tmp_path, build):
     """One process, loader batch 2, 2 accumulated micro-batches (AGVM's
     halves): effective batch 4, so base_batch_size 8 halves the LR (mmengine
-    alone would quarter it)."""
-    runner = build_runner(_cfg(tmp_path, auto_scale_lr=AUTO))
+    alone would quarter it). Built by mmext's tools (``runner_type`` set) or
+    directly (no ``runner_type`` in the config)."""
+    cfg = _cfg(tmp_path, auto_scale_lr=AUTO)
+    runner = build_runner(cfg) if build == 'tools' else Runner.from_cfg(cfg)
     assert type(runner) is Runner
     runner.train()
     assert isinstance(runner.optim_wrapper, AGVMOptimWrapper)
@@ -143,18 +156,22 @@ def test_mmengine_runner_with_accumulation_is_refused(tmp_path):
     runner = MMEngineRunner.from_cfg(_cfg(tmp_path, auto_scale_lr=AUTO))
     with pytest.raises(ValueError) as err:
         runner.train()
-    assert ('accumulative_counts=2, but the runner (Runner, mmengine\'s '
-            'Runner.scale_lr) scales the LR by loader batch x world size '
-            'only, 2x too small') in str(err.value)
+    assert ("accumulative_counts=2, but mmengine's Runner.scale_lr scales "
+            'the LR by loader batch x world size only, 2x too small') in str(
+                err.value)
     assert "Set runner_type='mmext.Runner'" in str(err.value)
     assert runner.iter == 0
 
 
-@pytest.mark.parametrize('auto, counts, runner_type', [
+@pytest.mark.parametrize('auto, counts, info', [
     (None, 2, None), (dict(enable=False, base_batch_size=8), 2, None),
-    (AUTO, 1, None), (AUTO, 2, 'mmext.Runner'), (AUTO, 2, Runner)])
-def test_auto_scale_lr_check_passes(auto, counts, runner_type):
-    check_auto_scale_lr(auto, counts, runner_type)
+    (AUTO, 1, None), (AUTO, 2, {'': 4})])
+def test_auto_scale_lr_check_passes(auto, counts, info):
+    from mmengine.logging import MessageHub
+    hub = MessageHub.get_instance(f'check_auto_scale_lr_{counts}_{info}')
+    if info is not None:
+        hub.update_info(EFFECTIVE_BATCH_INFO, info)
+    check_auto_scale_lr(hub, auto, counts)
 
 
 def _train_and_checkpoint(tmp_path, **kwargs):

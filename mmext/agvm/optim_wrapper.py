@@ -154,8 +154,8 @@ class AGVMOptimWrapper(OptimWrapper):
 
         The train loop calls it once its length is known (after resuming).
         Window values that the run cannot honour warn, naming the value
-        (:meth:`unused_window_values`). With mmengine's runner, an enabled
-        ``auto_scale_lr`` that left out ``accumulative_counts`` raises (see
+        (:meth:`unused_window_values`). An enabled ``auto_scale_lr`` that
+        mmengine's runner applied without ``accumulative_counts`` raises (see
         :func:`mmext.runner.check_auto_scale_lr`; the running config is read
         from the message hub, where mmengine's ``RuntimeInfoHook`` puts it).
 
@@ -172,8 +172,8 @@ class AGVMOptimWrapper(OptimWrapper):
             warnings.warn(message)
         cfg = running_config(self.message_hub)
         if cfg is not None:
-            check_auto_scale_lr(cfg.get('auto_scale_lr'), self._counts[1],
-                                cfg.get('runner_type'))
+            check_auto_scale_lr(self.message_hub, cfg.get('auto_scale_lr'),
+                                self._counts[1])
 
     def unused_window_values(self, max_iters: int) -> List[str]:
         """What of ``start_iter``/``end_iter``/``clip_grad_window`` a run of
