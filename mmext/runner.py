@@ -142,8 +142,7 @@ def _scheduler_configs(schedulers) -> List[dict]:
 
 
 def unused_scheduler_values(schedulers, max_epochs: Optional[int],
-                            max_iters: int,
-                            milestones: bool = True) -> List[str]:
+                            max_iters: int) -> List[str]:
     """What of the ``param_scheduler`` configs a run cannot honour.
 
     One message per value: a scheduler that begins at or after the end of
@@ -156,8 +155,6 @@ def unused_scheduler_values(schedulers, max_epochs: Optional[int],
         max_epochs (int, optional): Epochs of the run; None for an
             iteration-based loop (epoch-based values are then not checked).
         max_iters (int): Iterations of the run.
-        milestones (bool): Check ``milestones`` too (the multigrid plan
-            checks them itself on its schedule).
 
     Returns:
         list[str]: The messages.
@@ -183,7 +180,7 @@ def unused_scheduler_values(schedulers, max_epochs: Optional[int],
                 f'({length} {unit}s): it is cut short (a warm-up never '
                 f'reaches its target LR).')
         late = [m for m in cfg.get('milestones', []) if m >= length]
-        if milestones and late:
+        if late:
             messages.append(
                 f'{name} milestones {late} lie at or after the end of '
                 f'training ({length} {unit}s): those LR steps never happen.')
@@ -210,7 +207,8 @@ class Runner(MMEngineRunner):
       ``base_batch_size`` (mmengine leaves out the accumulation).
     * Param scheduler values the run cannot honour (a warm-up longer than
       the run, milestones after its end, ...) warn, naming the value
-      (:func:`unused_scheduler_values`).
+      (:func:`unused_scheduler_values`; with ``MultigridHook`` the hook's
+      own checks on the multigrid schedule replace these).
     * ``resume`` refuses a checkpoint written with mmext components (AGVM
       optimizer state, a multigrid schedule) that the config does not have,
       naming what to do instead; the opposite direction is checked by the
@@ -259,14 +257,15 @@ class Runner(MMEngineRunner):
     def build_param_scheduler(self, scheduler):
         """mmengine's, warning first about scheduler values the run cannot
         honour (:func:`unused_scheduler_values`); arguments as there."""
+        from mmext.multigrid import MultigridHook
         loop = self.train_loop
-        if loop is not None and _scheduler_configs(scheduler):
-            from mmext.multigrid import MultigridHook
-            multigrid = any(isinstance(h, MultigridHook) for h in self.hooks)
-            for message in unused_scheduler_values(
-                    scheduler, getattr(loop, 'max_epochs', None)
-                    if isinstance(loop, EpochBasedTrainLoop) else None,
-                    loop.max_iters, milestones=not multigrid):
+        # MultigridHook checks the recipe's schedulers on its own schedule.
+        if (loop is not None and _scheduler_configs(scheduler) and not any(
+                isinstance(h, MultigridHook) for h in self.hooks)):
+            max_epochs = (loop.max_epochs
+                          if isinstance(loop, EpochBasedTrainLoop) else None)
+            for message in unused_scheduler_values(scheduler, max_epochs,
+                                                   loop.max_iters):
                 warnings.warn(message)
         return super().build_param_scheduler(scheduler)
 
