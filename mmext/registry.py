@@ -11,9 +11,11 @@ from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import \
     OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
+from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
 
-__all__ = ['HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS']
+__all__ = ['HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS',
+           'TRANSFORMS']
 
 HOOKS = Registry(
     'hook', parent=MMENGINE_HOOKS, scope='mmext',
@@ -25,3 +27,7 @@ OPTIM_WRAPPER_CONSTRUCTORS = Registry(
     'optimizer wrapper constructor',
     parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, scope='mmext',
     locations=['mmext.agvm'])
+# Benchmark stand-ins for video decoding (random in-memory clips).
+TRANSFORMS = Registry(
+    'transform', parent=MMENGINE_TRANSFORMS, scope='mmext',
+    locations=['mmext.testing.synthetic'])
