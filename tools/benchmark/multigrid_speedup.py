@@ -225,7 +225,8 @@ def _print_runs(base, mg):
                   f'{s["compute_s_per_iter"] / base_iter:>11.2f} '
                   f'{s["compute_ms_per_clip"]:>8.1f} '
                   f'{s["data_s_per_iter"]:>12.3f}')
-    first = {e: round(w, 2) for e, w in mg['first_batch_seconds'].items()}
+    first = {e: round(float(w), 2)
+             for e, w in mg['first_batch_seconds'].items()}
     print(f'multigrid first-batch wait per epoch (s): {first}')
 
 
