@@ -12,9 +12,13 @@ from mmengine.registry import \
     OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
 from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
+from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
 
-__all__ = ['HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'RUNNERS']
+__all__ = [
+    'HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'RUNNERS',
+    'TRANSFORMS'
+]
 
 HOOKS = Registry(
     'hook', parent=MMENGINE_HOOKS, scope='mmext',
@@ -29,3 +33,7 @@ OPTIM_WRAPPER_CONSTRUCTORS = Registry(
 RUNNERS = Registry(
     'runner', parent=MMENGINE_RUNNERS, scope='mmext',
     locations=['mmext.runner'])
+# Benchmark stand-ins for video decoding (random in-memory clips).
+TRANSFORMS = Registry(
+    'transform', parent=MMENGINE_TRANSFORMS, scope='mmext',
+    locations=['mmext.testing.synthetic'])

@@ -2,6 +2,7 @@
 import copy
 import itertools
 import logging
+import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -19,6 +20,7 @@ from mmext.runner import check_runner_lr_scaling, scale_lrs
 from .bn import (aggregate_sub_bn_stats, set_sub_bn_splits,
                  to_plain_bn_state_dict, update_precise_bn)
 from .data import MultigridDataset, ShortCycleBatchSampler
+from .monitor import DATA_WAIT_THRESHOLD, DataWaitWatch
 from .pipeline import resize_pipeline
 from .plan import CHECKPOINT_KEY, MultigridPlan, validate_options
 from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
@@ -32,6 +34,18 @@ _STAGE_SEED_STRIDE = 1009
 
 def _unwrap(model):
     return model.module if is_model_wrapper(model) else model
+
+
+def _synchronize(outputs) -> None:
+    """Wait for the device of the step's loss, so its time ends here.
+
+    mmengine's ``RuntimeInfoHook`` reads the losses (a device sync) right
+    after this hook, so syncing here costs nothing extra.
+    """
+    for value in (outputs or {}).values():
+        if isinstance(value, torch.Tensor) and value.device.type == 'cuda':
+            torch.cuda.synchronize(value.device)
+            return
 
 
 @HOOKS.register_module()
@@ -76,6 +90,13 @@ class MultigridHook(Hook):
             (truncated/corrupt file) by a random other clip, with a warning
             naming the file and a count per epoch in the log. False (default)
             stops training with an error naming the file and dataset index.
+        data_wait_threshold (float, optional): After each shape change the
+            hook logs the stage-change cost (loader rebuild, worker start,
+            first batch) and the share of iteration time spent waiting for
+            data over the next ``data_wait_iters`` iterations; above this
+            share it logs one warning per run that the run is data-bound
+            (see :mod:`mmext.multigrid.monitor`). 0 or None: no warning.
+        data_wait_iters (int): Iterations measured after each shape change.
 
     Raises:
         ValueError: At construction for a negative ``bn_base_size`` or
@@ -107,7 +128,9 @@ class MultigridHook(Hook):
                  bn_base_size: Optional[int] = 8,
                  precise_bn_iters: int = 200,
                  lr_steps: Optional[Sequence[int]] = None,
-                 skip_broken_clips: bool = False):
+                 skip_broken_clips: bool = False,
+                 data_wait_threshold: Optional[float] = DATA_WAIT_THRESHOLD,
+                 data_wait_iters: int = 10):
         self.options = validate_options(dict(
             long_cycle=long_cycle,
             short_cycle=short_cycle,
@@ -118,9 +141,15 @@ class MultigridHook(Hook):
             bn_base_size=bn_base_size,
             precise_bn_iters=precise_bn_iters,
             lr_steps=lr_steps,
-            skip_broken_clips=skip_broken_clips))
+            skip_broken_clips=skip_broken_clips,
+            data_wait_threshold=data_wait_threshold,
+            data_wait_iters=data_wait_iters))
         self.plan: Optional[MultigridPlan] = None
         self._loaded_schedule: Optional[dict] = None
+        self.watch = DataWaitWatch(data_wait_threshold, data_wait_iters)
+        self._last_iter_end: Optional[float] = None
+        self._epoch_start = self._iter_start = 0.0
+        self._data_seconds = 0.0
         self._loader_stage: Optional[MultigridStage] = None
         self._restore_lrs: Optional[Callable[[], None]] = None
 
@@ -188,9 +217,12 @@ class MultigridHook(Hook):
     # ------------------------------------------------------------ epochs
     def before_train_epoch(self, runner) -> None:
         """Swap in the loader and BN splits of the epoch's stage."""
+        start = time.perf_counter()
+        self._last_iter_end = None
         stage = self.plan.stage_at(runner.epoch)
         if self._loader_stage is not None and (
                 self._loader_stage.short_cycle == stage.short_cycle):
+            self._epoch_start = time.perf_counter()
             return
         runner.train_loop.dataloader = self.build_loader(runner, stage)
         self._loader_stage = stage
@@ -205,6 +237,11 @@ class MultigridHook(Hook):
             f'{[s.crop_size for s in stage.short_cycle]}, '
             f'{len(runner.train_loop.dataloader)} iters/epoch',
             logger='current')
+        self._epoch_start = time.perf_counter()
+        self.watch.start_stage(
+            f'epoch {runner.epoch} (batches {self.plan.batch_sizes(stage)}, '
+            f'T={stage.shape.clip_len}, S={stage.shape.crop_size})',
+            rebuild_seconds=self._epoch_start - start)
 
     def build_loader(self, runner, stage: MultigridStage,
                      short_cycle: bool = True):
@@ -255,10 +292,12 @@ class MultigridHook(Hook):
             data = model.data_preprocessor(batch, True)
             model(**data, mode='tensor')
 
+        start = time.perf_counter()
         n = update_precise_bn(
             model, itertools.islice(loader, iters), forward)
         print_log(f'Multigrid: precise BN over {n} batches at epoch '
-                  f'{runner.epoch}', logger='current')
+                  f'{runner.epoch} ({time.perf_counter() - start:.1f} s)',
+                  logger='current')
 
     def _report_skipped(self, runner) -> None:
         """Log the broken clips the epoch skipped (summed over ranks)."""
@@ -303,14 +342,22 @@ class MultigridHook(Hook):
     def before_train_iter(self, runner, batch_idx: int,
                           data_batch=None) -> None:
         """Scale the LR by the long-cycle batch factor for this iteration."""
+        self._iter_start = time.perf_counter()
+        self._data_seconds = self._iter_start - (self._last_iter_end
+                                                 or self._epoch_start)
         factor = self.plan.stage_at(runner.epoch).shape.batch_factor
         groups = self._param_groups(runner)
         self._restore_lrs = scale_lrs(groups, [factor] * len(groups))
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None) -> None:
-        """Restore the schedulers' LR before they step."""
+        """Restore the schedulers' LR; watch the data wait."""
         if self._restore_lrs is not None:
             self._restore_lrs()
             self._restore_lrs = None
+        _synchronize(outputs)
+        self._last_iter_end = time.perf_counter()
+        for level, message in self.watch.record(
+                self._data_seconds, self._last_iter_end - self._iter_start):
+            print_log(message, logger='current', level=level)
 

@@ -15,6 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 from .bn import (SPLITTABLE_BN_TYPES, bn_layers_in_training,
                  unsplittable_bn_layers)
 from .lr import INF, STEP_TYPES, find_lr_steps, remap_param_schedulers
+from .monitor import DATA_WAIT_THRESHOLD
 from .pipeline import parse_grid_shape
 from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
                        MultigridStage, build_multigrid_schedule,
@@ -38,7 +39,9 @@ HOOK_OPTIONS = dict(
     bn_base_size=8,
     precise_bn_iters=200,
     lr_steps=None,
-    skip_broken_clips=False)
+    skip_broken_clips=False,
+    data_wait_threshold=DATA_WAIT_THRESHOLD,
+    data_wait_iters=10)
 _WARMUP_TYPES = ('LinearLR', 'ConstantLR', 'LinearParamScheduler',
                  'ConstantParamScheduler')
 _SCHEDULE_OPTIONS = ('long_cycle', 'short_cycle', 'epoch_factor',
@@ -57,8 +60,9 @@ def validate_options(options: dict) -> dict:
 
     Raises:
         ValueError: For an unknown option, a negative ``bn_base_size``, a
-            ``precise_bn_iters`` that is not an int >= 0 or a non-bool
-            ``skip_broken_clips``.
+            ``precise_bn_iters`` that is not an int >= 0, a non-bool
+            ``skip_broken_clips``, a ``data_wait_threshold`` outside [0, 1]
+            or a ``data_wait_iters`` that is not an int >= 1.
     """
     unknown = sorted(set(options) - set(HOOK_OPTIONS))
     if unknown:
@@ -76,6 +80,14 @@ def validate_options(options: dict) -> dict:
     if not isinstance(options['skip_broken_clips'], bool):
         raise ValueError(f'skip_broken_clips must be True or False, got '
                          f'{options["skip_broken_clips"]!r}')
+    threshold = options['data_wait_threshold']
+    if threshold is not None and not 0 <= threshold <= 1:
+        raise ValueError(f'data_wait_threshold must be a share in [0, 1] (0 '
+                         f'or None disables the data-wait warning), got '
+                         f'{threshold}')
+    watch = options['data_wait_iters']
+    if not isinstance(watch, int) or watch < 1:
+        raise ValueError(f'data_wait_iters must be an int >= 1, got {watch}')
     return options
 
 

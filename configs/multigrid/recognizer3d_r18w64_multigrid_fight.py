@@ -1,0 +1,37 @@
+# Compute-bound CPU benchmark on the real fight clips (../shared/data/fight):
+# the fight recipe with a full-width ResNet3d-18 (64 base channels) at 112 px
+# crops. Decoding a clip costs the same at every grid shape (~0.03 s on one
+# core), so multigrid only pays where compute per clip dwarfs it; at 112 px
+# every grid shape keeps feature maps of at least 56 px, where CPU convolutions
+# are about as efficient per FLOP as at the base shape (coarser crops are not;
+# see docs/en/benchmarks.md). Used by tools/benchmark/multigrid_speedup.py.
+_base_ = './recognizer3d_r18_multigrid_fight.py'
+
+crop_size = 112
+model = dict(
+    backbone=dict(base_channels=64),
+    cls_head=dict(in_channels=512))
+train_pipeline = [
+    dict(type='DecordInit'),
+    dict(type='SampleFrames', clip_len=16, frame_interval=2, num_clips=1),
+    dict(type='DecordDecode'),
+    dict(type='Resize', scale=(-1, 128)),
+    dict(type='MultiScaleCrop', input_size=crop_size, scales=(1, 0.875),
+         random_crop=False, max_wh_scale_gap=0),
+    dict(type='Resize', scale=(crop_size, crop_size), keep_ratio=False),
+    dict(type='FormatShape', input_format='NCTHW'),
+    dict(type='PackActionInputs')
+]
+val_pipeline = [
+    dict(type='DecordInit'),
+    dict(type='SampleFrames', clip_len=16, frame_interval=2, num_clips=1,
+         test_mode=True),
+    dict(type='DecordDecode'),
+    dict(type='Resize', scale=(-1, 128)),
+    dict(type='CenterCrop', crop_size=crop_size),
+    dict(type='FormatShape', input_format='NCTHW'),
+    dict(type='PackActionInputs')
+]
+train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
+val_dataloader = dict(dataset=dict(pipeline=val_pipeline))
+test_dataloader = val_dataloader

@@ -1,0 +1,93 @@
+"""tools/benchmark/multigrid_speedup.py: JSON figures and their arithmetic.
+
+A 4-channel model at batch 8 on synthetic clips (no data files needed). With
+240 clips and 1 recipe epoch, the schedule (MultigridPlan) trains 2 epochs:
+epoch 0 at batches [64, 32, 32] (T=8; S=56, 79, 79) -> 64+32+32+64+32 = 224
+clips in 5 iterations; epoch 1 at [32, 16, 8] (T=16; S=56, 79, 112) -> 4
+cycles of 56 clips in 12 iterations. The recipe trains 240 / 8 = 30.
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO_ROOT, run_tool
+
+TOOL = 'tools/benchmark/multigrid_speedup.py'
+TINY = ['--threads', '1', '--cfg-options', 'model.backbone.base_channels=4',
+        'model.cls_head.in_channels=32', 'train_dataloader.batch_size=8',
+        'train_dataloader.dataset.ann_file=no-such-file.txt']
+
+
+def _json(proc):
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_synthetic_run_figures(tmp_path):
+    proc = run_tool([sys.executable, TOOL, '--synthetic', '--epochs', '1',
+                     '--json', '--work-dir', str(tmp_path)] + TINY)
+    out = _json(proc)
+    base, mg = out['baseline'], out['multigrid']
+    assert out['mode'] == 'synthetic' and out['device'] == 'cpu'
+    assert (base['iters'], base['clips']) == (30, 240)
+    assert (mg['iters'], mg['clips']) == (17, 448)
+    assert base['top1'] is None and mg['top1'] is None
+    assert out['iteration_saving'] == pytest.approx(30 / 17)
+    assert out['speedup'] == pytest.approx(base['seconds'] / mg['seconds'])
+    assert out['ratio'] == pytest.approx(out['speedup'] / (30 / 17))
+    for run in (base, mg):
+        assert run['data_seconds'] + run['compute_seconds'] + run[
+            'other_seconds'] == pytest.approx(run['seconds'])
+        assert run['clips_per_s'] == pytest.approx(run['clips'] /
+                                                   run['seconds'])
+        assert run['bound'] == ('data' if run['data_share'] > 0.2 else
+                                'compute')
+        assert sum(s['iters'] for s in run['shapes']) == run['iters']
+    shapes = {(s['batch'], s['clip_len'], s['crop_size']): s['iters']
+              for s in mg['shapes']}
+    assert shapes == {(64, 8, 56): 2, (32, 8, 79): 3, (32, 16, 56): 4,
+                      (16, 16, 79): 4, (8, 16, 112): 4}
+    assert [(s['batch'], s['clip_len'], s['crop_size'])
+            for s in base['shapes']] == [(8, 16, 112)]
+    s = mg['shapes'][0]
+    assert s['compute_ms_per_clip'] == pytest.approx(
+        1000 * s['compute_s_per_iter'] / s['batch'])
+    assert 'ratio' in proc.stdout and 'bound by' in proc.stdout
+
+
+def test_projection_arithmetic(tmp_path):
+    """Full 40-epoch recipe: 420 multigrid iterations against 1200."""
+    proc = run_tool([sys.executable, TOOL, '--project', '--project-iters',
+                     '1', '--samples-per-rank', '240', '--json',
+                     '--work-dir', str(tmp_path)] + TINY)
+    out = _json(proc)
+    base, mg = out['baseline'], out['multigrid']
+    assert (base['iters'], mg['iters']) == (1200, 420)
+    assert out['iteration_saving'] == pytest.approx(1200 / 420)
+    rows = {(*r['timed_shape'], r['sub_bn_splits']): r for r in out['shapes']}
+    assert {k: r['iters'] for k, r in rows.items()} == {
+        (64, 8, 56, 8): 48, (32, 8, 79, 8): 72, (64, 8, 56, 4): 44,
+        (32, 8, 79, 4): 44, (16, 8, 112, 4): 44, (32, 16, 56, 2): 56,
+        (16, 16, 79, 2): 56, (8, 16, 112, 2): 56}
+    # Precise BN (4 batches) at the end of each long-cycle shape: epochs 19,
+    # 36, 44, 49, 54 and 60 (the LR drops at 56 and 58 keep the shape).
+    ends = [(32, 8, 79, 8), (16, 8, 112, 4), (8, 16, 112, 2)] * 2
+    assert [tuple(k) for k in mg['precise_bn_passes']] == [e[:3]
+                                                            for e in ends]
+    bn = sum(4 * rows[e]['forward_s_per_iter'] for e in ends)
+    assert mg['precise_bn_seconds'] == pytest.approx(bn)
+    assert mg['seconds'] == pytest.approx(
+        sum(r['iters'] * r['s_per_iter'] for r in rows.values()) + bn)
+    assert out['speedup'] == pytest.approx(base['seconds'] / mg['seconds'])
+    assert out['ratio'] == pytest.approx(out['speedup'] /
+                                         out['iteration_saving'])
+    assert out['base_shape'] == [8, 16, 112]
+
+
+def test_project_needs_dataset_size(tmp_path):
+    res = subprocess.run(
+        [sys.executable, TOOL, '--project', '--work-dir', str(tmp_path)] +
+        TINY, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode != 0
+    assert 'give --samples-per-rank' in res.stderr
