@@ -209,7 +209,7 @@ def test_adam_statistic_uses_preconditioned_gradient():
         optimizer=dict(type='AdamW', lr=0.01, eps=1e-8), statistic='adam'))
     _known_step(wrapper, model)
     flat = torch.ones(wrapper.layout.numel)
-    weights = wrapper._precondition(flat)
+    weights = wrapper._precondition(wrapper.layout.params, flat)
     v = wrapper.optimizer.state[model.backbone.w]['exp_avg_sq']
     torch.testing.assert_close(weights[:2], 1 / (v.sqrt() + 1e-8))
     _known_step(wrapper, model)
