@@ -4,6 +4,8 @@ import os
 import torch
 from mmengine.optim import build_optim_wrapper
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import \
+    allreduce_hook
 
 from mmext.testing import run_gloo_processes
 
@@ -70,11 +72,16 @@ def run_processes(fn, world_size, args=(), timeout=120):
     run_gloo_processes(fn, world_size, args, timeout)
 
 
-def train_ddp(rank, world_size, batches, out_dir, agvm):
+def train_ddp(rank, world_size, batches, out_dir, agvm, exchange='hook'):
     """Each rank trains on its share of every step's parts (accumulating if
-    it gets several); every rank saves its results."""
+    it gets several); every rank saves its results.
+
+    ``exchange='flat'`` registers DDP's stock all-reduce hook first, so AGVM
+    cannot add its own and reduces the flattened gradients itself."""
     model = nn.parallel.DistributedDataParallel(
         ToyModel(), find_unused_parameters=True)
+    if exchange == 'flat':
+        model.register_comm_hook(None, allreduce_hook)
     per_rank = len(batches[0]) // world_size
     wrapper = build_wrapper(model, accumulative_counts=per_rank, **agvm)
     history = []
@@ -85,5 +92,6 @@ def train_ddp(rank, world_size, batches, out_dir, agvm):
             wrapper.update_params(loss)
         history.append(wrapper.ema.factors.clone())
     torch.save(dict(state=model.module.state_dict(), history=history,
-                    variance=wrapper.last_variance),
+                    variance=wrapper.last_variance,
+                    hooked=wrapper._halves.attach(model)),
                os.path.join(out_dir, f'rank{rank}.pth'))
