@@ -6,6 +6,7 @@ import torch
 
 from agvm_toy import (MODULES, ToyModel, run_processes, toy_batches,
                       train_accumulated, train_ddp)
+from helpers import CUDA_MARKS
 from mmext.agvm import (HalfStatistics, gradient_variance,
                         modulation_factors)
 
@@ -15,11 +16,13 @@ def _load(tmp_path, world_size):
             for r in range(world_size)]
 
 
-@pytest.mark.parametrize('world_size,parts_per_rank,exchange', [
-    (2, 1, 'hook'), (2, 2, 'hook'), (2, 1, 'flat'),
-    pytest.param(4, 1, 'hook', marks=pytest.mark.slow)])
+@pytest.mark.parametrize('world_size,parts_per_rank,exchange,device', [
+    (2, 1, 'hook', 'cpu'), (2, 2, 'hook', 'cpu'), (2, 1, 'flat', 'cpu'),
+    pytest.param(4, 1, 'hook', 'cpu', marks=pytest.mark.slow),
+    pytest.param(2, 1, 'hook', 'cuda', marks=CUDA_MARKS),
+    pytest.param(2, 1, 'flat', 'cuda', marks=CUDA_MARKS)])
 def test_processes_match_single_process_accumulation(
-        tmp_path, world_size, parts_per_rank, exchange):
+        tmp_path, world_size, parts_per_rank, exchange, device):
     """Halves = ranks vs halves = first/second half of the micro-batches of
     one process, on the same data; with 2 parts per rank DDP accumulates.
     Measured in DDP's communication hook (with 4 ranks, after a reduction
@@ -28,7 +31,7 @@ def test_processes_match_single_process_accumulation(
     batches = toy_batches(num_steps=4,
                           num_parts=world_size * parts_per_rank)
     run_processes(train_ddp, world_size,
-                  (batches, str(tmp_path), {}, exchange))
+                  (batches, str(tmp_path), {}, exchange, device))
     ranks = _load(tmp_path, world_size)
     model, wrapper, history = train_accumulated(batches)
     for result in ranks:
