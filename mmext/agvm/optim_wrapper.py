@@ -367,7 +367,7 @@ class AGVMOptimWrapper(OptimWrapper):
                 f'from module_names {self.module_names}')
         self.ema.load_state_dict(agvm['ema'])
         self.last_variance = torch.as_tensor(
-            agvm['last_variance'], dtype=torch.float64).clone()
+            agvm['last_variance'], dtype=torch.float64, device='cpu').clone()
         super().load_state_dict(state_dict)
 
 

@@ -160,25 +160,30 @@ def test_paramwise_cfg_groups_are_tagged_and_scaled():
     assert type(wrapper).__name__ == 'AGVMOptimWrapper'
 
 
-def test_resume_reproduces_factors(tmp_path):
+@pytest.mark.parametrize('device', DEVICES)
+def test_resume_reproduces_factors(tmp_path, device):
     batches = toy_batches(5, 2)
-    model, wrapper, history = train_accumulated(batches)
+    model, wrapper, history = train_accumulated(batches, device)
     # Same run interrupted after 3 steps, saved, restored into new objects.
-    first, saved, _ = train_accumulated(batches[:3])
+    first, saved, _ = train_accumulated(batches[:3], device)
     torch.save(dict(model=first.state_dict(), optim=saved.state_dict()),
                tmp_path / 'ckpt.pth')
-    ckpt = torch.load(tmp_path / 'ckpt.pth', weights_only=False)
-    resumed = ToyModel()
+    # mmengine's resume maps the checkpoint to the current device.
+    ckpt = torch.load(tmp_path / 'ckpt.pth', map_location=device,
+                      weights_only=False)
+    resumed = ToyModel().to(device)
     resumed.load_state_dict(ckpt['model'])
     wrapper2 = build_wrapper(resumed, accumulative_counts=2)
     wrapper2.load_state_dict(ckpt['optim'])
     assert wrapper2.ema.factors.tolist() == history[2].tolist()
+    assert wrapper2.ema.factors.device.type == 'cpu'
+    assert wrapper2.last_variance.device.type == 'cpu'
     # What the train loop does on resume: the counter comes from runner.iter.
     wrapper2.initialize_count_status(resumed, 6, 10)
     for parts in batches[3:]:
         for x, y, use_aux in parts:
             with wrapper2.optim_context(resumed):
-                loss = resumed(x, y, use_aux)
+                loss = resumed(x.to(device), y.to(device), use_aux)
             wrapper2.update_params(loss)
     torch.testing.assert_close(wrapper2.ema.factors, history[-1])
     for key, value in model.state_dict().items():
