@@ -457,9 +457,10 @@ class DistributedHalves:
         """All-reduce the norm table (step 3); one collective of 3M values."""
         norms = torch.zeros(3, self.layout.num_modules, dtype=torch.float64,
                             device=self.layout.device)
+        # The per-bucket norms stay referenced until the next re-estimate:
+        # on CUDA they may come from the hook's side streams.
         for row, values in self._norms:
             norms[row] += values
-        self._norms = []
         dist.all_reduce(norms)
         return _statistics(norms)
 
