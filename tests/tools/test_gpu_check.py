@@ -60,19 +60,25 @@ def _write_scalars(work_dir, records):
 
 
 def test_agvm_scalars_check(tmp_path):
+    # What the wrapper logs: factors applied per iteration (message hub)
+    # and each re-estimate at its own iteration (visualizer).
+    estimate = {'agvm_d/backbone': 0.3, 'agvm_d/neck': 0.1,
+                'agvm_s/backbone': 1.0, 'agvm_s/neck': 1.2, 'step': 2}
     good = [
         {'loss': 2.0, 'agvm_mu/backbone': 1.0, 'agvm_mu/neck': 1.0},
-        {'loss': 1.5, 'agvm_mu/backbone': 1.0, 'agvm_mu/neck': 1.2,
-         'agvm_d/backbone': 0.3, 'agvm_d/neck': 0.1},
+        estimate,
+        {'loss': 1.5, 'agvm_mu/backbone': 1.0, 'agvm_mu/neck': 1.2},
     ]
     _write_scalars(tmp_path / 'good', good)
     assert gpu_check.check_agvm_scalars('', str(tmp_path / 'good')) == (
-        'factors backbone 1.0000, neck 1.2000')
+        '1 re-estimates, factors backbone 1.0000, neck 1.2000')
     cases = {
-        'nan': ([dict(good[1], **{'agvm_mu/neck': float('nan')})],
+        'nan': ([estimate, dict(good[2], **{'agvm_mu/neck': float('nan')})],
                 'non-finite'),
-        'never': ([good[0]], 'never re-estimated'),
-        'one': ([dict(good[1], **{'agvm_mu/neck': 1.0})], 'never moved'),
+        'nan_d': ([dict(estimate, **{'agvm_d/neck': float('inf')}), good[2]],
+                  'non-finite'),
+        'never': (good[::2], 'never re-estimated'),
+        'one': ([estimate, good[0]], 'never moved'),
         'none': ([{'loss': 1.0}], 'no agvm_mu'),
     }
     for name, (records, message) in cases.items():
