@@ -238,6 +238,7 @@ def agvm_ranks_worker(rank: int, world_size: int, backend: str,
     from mmext.runner import build_runner, load_run_config
     device = (torch.device('cuda', torch.cuda.current_device())
               if torch.cuda.is_available() else torch.device('cpu'))
+    os.environ['LOCAL_RANK'] = str(rank)  # as torchrun; mmengine reads it
     cfg = load_run_config(AGVM_CONFIG, work_dir=work_dir, launcher='pytorch')
     cfg.model_wrapper_cfg = dict(
         type='MMDistributedDataParallel',
