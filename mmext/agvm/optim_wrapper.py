@@ -41,10 +41,13 @@ class AGVMOptimWrapper(OptimWrapper):
     restores it after ``optimizer.step()``, so param schedulers and the logged
     base LR never see the factor. The math lives in :mod:`mmext.agvm`.
 
-    Halves: with world size >= 2, the two halves of the ranks (the wrapper
-    disables DDP's reduction on re-estimation steps and reduces itself, see
+    Halves: with world size >= 2, the two halves of the ranks (measured in
+    AGVM's DDP communication hook during the backward pass of re-estimation
+    steps, or, without it, by reducing the flattened gradients itself, see
     :class:`DistributedHalves`); in one process, the first and second half of
-    the ``accumulative_counts`` micro-batches.
+    the ``accumulative_counts`` micro-batches. Every buffer and statistic is
+    on the parameters' device; the M statistics of a re-estimate are the
+    only values moved to the host, where the factors live.
 
     Build it with :class:`AGVMOptimWrapperConstructor`, which tags every param
     group with its module (parameters outside ``module_names`` form the
