@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SHARED_DATA = os.environ.get('MMEXT_DATA_ROOT',
@@ -28,3 +29,13 @@ def run_tool(args, timeout=900, env=None):
         pytest.fail(f'{args} exited {proc.returncode}:\n'
                     f'{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}')
     return proc
+
+# Marks a test that needs CUDA: skipped with the reason without one, selected
+# by `pytest -m cuda` (what tools/gpu_check.sh runs).
+CUDA_MARKS = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(),
+                       reason='needs a CUDA device (torch sees none)')
+]
+# Devices a numeric test runs on: the CPU always, CUDA when torch sees one.
+DEVICES = ['cpu', pytest.param('cuda', marks=CUDA_MARKS)]

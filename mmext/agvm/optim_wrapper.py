@@ -42,10 +42,13 @@ class AGVMOptimWrapper(OptimWrapper):
     restores it after ``optimizer.step()``, so param schedulers and the logged
     base LR never see the factor. The math lives in :mod:`mmext.agvm`.
 
-    Halves: with world size >= 2, the two halves of the ranks (the wrapper
-    disables DDP's reduction on re-estimation steps and reduces itself, see
+    Halves: with world size >= 2, the two halves of the ranks (measured in
+    AGVM's DDP communication hook during the backward pass of re-estimation
+    steps, or, without it, by reducing the flattened gradients itself, see
     :class:`DistributedHalves`); in one process, the first and second half of
-    the ``accumulative_counts`` micro-batches.
+    the ``accumulative_counts`` micro-batches. Every buffer and statistic is
+    on the parameters' device; the M statistics of a re-estimate are the
+    only values moved to the host, where the factors live.
 
     Build it with :class:`AGVMOptimWrapperConstructor`, which tags every param
     group with its module (parameters outside ``module_names`` form the
@@ -127,17 +130,20 @@ class AGVMOptimWrapper(OptimWrapper):
                                      self._counts[1])
         self.layout = GradientLayout(optimizer, module_names)
         self.module_names = self.layout.module_names
+        # Factors are consumed on the host (Python LRs) every step, so they
+        # and the logged d_i live there; the M statistics of a re-estimate
+        # cross once (see _update_factors).
         self.ema = ModulationEMA(len(self.module_names), ema_momentum)
         self.last_variance = torch.full((len(self.module_names), ),
                                         float('nan'), dtype=torch.float64)
         self._halves = self._build_halves()
-        self._takeover_step: Optional[int] = None
         self._warned_no_takeover = False
 
     def _build_halves(self):
         world_size = get_world_size()
         if world_size >= 2:
-            return DistributedHalves(self.layout, world_size, get_rank())
+            return DistributedHalves(self.layout, world_size, get_rank(),
+                                     self._precondition)
         counts = self._counts[1]
         if counts < 2 or counts % 2:
             raise ValueError(
@@ -146,7 +152,7 @@ class AGVMOptimWrapper(OptimWrapper):
                 'accumulated micro-batches, so set optim_wrapper.'
                 f'accumulative_counts to an even number >= 2 (got {counts}), '
                 'or train with >= 2 processes (tools/dist_train.sh CONFIG 2)')
-        return AccumulationHalves(self.layout, counts)
+        return AccumulationHalves(self.layout, counts, self._precondition)
 
     def initialize_count_status(self, model: nn.Module, init_counts: int,
                                 max_counts: int) -> None:
@@ -226,21 +232,25 @@ class AGVMOptimWrapper(OptimWrapper):
 
     @contextmanager
     def optim_context(self, model: nn.Module):
-        """mmengine's context, plus ``no_sync`` on DDP re-estimation steps.
+        """mmengine's context; on DDP re-estimation steps, the halves'.
 
-        DDP decides at forward time whether the backward all-reduces; on a
-        re-estimation step the wrapper must see each rank's own gradient, so
-        DDP's reduction is switched off and :meth:`step` reduces instead.
+        DDP decides at forward time how the backward reduces; on a
+        re-estimation step the halves must be measured before the ranks'
+        gradients are averaged: by AGVM's DDP communication hook, or, for
+        other models, by switching DDP's reduction off (see
+        :meth:`DistributedHalves.measuring`).
 
         Args:
             model (nn.Module): The (possibly DDP-wrapped) training model.
         """
         with ExitStack() as stack:
             iteration = self._counts[0]
-            if (self.distributed and self._measures(iteration)
-                    and hasattr(model, 'no_sync')):
-                stack.enter_context(model.no_sync())
-                self._takeover_step = self.schedule.step_index(iteration)
+            if self.distributed:
+                # DDP takes its communication hook before the first backward.
+                self._halves.attach(model)
+            if self.distributed and self._measures(iteration):
+                stack.enter_context(self._halves.measuring(
+                    model, self.schedule.step_index(iteration)))
             stack.enter_context(super().optim_context(model))
             yield
 
@@ -312,6 +322,8 @@ class AGVMOptimWrapper(OptimWrapper):
         stats = self._collect(step)
         if stats is None:
             return
+        # The one device-to-host transfer of a re-estimate: 3M float64.
+        stats = HalfStatistics(*torch.stack(tuple(stats)).cpu())
         d, valid = gradient_variance(stats)
         mu = modulation_factors(d, valid, 0, self.ratio_range)
         self.ema.update(mu)
@@ -344,9 +356,8 @@ class AGVMOptimWrapper(OptimWrapper):
         visualizer.add_scalars(scalars, step=(step + 1) * self._counts[1])
 
     def _collect(self, step: int) -> Optional[HalfStatistics]:
-        if not self.distributed:
-            return self._halves.measure(step, self._precondition)
-        if self._takeover_step != step:
+        stats = self._halves.measure(step)
+        if stats is None and self.distributed:
             # DDP already averaged the grads (no optim_context around the
             # forward): both halves would look identical.
             if not self._warned_no_takeover:
@@ -357,13 +368,21 @@ class AGVMOptimWrapper(OptimWrapper):
                     're-estimate. Use the model wrapper\'s train_step.',
                     logger='current', level=logging.WARNING)
                 self._warned_no_takeover = True
-            return None
-        return self._halves.reduce_and_measure(self._precondition)
+        return stats
 
-    def _precondition(self, flat: Tensor) -> Tensor:
+    def _precondition(self, params: Sequence[Tensor], flat: Tensor) -> Tensor:
         """Adam mode: g / (sqrt(v) + eps) with the optimizer's v (the
         reference blends the current g into v first; using the stored v keeps
         the map linear, identical across ranks, so the norm identity holds).
+
+        Args:
+            params (Sequence[Tensor]): Parameters whose gradients ``flat``
+                concatenates (all of the layout, or one DDP bucket).
+            flat (Tensor): Their gradients, shape (sum of numels,).
+
+        Returns:
+            Tensor: Same shape, dtype and device as ``flat`` (``flat``
+            itself for ``statistic='grad'``).
         """
         if self.statistic == 'grad':
             return flat
@@ -372,14 +391,14 @@ class AGVMOptimWrapper(OptimWrapper):
             for group in self.optimizer.param_groups for p in group['params']
         }
         weights = []
-        for param in self.layout.params:
+        for param in params:
             state = self.optimizer.state.get(param, {})
             if 'exp_avg_sq' in state:
                 weights.append((state['exp_avg_sq'].sqrt() +
                                 eps_of[id(param)]).reciprocal().reshape(-1))
             else:
                 weights.append(flat.new_ones(param.numel()))
-        return flat * torch.cat(weights).float()
+        return flat * torch.cat(weights).to(flat.dtype)
 
     def state_dict(self) -> dict:
         """The optimizer's state dict plus ``'agvm'``: module names, EMA
@@ -436,7 +455,7 @@ class AGVMOptimWrapper(OptimWrapper):
                 f'load_from=CKPT (no --resume).')
         self.ema.load_state_dict(agvm['ema'])
         self.last_variance = torch.as_tensor(
-            agvm['last_variance'], dtype=torch.float64).clone()
+            agvm['last_variance'], dtype=torch.float64, device='cpu').clone()
         super().load_state_dict(state_dict)
 
 

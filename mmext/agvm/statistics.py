@@ -127,7 +127,9 @@ class ModulationEMA:
 
     ``s_i <- alpha * s_i + (1 - alpha) * mu_i``, s_i = 1 initially. Updates
     are only given where mu_i is finite: a module without a valid measurement
-    keeps its factor, so a factor is never non-finite.
+    keeps its factor, so a factor is never non-finite. The factors are a
+    float64 host tensor: the optimizer wrapper reads them as Python LR
+    multipliers every step, which would be a device sync per step on a GPU.
 
     Args:
         num_modules (int): M, the number of modulated modules.
@@ -151,7 +153,7 @@ class ModulationEMA:
         """Blend one measurement into the average.
 
         Args:
-            mu (Tensor): Shape (M,); NaN entries are skipped.
+            mu (Tensor): Shape (M,), on the host; NaN entries are skipped.
 
         Returns:
             Tensor: The new factors s, float64, shape (M,).
@@ -174,7 +176,10 @@ class ModulationEMA:
         Raises:
             ValueError: If the saved number of modules differs.
         """
-        factors = torch.as_tensor(state['factors'], dtype=torch.float64)
+        # Checkpoints may be mapped to the GPU (mmengine's resume does);
+        # the factors are host scalars, consumed as Python LRs.
+        factors = torch.as_tensor(state['factors'], dtype=torch.float64,
+                                  device='cpu')
         if factors.shape != self.factors.shape:
             raise ValueError(
                 f'AGVM state has {factors.numel()} factors but the wrapper '

@@ -1,4 +1,4 @@
-"""Helpers for tests and benchmarks: gloo process groups on one machine.
+"""Helpers for tests and benchmarks: process groups on one machine.
 
 Not used by training itself; kept in the package because the benchmarks in
 ``tools/benchmark`` spawn processes with them too.
@@ -8,10 +8,11 @@ import socket
 import time
 from typing import Callable, Optional, Sequence
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-__all__ = ['find_free_port', 'run_gloo_processes']
+__all__ = ['find_free_port', 'run_gloo_processes', 'run_processes']
 
 
 def find_free_port() -> int:
@@ -21,10 +22,12 @@ def find_free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _gloo_worker(rank: int, world_size: int, port: int, fn: Callable,
-                 args: Sequence) -> None:
+def _worker(rank: int, world_size: int, port: int, backend: str,
+            fn: Callable, args: Sequence) -> None:
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
-    dist.init_process_group('gloo', rank=rank, world_size=world_size)
+    if backend == 'nccl':
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
     try:
         fn(rank, world_size, *args)
     finally:
@@ -35,11 +38,20 @@ def run_gloo_processes(fn: Callable,
                        world_size: int,
                        args: Sequence = (),
                        timeout: Optional[float] = None) -> None:
-    """Run ``fn(rank, world_size, *args)`` in spawned gloo processes.
+    """:func:`run_processes` with the gloo backend (CPU or CUDA tensors)."""
+    run_processes(fn, world_size, args, timeout, backend='gloo')
+
+
+def run_processes(fn: Callable,
+                  world_size: int,
+                  args: Sequence = (),
+                  timeout: Optional[float] = None,
+                  backend: str = 'gloo') -> None:
+    """Run ``fn(rank, world_size, *args)`` in spawned processes.
 
     Each process joins a default process group on 127.0.0.1 (a free port)
     and leaves it when ``fn`` returns. Used by tests and benchmarks that
-    compare distributed runs on one CPU machine.
+    compare distributed runs on one machine.
 
     Args:
         fn (callable): A picklable (module-level) function.
@@ -47,6 +59,9 @@ def run_gloo_processes(fn: Callable,
         args (Sequence): Extra arguments of ``fn``.
         timeout (float, optional): Seconds after which the processes are
             killed; None waits forever.
+        backend (str): ``'gloo'`` (CPU tensors, and CUDA tensors of a GPU
+            the processes may share) or ``'nccl'`` (rank r uses GPU r, set
+            as the current device before ``fn`` runs).
 
     Raises:
         TimeoutError: If the processes do not finish within ``timeout``.
@@ -54,7 +69,8 @@ def run_gloo_processes(fn: Callable,
             ``torch.multiprocessing``).
     """
     ctx = mp.start_processes(
-        _gloo_worker, args=(world_size, find_free_port(), fn, tuple(args)),
+        _worker,
+        args=(world_size, find_free_port(), backend, fn, tuple(args)),
         nprocs=world_size, join=False, start_method='spawn')
     deadline = None if timeout is None else time.monotonic() + timeout
     while not ctx.join(timeout=1):

@@ -4,6 +4,8 @@ import os
 import torch
 from mmengine.optim import build_optim_wrapper
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import \
+    allreduce_hook
 
 from mmext.testing import run_gloo_processes
 
@@ -50,16 +52,16 @@ def build_wrapper(model, **agvm):
     return build_optim_wrapper(model, cfg)
 
 
-def train_accumulated(batches, **agvm):
+def train_accumulated(batches, device='cpu', **agvm):
     """One process, each step accumulating its parts as micro-batches."""
-    model = ToyModel()
+    model = ToyModel().to(device)
     wrapper = build_wrapper(model, accumulative_counts=len(batches[0]),
                             **agvm)
     history = []
     for parts in batches:
         for x, y, use_aux in parts:
             with wrapper.optim_context(model):
-                loss = model(x, y, use_aux)
+                loss = model(x.to(device), y.to(device), use_aux)
             wrapper.update_params(loss)
         history.append(wrapper.ema.factors.clone())
     return model, wrapper, history
@@ -70,20 +72,29 @@ def run_processes(fn, world_size, args=(), timeout=120):
     run_gloo_processes(fn, world_size, args, timeout)
 
 
-def train_ddp(rank, world_size, batches, out_dir, agvm):
+def train_ddp(rank, world_size, batches, out_dir, agvm, exchange='hook',
+              device='cpu'):
     """Each rank trains on its share of every step's parts (accumulating if
-    it gets several); every rank saves its results."""
+    it gets several); every rank saves its results.
+
+    ``exchange='flat'`` registers DDP's stock all-reduce hook first, so AGVM
+    cannot add its own and reduces the flattened gradients itself. With
+    ``device='cuda'`` all ranks share GPU 0 (gloo takes CUDA tensors)."""
     model = nn.parallel.DistributedDataParallel(
-        ToyModel(), find_unused_parameters=True)
+        ToyModel().to(device), find_unused_parameters=True)
+    if exchange == 'flat':
+        model.register_comm_hook(None, allreduce_hook)
     per_rank = len(batches[0]) // world_size
     wrapper = build_wrapper(model, accumulative_counts=per_rank, **agvm)
     history = []
     for parts in batches:
         for x, y, use_aux in parts[rank * per_rank:(rank + 1) * per_rank]:
             with wrapper.optim_context(model):
-                loss = model(x, y, use_aux)
+                loss = model(x.to(device), y.to(device), use_aux)
             wrapper.update_params(loss)
         history.append(wrapper.ema.factors.clone())
-    torch.save(dict(state=model.module.state_dict(), history=history,
-                    variance=wrapper.last_variance),
+    state = {k: v.cpu() for k, v in model.module.state_dict().items()}
+    torch.save(dict(state=state, history=history,
+                    variance=wrapper.last_variance,
+                    hooked=wrapper._halves.attach(model)),
                os.path.join(out_dir, f'rank{rank}.pth'))

@@ -6,6 +6,7 @@ import torch
 
 from agvm_toy import (MODULES, ToyModel, run_processes, toy_batches,
                       train_accumulated, train_ddp)
+from helpers import CUDA_MARKS
 from mmext.agvm import (HalfStatistics, gradient_variance,
                         modulation_factors)
 
@@ -15,16 +16,26 @@ def _load(tmp_path, world_size):
             for r in range(world_size)]
 
 
-@pytest.mark.parametrize('parts_per_rank', [1, 2])
-def test_two_processes_match_single_process_accumulation(
-        tmp_path, parts_per_rank):
+@pytest.mark.parametrize('world_size,parts_per_rank,exchange,device', [
+    (2, 1, 'hook', 'cpu'), (2, 2, 'hook', 'cpu'), (2, 1, 'flat', 'cpu'),
+    pytest.param(4, 1, 'hook', 'cpu', marks=pytest.mark.slow),
+    pytest.param(2, 1, 'hook', 'cuda', marks=CUDA_MARKS),
+    pytest.param(2, 1, 'flat', 'cuda', marks=CUDA_MARKS)])
+def test_processes_match_single_process_accumulation(
+        tmp_path, world_size, parts_per_rank, exchange, device):
     """Halves = ranks vs halves = first/second half of the micro-batches of
-    one process, on the same data; with 2 parts per rank DDP accumulates."""
-    batches = toy_batches(num_steps=4, num_parts=2 * parts_per_rank)
-    run_processes(train_ddp, 2, (batches, str(tmp_path), {}))
-    ranks = _load(tmp_path, 2)
+    one process, on the same data; with 2 parts per rank DDP accumulates.
+    Measured in DDP's communication hook (with 4 ranks, after a reduction
+    inside each half), or, when DDP already has another hook, on the
+    flattened gradients."""
+    batches = toy_batches(num_steps=4,
+                          num_parts=world_size * parts_per_rank)
+    run_processes(train_ddp, world_size,
+                  (batches, str(tmp_path), {}, exchange, device))
+    ranks = _load(tmp_path, world_size)
     model, wrapper, history = train_accumulated(batches)
     for result in ranks:
+        assert result['hooked'] == (exchange == 'hook')
         for got, want in zip(result['history'], history):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(result['variance'],
@@ -49,11 +60,12 @@ def _grads(model, part):
             for n, p in model.named_parameters()}
 
 
-def test_three_processes_unbiased_step(tmp_path):
+@pytest.mark.parametrize('exchange', ['hook', 'flat'])
+def test_three_processes_unbiased_step(tmp_path, exchange):
     """World size 3: halves are ranks {0} and {1}; rank 2 only enters the
     update, which must be the plain mean of the 3 gradients."""
     batches = toy_batches(num_steps=3, num_parts=3)
-    run_processes(train_ddp, 3, (batches[:1], str(tmp_path), {}))
+    run_processes(train_ddp, 3, (batches[:1], str(tmp_path), {}, exchange))
     ranks = _load(tmp_path, 3)
     model = ToyModel()
     grads = [_grads(model, part) for part in batches[0]]

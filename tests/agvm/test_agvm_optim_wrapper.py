@@ -9,6 +9,7 @@ from mmengine.optim import build_optim_wrapper
 from torch import nn
 
 from agvm_toy import ToyModel, build_wrapper, toy_batches, train_accumulated
+from helpers import DEVICES
 
 
 class Vector(nn.Module):
@@ -34,9 +35,9 @@ HALF_A = dict(backbone=[1., 0.], neck=[3., 4.], head=[1., 1.], extra=[1.])
 HALF_B = dict(backbone=[0., 1.], neck=[3., 0.], head=[-1., -1.], extra=[1.])
 
 
-def _known_step(wrapper, model):
+def _known_step(wrapper, model, device='cpu'):
     for half in (HALF_A, HALF_B):
-        coefs = {m: torch.tensor(v) for m, v in half.items()}
+        coefs = {m: torch.tensor(v, device=device) for m, v in half.items()}
         with wrapper.optim_context(model):
             loss = model(coefs)
         wrapper.update_params(loss)
@@ -72,10 +73,14 @@ def visualizer(monkeypatch):
     return recorder
 
 
-def test_factors_and_update_match_hand_computation(visualizer):
-    model = KnownGradients()
+@pytest.mark.parametrize('device', DEVICES)
+def test_factors_and_update_match_hand_computation(visualizer, device):
+    model = KnownGradients().to(device)
     wrapper = build_optim_wrapper(model, _agvm_cfg())
-    _known_step(wrapper, model)
+    _known_step(wrapper, model, device)
+    # Factors and d_i are host scalars (consumed as Python LRs every step).
+    assert wrapper.last_variance.device.type == 'cpu'
+    assert wrapper.ema.factors.device.type == 'cpu'
     # d = 1 - cos: backbone cos 0 -> 1; neck cos 9/15 -> 0.4; head -> 2.
     torch.testing.assert_close(
         wrapper.last_variance, torch.tensor([1., .4, 2.], dtype=torch.float64))
@@ -85,10 +90,11 @@ def test_factors_and_update_match_hand_computation(visualizer):
     for i, name in enumerate(['backbone', 'neck', 'head']):
         mean_grad = (torch.tensor(HALF_A[name]) + torch.tensor(HALF_B[name]))
         torch.testing.assert_close(
-            getattr(model, name).w.detach(),
+            getattr(model, name).w.detach().cpu(),
             -0.1 * factors[i] * mean_grad / 2)
     # 'extra' is outside module_names: trained, factor 1.
-    torch.testing.assert_close(model.extra.w.detach(), torch.tensor([-0.1]))
+    torch.testing.assert_close(model.extra.w.detach().cpu(),
+                               torch.tensor([-0.1]))
     # The LR seen by schedulers and the logger is restored.
     assert all(g['lr'] == 0.1 for g in wrapper.optimizer.param_groups)
     hub = MessageHub.get_current_instance()
@@ -119,12 +125,14 @@ def test_window_and_interval(visualizer):
     assert hub.get_scalar('train/agvm_mu/neck').current() == 1.0
 
 
-def test_parameters_outside_modules_change_and_frozen_do_not():
+@pytest.mark.parametrize('device', DEVICES)
+def test_parameters_outside_modules_change_and_frozen_do_not(device):
     model = ToyModel()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trained, wrapper, _ = train_accumulated(toy_batches(2, 2),
+                                            device=device,
                                             module_names=['backbone'])
-    after = trained.state_dict()
+    after = {k: v.cpu() for k, v in trained.state_dict().items()}
     for name in ['neck.weight', 'head.weight', 'aux.weight']:
         assert not torch.equal(after[name], before[name]), name
     assert torch.equal(after['frozen.weight'], before['frozen.weight'])
@@ -153,25 +161,30 @@ def test_paramwise_cfg_groups_are_tagged_and_scaled():
     assert type(wrapper).__name__ == 'AGVMOptimWrapper'
 
 
-def test_resume_reproduces_factors(tmp_path):
+@pytest.mark.parametrize('device', DEVICES)
+def test_resume_reproduces_factors(tmp_path, device):
     batches = toy_batches(5, 2)
-    model, wrapper, history = train_accumulated(batches)
+    model, wrapper, history = train_accumulated(batches, device)
     # Same run interrupted after 3 steps, saved, restored into new objects.
-    first, saved, _ = train_accumulated(batches[:3])
+    first, saved, _ = train_accumulated(batches[:3], device)
     torch.save(dict(model=first.state_dict(), optim=saved.state_dict()),
                tmp_path / 'ckpt.pth')
-    ckpt = torch.load(tmp_path / 'ckpt.pth', weights_only=False)
-    resumed = ToyModel()
+    # mmengine's resume maps the checkpoint to the current device.
+    ckpt = torch.load(tmp_path / 'ckpt.pth', map_location=device,
+                      weights_only=False)
+    resumed = ToyModel().to(device)
     resumed.load_state_dict(ckpt['model'])
     wrapper2 = build_wrapper(resumed, accumulative_counts=2)
     wrapper2.load_state_dict(ckpt['optim'])
     assert wrapper2.ema.factors.tolist() == history[2].tolist()
+    assert wrapper2.ema.factors.device.type == 'cpu'
+    assert wrapper2.last_variance.device.type == 'cpu'
     # What the train loop does on resume: the counter comes from runner.iter.
     wrapper2.initialize_count_status(resumed, 6, 10)
     for parts in batches[3:]:
         for x, y, use_aux in parts:
             with wrapper2.optim_context(resumed):
-                loss = resumed(x, y, use_aux)
+                loss = resumed(x.to(device), y.to(device), use_aux)
             wrapper2.update_params(loss)
     torch.testing.assert_close(wrapper2.ema.factors, history[-1])
     for key, value in model.state_dict().items():
@@ -204,17 +217,20 @@ def test_clip_grad_only_inside_window():
     assert logged == [False, True, False]
 
 
-def test_adam_statistic_uses_preconditioned_gradient():
-    model = KnownGradients()
+@pytest.mark.parametrize('device', DEVICES)
+def test_adam_statistic_uses_preconditioned_gradient(device):
+    model = KnownGradients().to(device)
     wrapper = build_optim_wrapper(model, _agvm_cfg(
         optimizer=dict(type='AdamW', lr=0.01, eps=1e-8), statistic='adam'))
-    _known_step(wrapper, model)
-    flat = torch.ones(wrapper.layout.numel)
-    weights = wrapper._precondition(flat)
+    _known_step(wrapper, model, device)
+    flat = torch.ones(wrapper.layout.numel, device=device)
+    weights = wrapper._precondition(wrapper.layout.params, flat)
+    assert weights.device == torch.device(device)
     v = wrapper.optimizer.state[model.backbone.w]['exp_avg_sq']
     torch.testing.assert_close(weights[:2], 1 / (v.sqrt() + 1e-8))
-    _known_step(wrapper, model)
+    _known_step(wrapper, model, device)
     assert torch.isfinite(wrapper.ema.factors).all()
+    assert wrapper.ema.num_updates == 2
 
 
 @pytest.mark.parametrize('kwargs,match', [

@@ -2,33 +2,37 @@ import math
 
 import pytest
 import torch
+from helpers import DEVICES
 
 from mmext.agvm import (HalfStatistics, ModulationEMA, gradient_variance,
                         half_dot_from_norms, modulation_factors, split_ranks)
 
 
-def _stats(pairs):
-    a = [torch.tensor(x, dtype=torch.float64) for x, _ in pairs]
-    b = [torch.tensor(y, dtype=torch.float64) for _, y in pairs]
+def _stats(pairs, device='cpu'):
+    a = [torch.tensor(x, dtype=torch.float64, device=device) for x, _ in pairs]
+    b = [torch.tensor(y, dtype=torch.float64, device=device) for _, y in pairs]
     return HalfStatistics(
         dot=torch.stack([x @ y for x, y in zip(a, b)]),
         sq_norm_a=torch.stack([x @ x for x in a]),
         sq_norm_b=torch.stack([y @ y for y in b]))
 
 
-def test_gradient_variance_and_factors_by_hand():
+@pytest.mark.parametrize('device', DEVICES)
+def test_gradient_variance_and_factors_by_hand(device):
     # module 0: cos = 0 -> d = 1; module 1: cos = 0.6 -> d = 0.4;
     # module 2: opposite -> d = 2; module 3: identical -> d = 0.
     stats = _stats([([1., 0.], [0., 2.]), ([3., 4.], [3., 0.]),
-                    ([1., 1.], [-2., -2.]), ([1., 2.], [2., 4.])])
+                    ([1., 1.], [-2., -2.]), ([1., 2.], [2., 4.])], device)
     d, valid = gradient_variance(stats)
     assert valid.all()
-    torch.testing.assert_close(d, torch.tensor([1., .4, 2., 0.],
-                                               dtype=torch.float64))
+    assert d.device == valid.device == torch.device(device)
+    torch.testing.assert_close(d.cpu(), torch.tensor([1., .4, 2., 0.],
+                                                     dtype=torch.float64))
     mu = modulation_factors(d, valid, 0, (0.5, 10.0))
+    assert mu.device == torch.device(device)
     expected = [1.0, math.sqrt(1 / .4), math.sqrt(.5), math.sqrt(10.)]
-    torch.testing.assert_close(mu, torch.tensor(expected,
-                                                dtype=torch.float64))
+    torch.testing.assert_close(mu.cpu(), torch.tensor(expected,
+                                                      dtype=torch.float64))
 
 
 def test_zero_and_nonfinite_gradients_are_skipped():

@@ -1,0 +1,439 @@
+"""One-command GPU check of mmext (run it as ``tools/gpu_check.sh``).
+
+Runs, on a machine with CUDA and the stack of ``make install``, each line
+below with a time limit (8 minutes for all), then prints one summary table
+and exits 1 if any line failed:
+
+1. ``cuda-tests``: the CUDA-marked tests (``pytest -m cuda``);
+2. ``agvm-fp32`` / ``agvm-amp``: ``tools/train.py`` on the demo detector,
+   one GPU, AGVM halves = accumulated micro-batches, fp32 and ``--amp``;
+   the logged factors must be finite and re-estimated;
+3. ``agvm-2proc``: the same config in 2 processes (NCCL with 2+ GPUs, else
+   gloo with both on GPU 0); factors finite and identical on both ranks,
+   parameters identical;
+4. ``multigrid``: ``tools/train.py`` on the demo video recipe (sub-batch
+   BN, precise BN, shape changes);
+5. ``agvm-overhead``: ``tools/benchmark/agvm_overhead.py --device cuda``;
+6. ``mg-speedup-gpu`` / ``agvm-large-batch-gpu``: the GPU modes of the
+   multigrid speed-up and AGVM large-batch benchmarks, if those scripts
+   offer them (``--help``), else "skipped: not supported".
+
+Without CUDA it checks its arguments, the tools and that the configs exist
+and parse (the dry run), says in one line that there is no GPU and exits 0.
+``--dry-run`` does the same on a GPU machine and prints the plan.
+"""
+import argparse
+import json
+import math
+import os
+import os.path as osp
+import re
+import subprocess
+import sys
+import time
+import warnings
+from typing import Callable, List, NamedTuple, Optional, Sequence
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+AGVM_CONFIG = 'configs/smoke/faster-rcnn_r18_fpn_agvm_demo-det-smoke.py'
+MULTIGRID_CONFIG = 'configs/smoke/recognizer3d_r18_multigrid_demo-video-smoke.py'
+BUDGET = 8 * 60  # seconds for all lines together
+DEMO_DATA = 'data/demo'
+
+
+class Line(NamedTuple):
+    """One check: ``command`` is run; ``check(output, work_dir)`` returns
+    the detail shown in the table, or raises ``CheckFailed``."""
+    name: str
+    what: str
+    command: Callable[[str], Optional[List[str]]]
+    check: Callable[[str, str], str]
+    timeout: float
+
+
+class CheckFailed(Exception):
+    """A line ran but its result is wrong."""
+
+
+# ---------------------------------------------------------------- checks
+def _last_line_with(output: str, word: str) -> str:
+    lines = [line for line in output.splitlines() if word in line]
+    return lines[-1].strip() if lines else ''
+
+
+def _check_tests(output: str, work_dir: str) -> str:
+    summary = _last_line_with(output, ' passed')
+    if not summary:
+        raise CheckFailed('no CUDA test passed')
+    return summary.strip('= ')
+
+
+def _scalars(work_dir: str) -> List[dict]:
+    files = sorted(
+        osp.join(dirpath, name)
+        for dirpath, _, names in os.walk(work_dir) for name in names
+        if name == 'scalars.json')
+    if not files:
+        raise CheckFailed(f'no scalars.json under {work_dir}')
+    with open(files[-1]) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def check_agvm_scalars(output: str, work_dir: str) -> str:
+    """Factors applied at every logged iteration (``agvm_mu``), re-estimates
+    (``agvm_d``/``agvm_s`` records) present, everything finite, the factors
+    moved away from 1."""
+    records = _scalars(work_dir)
+    train = [r for r in records if 'loss' in r]
+    estimates = [r for r in records if any('agvm_d/' in k for k in r)]
+    if not train:
+        raise CheckFailed('no training iteration logged')
+    factors = {k: v for k, v in train[-1].items() if 'agvm_mu/' in k}
+    if not factors:
+        raise CheckFailed('no agvm_mu/* factor logged')
+    if not estimates:
+        raise CheckFailed('factors never re-estimated (no agvm_d/* logged)')
+    values = [v for r in train + estimates for k, v in r.items()
+              if k.startswith('agvm_') or k == 'loss']
+    if not all(math.isfinite(v) for v in values):
+        raise CheckFailed(f'non-finite factor, variance or loss: {values}')
+    if all(v == 1.0 for v in factors.values()):
+        raise CheckFailed(f'factors never moved from 1: {factors}')
+    return f'{len(estimates)} re-estimates, factors ' + ', '.join(
+        f'{k.split("/")[-1]} {v:.4f}' for k, v in factors.items())
+
+
+def check_ranks(output: str, work_dir: str) -> str:
+    """Result of :func:`agvm_ranks_worker`: equal finite factors per rank."""
+    with open(osp.join(work_dir, 'ranks.json')) as f:
+        ranks = json.load(f)
+    first = ranks[0]
+    if first['num_updates'] < 1:
+        raise CheckFailed('factors never re-estimated')
+    if not all(math.isfinite(v) for r in ranks for v in r['factors']):
+        raise CheckFailed(f'non-finite factors: {ranks}')
+    for rank in ranks[1:]:
+        for key in ('factors', 'param_sum', 'num_updates'):
+            if rank[key] != first[key]:
+                raise CheckFailed(f'{key} differ across ranks: '
+                                  f'{[r[key] for r in ranks]}')
+    if not first['hooked']:
+        raise CheckFailed('AGVM did not use its DDP communication hook')
+    return (f"{len(ranks)} ranks, {first['backend']}, device "
+            f"{first['device']}: identical factors "
+            f"{[round(v, 4) for v in first['factors']]}")
+
+
+def check_multigrid(output: str, work_dir: str) -> str:
+    """Two or more grid shapes, precise BN, a checkpoint, finite losses."""
+    shapes = set(re.findall(r'Multigrid: epoch \d+: batches (\[[^\]]*\]), '
+                            r'T=(\d+)', output))
+    precise = re.findall(r'precise BN over (\d+) batches', output)
+    if len(shapes) < 2:
+        raise CheckFailed(f'expected a shape change, saw {shapes}')
+    if not precise:
+        raise CheckFailed('precise BN did not run')
+    losses = [r['loss'] for r in _scalars(work_dir) if 'loss' in r]
+    if not losses or not all(math.isfinite(v) for v in losses):
+        raise CheckFailed(f'losses {losses}')
+    if not any(name.endswith('.pth') for name in os.listdir(work_dir)):
+        raise CheckFailed('no checkpoint written')
+    return (f'{len(shapes)} shapes, precise BN x{len(precise)}, '
+            f'{len(losses)} iterations, last loss {losses[-1]:.3f}')
+
+
+def check_table(output: str, work_dir: str) -> str:
+    """A benchmark's printed result rows (everything after its header)."""
+    rows = [line.strip() for line in output.splitlines()
+            if re.match(r'^(\d|1 process)', line.strip())]
+    return ' | '.join(' '.join(row.split()) for row in rows) or 'ran'
+
+
+# -------------------------------------------------------------- commands
+def _python() -> str:
+    return os.environ.get('PYTHON', sys.executable)
+
+
+def _optional_benchmark(script: str, args: Sequence[str],
+                        short: Sequence[Sequence[str]]):
+    """``script args`` if its ``--help`` lists every flag of ``args``, plus
+    each option of ``short`` (e.g. fewer epochs) that it lists too, and
+    ``--work-dir`` if it takes one; None (skipped) otherwise."""
+
+    def command(work_dir: str) -> Optional[List[str]]:
+        proc = subprocess.run([_python(), script, '--help'], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        flags = set(re.findall(r'--[a-z][a-z-]*', proc.stdout))
+        if proc.returncode or not {a for a in args if a[:2] == '--'} <= flags:
+            return None
+        extra = [arg for option in short + [['--work-dir', work_dir]]
+                 if option[0] in flags for arg in option]
+        return [_python(), script, *args, *extra]
+
+    return command
+
+
+def _train(config: str, *extra: str):
+
+    def command(work_dir: str) -> List[str]:
+        return [_python(), 'tools/train.py', config, '--work-dir', work_dir,
+                *extra]
+
+    return command
+
+
+def _self(*extra: str):
+
+    def command(work_dir: str) -> List[str]:
+        return [_python(), 'tools/gpu_check.py', *extra, '--work-dir',
+                work_dir]
+
+    return command
+
+
+LINES = [
+    Line('cuda-tests', 'pytest -m cuda',
+         lambda _: [_python(), '-m', 'pytest', 'tests', '-m', 'cuda', '-q',
+                    '-p', 'no:cacheprovider'], _check_tests, 180),
+    Line('agvm-fp32', f'tools/train.py {AGVM_CONFIG}', _train(AGVM_CONFIG),
+         check_agvm_scalars, 90),
+    Line('agvm-amp', f'tools/train.py {AGVM_CONFIG} --amp',
+         _train(AGVM_CONFIG, '--amp'), check_agvm_scalars, 90),
+    Line('agvm-2proc', f'2 processes of {AGVM_CONFIG}',
+         _self('--agvm-ranks', '2'), check_ranks, 120),
+    Line('multigrid', f'tools/train.py {MULTIGRID_CONFIG}',
+         _train(MULTIGRID_CONFIG), check_multigrid, 120),
+    Line('agvm-overhead', 'tools/benchmark/agvm_overhead.py --device cuda',
+         lambda _: [_python(), 'tools/benchmark/agvm_overhead.py', '--device',
+                    'cuda', '--steps', '12', '--warmup', '2',
+                    '--update-interval', '10', '--nprocs', '1', '2'],
+         check_table, 150),
+    Line('mg-speedup-gpu',
+         'tools/benchmark/multigrid_speedup.py --synthetic --device cuda',
+         _optional_benchmark('tools/benchmark/multigrid_speedup.py',
+                             ['--synthetic', '--device', 'cuda'],
+                             [['--epochs', '1']]),
+         check_table, 150),
+    Line('agvm-large-batch-gpu',
+         'tools/benchmark/agvm_large_batch.py --device cuda',
+         _optional_benchmark('tools/benchmark/agvm_large_batch.py',
+                             ['--device', 'cuda'],
+                             [['--epochs', '1'], ['--seeds', '0']]),
+         check_table, 150),
+]
+
+
+# ------------------------------------------------------- 2-process worker
+def agvm_ranks_worker(rank: int, world_size: int, backend: str,
+                      work_dir: str) -> None:
+    """Train :data:`AGVM_CONFIG` in DDP and save every rank's factors.
+
+    Runs under :func:`mmext.testing.run_processes` (the process group is
+    set up; with NCCL rank r is on GPU r, with gloo every rank on GPU 0, or
+    on the CPU without CUDA).
+    """
+    import torch
+    from mmengine.dist import all_gather_object
+
+    from mmext.runner import build_runner, load_run_config
+    device = (torch.device('cuda', torch.cuda.current_device())
+              if torch.cuda.is_available() else torch.device('cpu'))
+    os.environ['LOCAL_RANK'] = str(rank)  # as torchrun; mmengine reads it
+    cfg = load_run_config(AGVM_CONFIG, work_dir=work_dir, launcher='pytorch')
+    cfg.model_wrapper_cfg = dict(
+        type='MMDistributedDataParallel',
+        device_ids=[device.index] if backend == 'nccl' else None,
+        broadcast_buffers=False)
+    runner = build_runner(cfg)
+    runner.train()
+    wrapper = runner.optim_wrapper
+    model = runner.model.module
+    result = dict(
+        rank=rank, backend=backend, device=str(device),
+        factors=wrapper.ema.factors.tolist(),
+        num_updates=wrapper.ema.num_updates,
+        hooked=wrapper._halves.attach(runner.model),
+        param_sum=sum(p.detach().double().sum().item()
+                      for p in model.parameters()))
+    ranks = all_gather_object(result)
+    if rank == 0:
+        with open(osp.join(work_dir, 'ranks.json'), 'w') as f:
+            json.dump(ranks, f)
+
+
+def run_agvm_ranks(world_size: int, work_dir: str) -> None:
+    import torch
+
+    from mmext.testing import run_processes
+    backend = 'nccl' if torch.cuda.device_count() >= world_size else 'gloo'
+    os.makedirs(work_dir, exist_ok=True)
+    run_processes(agvm_ranks_worker, world_size, (backend, work_dir),
+                  timeout=600, backend=backend)
+
+
+# ------------------------------------------------------------ the runner
+def dry_run(lines: Sequence[Line]) -> List[str]:
+    """Check the tools and configs the lines use; return the problems."""
+    with warnings.catch_warnings():
+        # Import-time deprecation noise of the stack; the one-line verdict
+        # is the output.
+        warnings.simplefilter('ignore')
+        return _dry_run(lines)
+
+
+def _dry_run(lines: Sequence[Line]) -> List[str]:
+    from mmengine.config import Config
+
+    import mmext  # noqa: F401  (registers the mmext:: config prefix)
+    problems = []
+    for script in ('tools/train.py', 'tools/benchmark/agvm_overhead.py',
+                   'tools/make_demo_data.py'):
+        if not osp.isfile(osp.join(ROOT, script)):
+            problems.append(f'missing {script}')
+    for config in (AGVM_CONFIG, MULTIGRID_CONFIG):
+        path = osp.join(ROOT, config)
+        if not osp.isfile(path):
+            problems.append(f'missing config {config}')
+            continue
+        try:
+            cfg = Config.fromfile(path)
+        except Exception as error:  # any parse error is a finding
+            problems.append(f'{config} does not parse: {error}')
+            continue
+        problems += _config_problems(config, cfg)
+    names = {line.name for line in lines}
+    if len(names) != len(lines):
+        problems.append('duplicate line names')
+    return problems
+
+
+def _config_problems(config: str, cfg) -> List[str]:
+    if config == AGVM_CONFIG:
+        if cfg.optim_wrapper.get('type') != 'mmext.AGVMOptimWrapper':
+            return [f'{config}: optim_wrapper is not mmext.AGVMOptimWrapper']
+        if cfg.optim_wrapper.get('update_interval') != 1:
+            return [f'{config}: should re-estimate every step']
+    if config == MULTIGRID_CONFIG and not any(
+            h.get('type') == 'mmext.MultigridHook'
+            for h in cfg.get('custom_hooks', [])):
+        return [f'{config}: no mmext.MultigridHook']
+    return []
+
+
+def _ensure_demo_data() -> None:
+    stamp = osp.join(ROOT, DEMO_DATA, '.stamp')
+    if osp.exists(stamp):
+        return
+    subprocess.run([_python(), 'tools/make_demo_data.py', '--out', DEMO_DATA],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    open(stamp, 'w').close()
+
+
+def run_line(line: Line, work_root: str, deadline: float) -> tuple:
+    """Run one line; return (status, seconds, detail)."""
+    work_dir = osp.join(work_root, line.name)
+    start = time.monotonic()
+    timeout = min(line.timeout, deadline - start)
+    if timeout <= 0:
+        return 'FAIL', 0.0, 'not run: the 8-minute budget is used up'
+    command = line.command(work_dir)
+    if command is None:
+        return 'skipped: not supported', time.monotonic() - start, ''
+    log_path = osp.join(work_root, f'{line.name}.log')
+    try:
+        proc = subprocess.run(
+            command, cwd=ROOT, capture_output=True, text=True,
+            timeout=timeout,
+            env=dict(os.environ, PYTHONPATH=ROOT))
+    except subprocess.TimeoutExpired as error:
+        output = error.stdout or ''  # bytes despite text=True (CPython)
+        if isinstance(output, bytes):
+            output = output.decode(errors='replace')
+        _write(log_path, output)
+        return 'FAIL', time.monotonic() - start, (
+            f'timed out after {timeout:.0f} s (log {log_path})')
+    output = proc.stdout + proc.stderr
+    _write(log_path, output)
+    seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        tail = output.strip().splitlines()[-1:] or ['']
+        return 'FAIL', seconds, (f'exit {proc.returncode}: {tail[0][:120]} '
+                                 f'(log {log_path})')
+    try:
+        return 'pass', seconds, line.check(output, work_dir)
+    except (CheckFailed, OSError, KeyError, ValueError) as error:
+        return 'FAIL', seconds, f'{error} (log {log_path})'
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, 'w') as f:
+        f.write(text)
+
+
+def print_table(rows: Sequence[tuple]) -> None:
+    width = max(len(row[0]) for row in rows)
+    status_width = max(len(row[1]) for row in rows)
+    print(f'{"line":<{width}}  {"result":<{status_width}}  {"s":>6}  detail')
+    for name, status, seconds, detail in rows:
+        print(f'{name:<{width}}  {status:<{status_width}}  {seconds:>6.1f}  '
+              f'{detail}')
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog='\n'.join(__doc__.splitlines()[2:]))
+    parser.add_argument('--dry-run', action='store_true',
+                        help='check arguments, tools and configs; run '
+                        'nothing')
+    parser.add_argument('--lines', nargs='+', metavar='NAME',
+                        choices=[line.name for line in LINES],
+                        help='run only these lines (default: all)')
+    parser.add_argument('--work-dir', default='work_dirs/gpu_check',
+                        help='logs and work dirs of the lines')
+    parser.add_argument('--budget', type=float, default=BUDGET,
+                        help='seconds for all lines (default: 480)')
+    parser.add_argument('--agvm-ranks', type=int, metavar='N',
+                        help=argparse.SUPPRESS)  # line agvm-2proc
+    args = parser.parse_args(argv)
+    if args.budget <= 0:
+        parser.error(f'--budget must be positive, got {args.budget}')
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.agvm_ranks:
+        run_agvm_ranks(args.agvm_ranks, osp.abspath(args.work_dir))
+        return 0
+    lines = [line for line in LINES
+             if not args.lines or line.name in args.lines]
+    problems = dry_run(lines)
+    if problems:
+        print('gpu_check: dry run failed:\n  ' + '\n  '.join(problems))
+        return 2
+    import torch
+    if not torch.cuda.is_available():
+        print(f'gpu_check: no CUDA device visible to torch, nothing to run '
+              f'(dry run OK: {len(lines)} lines, configs parse).')
+        return 0
+    if args.dry_run:
+        print(f'gpu_check: dry run OK; would run on '
+              f'{torch.cuda.device_count()} GPU(s):')
+        for line in lines:
+            print(f'  {line.name:<22} {line.what}')
+        return 0
+    work_root = osp.abspath(args.work_dir)
+    os.makedirs(work_root, exist_ok=True)
+    deadline = time.monotonic() + args.budget
+    _ensure_demo_data()
+    rows = []
+    for line in lines:
+        rows.append((line.name, *run_line(line, work_root, deadline)))
+    print_table(rows)
+    return 1 if any(row[1] == 'FAIL' for row in rows) else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
