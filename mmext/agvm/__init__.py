@@ -11,9 +11,14 @@ Glue to mmengine and torch.distributed:
 * :mod:`.exchange`: the two halves' statistics (DDP ranks or accumulated
   micro-batches);
 * :mod:`.optim_wrapper`: ``mmext.AGVMOptimWrapper`` / ``AGVMAmpOptimWrapper``;
-* :mod:`.constructor`: ``mmext.AGVMOptimWrapperConstructor``.
+* :mod:`.constructor`: ``mmext.AGVMOptimWrapperConstructor``;
+* :mod:`.diagnostic`: d_i of a model for two given halves, without training
+  (``tools/analysis/agvm_variance.py``).
 """
 from .constructor import AGVMOptimWrapperConstructor, split_groups_by_module
+from .diagnostic import (VarianceMeasurement, measure_gradient_variance,
+                         mmengine_loss, module_layout, summarize,
+                         variance_by_batch_size)
 from .exchange import AccumulationHalves, DistributedHalves, GradientLayout
 from .modules import (OTHERS, assign_parameters, default_module_names,
                       resolve_module_names)
@@ -29,5 +34,7 @@ __all__ = [
     'modulation_factors', 'split_ranks', 'GradientLayout',
     'DistributedHalves', 'AccumulationHalves', 'AGVMOptimWrapper',
     'AGVMAmpOptimWrapper', 'AGVMOptimWrapperConstructor',
-    'split_groups_by_module'
+    'split_groups_by_module', 'VarianceMeasurement',
+    'measure_gradient_variance', 'mmengine_loss', 'module_layout', 'summarize',
+    'variance_by_batch_size'
 ]
