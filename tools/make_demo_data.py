@@ -12,6 +12,11 @@ Writes, under ``OUT`` (default ``data/demo``):
   rectangles and discs (2 categories) on a noisy background.
 
 Usage: python tools/make_demo_data.py [--out data/demo] [--seed 0]
+[--only {video,det}] [--det-train 48] [--det-val 16]
+
+``--only det --det-train N --det-val M`` writes a larger detection set alone
+(``tools/benchmark/agvm_large_batch.py`` trains on one); the defaults are the
+``make demo`` data.
 """
 import argparse
 import json
@@ -121,10 +126,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--out', default='data/demo', help='output folder')
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--only', choices=['video', 'det'],
+                        help='write one of the two sets (default: both)')
+    parser.add_argument('--det-train', type=int, default=48,
+                        help='detection training images')
+    parser.add_argument('--det-val', type=int, default=16,
+                        help='detection validation images')
     args = parser.parse_args()
+    if min(args.det_train, args.det_val) < 1:
+        parser.error('--det-train and --det-val must be >= 1')
     rng = np.random.default_rng(args.seed)
-    make_video_set(osp.join(args.out, 'video'), rng)
-    make_det_set(osp.join(args.out, 'det'), rng)
+    if args.only in (None, 'video'):
+        make_video_set(osp.join(args.out, 'video'), rng)
+    if args.only in (None, 'det'):
+        make_det_set(osp.join(args.out, 'det'), rng, args.det_train,
+                     args.det_val)
     print(f'demo data written to {osp.abspath(args.out)}')
 
 

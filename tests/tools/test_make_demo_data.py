@@ -1,8 +1,10 @@
 import json
 import os.path as osp
+import sys
 
 import decord
 import numpy as np
+from helpers import run_tool
 
 from tools.make_demo_data import DIRECTIONS  # noqa: E402
 
@@ -44,3 +46,15 @@ def test_detection_set_is_valid_coco(demo_data):
             assert w > 0 and h > 0 and x + w <= 128 and y + h <= 128
         for img in coco['images']:
             assert osp.exists(osp.join(root, 'images', img['file_name']))
+
+
+def test_larger_detection_set_alone(tmp_path):
+    run_tool([sys.executable, 'tools/make_demo_data.py', '--out',
+              str(tmp_path), '--only', 'det', '--det-train', '5',
+              '--det-val', '3'])
+    assert not osp.exists(tmp_path / 'video')
+    for split, num in (('train', 5), ('val', 3)):
+        coco = json.load(open(tmp_path / 'det' / 'annotations' /
+                              f'{split}.json'))
+        assert len(coco['images']) == num
+    assert len(list((tmp_path / 'det' / 'images').iterdir())) == 8

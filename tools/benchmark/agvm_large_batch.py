@@ -1,113 +1,256 @@
-"""Small-batch SGD vs large-batch SGD vs large-batch AGVM, same epochs.
+"""Small batch vs large batch vs large batch with AGVM, same epochs, seeds.
 
-Usage: python tools/benchmark/agvm_large_batch.py
-[--config configs/agvm/faster-rcnn_r50_fpn_agvm_coco128-cpu.py]
-[--epochs 1] [--scale 4] [--depth 18] [--image-size 320] [--work-dir DIR]
+Usage: python tools/benchmark/agvm_large_batch.py [--epochs 12] [--k 4]
+    [--batch 4] [--lr 0.02] [--seeds 0 1 2] [--arms small large agvm]
+    [--train-images 192] [--val-images 48] [--device cpu] [--json]
+    [--work-dir work_dirs/agvm_large_batch]
 
-Three trainings of the config's detector on its data, one after the other:
-  small: the config's batch B, plain OptimWrapper, lr;
-  large: batch B * scale through ``scale`` accumulated micro-batches, plain
-         OptimWrapper, lr * scale (linear scaling rule);
-  agvm:  the same large batch and lr with the config's AGVM wrapper (halves =
-         the first and second half of the micro-batches).
-Printed: wall time (training and the final validation), optimizer steps,
-effective batch (loader batch x world size x accumulative_counts) and bbox
-mAP (COCO, val split) of each.
-A one-process stand-in for the paper's multi-GPU comparison: on a CPU only a
-few epochs fit, so read the mAPs as a smoke test of the recipe, not of AGVM.
+The detector of ``configs/demo/faster-rcnn_r18_fpn_demo-det.py`` (Faster
+R-CNN, ResNet-18 FPN, 128 px, no pretrained weights) trains on a generated
+demo detection set (``tools/make_demo_data.py --only det``, made on first use
+under ``data/demo_large_<train>x<val>``) in three arms with the same number
+of epochs and the same images per LR schedule point:
+
+  small: batch B, lr;
+  large: batch k * B by accumulating k micro-batches of B, lr * k (linear
+         scaling rule);
+  agvm:  as large, with ``mmext.AGVMOptimWrapper`` (halves = the first and
+         the second k/2 micro-batches of each step, re-estimated every step
+         from the end of the warm-up).
+
+Every arm warms the LR up linearly over the first epoch (counted in images),
+divides it by 10 for the last quarter of the epochs, and clips the gradient
+norm at ``--clip-norm``. Each arm trains once per seed (the seed fixes the
+initialisation and the image order, the same for every arm). Printed: the
+final COCO bbox mAP (val split) as mean +- std over the seeds, the mean
+training loss per epoch, wall time per run and the share of it spent
+waiting for data. ``--json`` prints all of it as one JSON line at the end.
 """
 import argparse
+import json
+import math
 import os.path as osp
+import statistics
+import subprocess
+import sys
 import time
 
-import mmext  # noqa: F401
+import torch
 from mmengine.hooks import Hook
 
+import mmext  # noqa: F401
+from mmext.agvm import summarize
 from mmext.runner import build_runner, load_run_config
 
+ARMS = ('small', 'large', 'agvm')
 
-class _LastMetrics(Hook):
-    """Keeps the metrics of the last validation (run after the last
-    epoch by mmengine's EpochBasedTrainLoop)."""
+
+class _RunRecorder(Hook):
+    """Mean training loss per epoch, data-wait time and the last metrics."""
+
+    priority = 'LOWEST'
 
     def __init__(self):
-        self.metrics = {}
+        self.epoch_losses, self.metrics = [], {}
+        self._sum = self._count = 0
+        self.data_seconds = self.iter_seconds = 0.0
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        self._sum += float(outputs['loss'])
+        self._count += 1
+        hub = runner.message_hub
+        self.data_seconds += hub.get_scalar('train/data_time').current()
+        self.iter_seconds += hub.get_scalar('train/time').current()
+
+    def after_train_epoch(self, runner):
+        self.epoch_losses.append(self._sum / max(self._count, 1))
+        self._sum = self._count = 0
 
     def after_val_epoch(self, runner, metrics=None):
-        self.metrics = metrics or {}
+        self.metrics = dict(metrics or {})
 
 
-def _configure(args, mode):
-    cfg = load_run_config(args.config, None, osp.join(args.work_dir, mode))
-    cfg.model.backbone.update(depth=args.depth, init_cfg=None)
-    if args.depth < 50:
-        cfg.model.neck.in_channels = [64, 128, 256, 512]
-    for pipeline in (cfg.train_dataloader.dataset.pipeline,
-                     cfg.val_dataloader.dataset.pipeline):
-        for transform in pipeline:
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--config',
+                        default='configs/demo/faster-rcnn_r18_fpn_demo-det.py')
+    parser.add_argument('--epochs', type=int, default=12)
+    parser.add_argument('--batch', type=int, default=4,
+                        help='small batch B (images per micro-batch)')
+    parser.add_argument('--k', type=int, default=4,
+                        help='large batch = k x B, k even (AGVM halves)')
+    parser.add_argument('--lr', type=float, default=0.02,
+                        help='small-batch SGD lr; the large arms use k x lr')
+    parser.add_argument('--clip-norm', type=float, default=10.0,
+                        help='gradient norm clip of every arm, 0 for none')
+    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    parser.add_argument('--arms', nargs='+', choices=ARMS, default=ARMS)
+    parser.add_argument('--train-images', type=int, default=192)
+    parser.add_argument('--val-images', type=int, default=48)
+    parser.add_argument('--image-size', type=int, default=128,
+                        help='resize scale of the detector (the generated '
+                        'images are 128 px)')
+    parser.add_argument('--workers', type=int, default=1,
+                        help='dataloader workers per run')
+    parser.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
+    parser.add_argument('--work-dir', default='work_dirs/agvm_large_batch')
+    parser.add_argument('--json', action='store_true')
+    args = parser.parse_args(argv)
+    if args.k < 2 or args.k % 2:
+        parser.error(f'--k must be even and >= 2 (AGVM compares the first '
+                     f'and second k/2 micro-batches), got {args.k}')
+    if args.epochs < 2:
+        parser.error('--epochs must be >= 2 (one epoch is warm-up)')
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        parser.error('--device cuda: no CUDA device is visible')
+    if args.device == 'cpu' and torch.cuda.is_available():
+        parser.error('--device cpu on a machine with CUDA: hide the GPUs '
+                     '(CUDA_VISIBLE_DEVICES=) or pass --device cuda')
+    return args
+
+
+def demo_det_root(args) -> str:
+    """The generated detection set of the requested size, made if missing."""
+    out = osp.join('data', f'demo_large_{args.train_images}x'
+                   f'{args.val_images}')
+    root = osp.join(out, 'det') + '/'
+    if not osp.exists(osp.join(root, 'annotations', 'val.json')):
+        subprocess.run([
+            sys.executable, 'tools/make_demo_data.py', '--out', out,
+            '--only', 'det', '--det-train', str(args.train_images),
+            '--det-val', str(args.val_images)
+        ], check=True)
+    return root
+
+
+def make_config(args, arm: str, seed: int, data_root: str):
+    """The run config of one arm and seed."""
+    cfg = load_run_config(args.config, None,
+                          osp.join(args.work_dir, f'{arm}_seed{seed}'))
+    for loader in (cfg.train_dataloader, cfg.val_dataloader):
+        loader.dataset.data_root = data_root
+        loader.num_workers = args.workers
+        loader.persistent_workers = args.workers > 0
+        for transform in loader.dataset.pipeline:
             if transform.type == 'Resize':
                 transform.scale = (args.image_size, args.image_size)
-    cfg.train_cfg.update(max_epochs=args.epochs, val_interval=10**6)
+    cfg.train_dataloader.batch_size = args.batch
+    cfg.val_evaluator.ann_file = data_root + 'annotations/val.json'
+    cfg.test_dataloader = cfg.val_dataloader
+    cfg.test_evaluator = cfg.val_evaluator
+    cfg.train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=args.epochs,
+                         val_interval=10**6)
+    warmup_iters = math.ceil(args.train_images / args.batch)
     cfg.param_scheduler = [
         dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
-             end=args.warmup_iters)
+             end=warmup_iters),
+        dict(type='MultiStepLR', by_epoch=True, begin=0, end=args.epochs,
+             milestones=[math.ceil(0.75 * args.epochs)], gamma=0.1)
     ]
     cfg.default_hooks.checkpoint = dict(type='CheckpointHook',
                                         interval=10**6)
-    cfg.randomness = dict(seed=0)
-    optim = cfg.optim_wrapper
-    base_lr = optim.optimizer.lr
-    if mode == 'small':
-        cfg.optim_wrapper = dict(type='OptimWrapper',
-                                 optimizer=optim.optimizer)
-        return cfg
-    optim.optimizer.lr = base_lr * args.scale
-    optim.accumulative_counts = args.scale
-    if mode == 'large':
-        cfg.optim_wrapper = dict(type='OptimWrapper',
-                                 optimizer=optim.optimizer,
-                                 accumulative_counts=args.scale)
-    else:
-        optim.update(start_iter=args.warmup_iters,
-                     clip_grad_window=(0, args.warmup_iters))
+    cfg.default_hooks.logger = dict(type='LoggerHook', interval=10)
+    cfg.randomness = dict(seed=seed)
+    k = 1 if arm == 'small' else args.k
+    optim = dict(
+        type='OptimWrapper',
+        optimizer=dict(type='SGD', lr=args.lr * k, momentum=0.9,
+                       weight_decay=1e-4),
+        accumulative_counts=k)
+    if args.clip_norm > 0:
+        optim['clip_grad'] = dict(max_norm=args.clip_norm)
+    if arm == 'agvm':
+        optim.update(type='mmext.AGVMOptimWrapper',
+                     constructor='mmext.AGVMOptimWrapperConstructor',
+                     update_interval=1, start_iter=warmup_iters)
+    cfg.optim_wrapper = optim
     return cfg
 
 
-def _train(args, mode):
-    cfg = _configure(args, mode)
+def train_once(args, arm: str, seed: int, data_root: str) -> dict:
+    cfg = make_config(args, arm, seed, data_root)
     runner = build_runner(cfg)
-    last = _LastMetrics()
-    runner.register_hook(last)
+    recorder = _RunRecorder()
+    runner.register_hook(recorder)
     start = time.perf_counter()
     runner.train()
     seconds = time.perf_counter() - start
-    counts = cfg.optim_wrapper.get('accumulative_counts', 1)
-    batch = cfg.train_dataloader.batch_size * runner.world_size * counts
-    return (seconds, runner.iter // counts, batch,
-            last.metrics.get('coco/bbox_mAP', float('nan')))
+    wrapper = runner.optim_wrapper
+    return dict(
+        arm=arm, seed=seed,
+        bbox_mAP=recorder.metrics.get('coco/bbox_mAP', math.nan),
+        bbox_mAP_50=recorder.metrics.get('coco/bbox_mAP_50', math.nan),
+        epoch_losses=recorder.epoch_losses,
+        seconds=seconds,
+        steps=runner.iter // cfg.optim_wrapper['accumulative_counts'],
+        data_wait_share=recorder.data_seconds / max(recorder.iter_seconds,
+                                                    1e-9),
+        agvm_factors=getattr(wrapper, 'factors', None))
+
+
+def summarize_arms(runs, arms):
+    summary = {}
+    for arm in arms:
+        mine = [r for r in runs if r['arm'] == arm]
+        curves = list(zip(*[r['epoch_losses'] for r in mine]))
+        summary[arm] = dict(
+            bbox_mAP=summarize([r['bbox_mAP'] for r in mine]),
+            bbox_mAP_50=summarize([r['bbox_mAP_50'] for r in mine]),
+            loss_curve=[statistics.fmean(epoch) for epoch in curves],
+            seconds=statistics.fmean(r['seconds'] for r in mine),
+            steps=mine[0]['steps'],
+            data_wait_share=statistics.fmean(r['data_wait_share']
+                                             for r in mine))
+    return summary
+
+
+def uptime() -> str:
+    try:
+        with open('/proc/loadavg') as f:
+            return 'load average ' + ' '.join(f.read().split()[:3])
+    except OSError:
+        return 'load average unknown'
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        '--config',
-        default='configs/agvm/faster-rcnn_r50_fpn_agvm_coco128-cpu.py')
-    parser.add_argument('--epochs', type=int, default=1)
-    parser.add_argument('--scale', type=int, default=4,
-                        help='large batch = scale x small batch (even)')
-    parser.add_argument('--depth', type=int, default=18)
-    parser.add_argument('--image-size', type=int, default=320)
-    parser.add_argument('--warmup-iters', type=int, default=8)
-    parser.add_argument('--work-dir', default='work_dirs/agvm_large_batch')
-    args = parser.parse_args()
-    results = {mode: _train(args, mode) for mode in ('small', 'large', 'agvm')}
-    print(f'\n{args.config}: ResNet-{args.depth}, {args.image_size} px, '
-          f'{args.epochs} epoch(s), large batch = {args.scale} x small')
-    print(f'{"run":<8}{"time s":>9}{"steps":>7}{"eff. batch":>11}'
-          f'{"bbox mAP":>10}')
-    for mode, (seconds, steps, batch, bbox_map) in results.items():
-        print(f'{mode:<8}{seconds:>9.0f}{steps:>7d}{batch:>11d}'
-              f'{bbox_map:>10.3f}')
+    args = parse_args()
+    data_root = demo_det_root(args)
+    load_before = uptime()
+    runs = []
+    for seed in args.seeds:
+        for arm in args.arms:
+            runs.append(train_once(args, arm, seed, data_root))
+    summary = summarize_arms(runs, args.arms)
+    print(f'\n{args.config} on {data_root} ({args.train_images} train / '
+          f'{args.val_images} val images, {args.image_size} px), '
+          f'{args.epochs} epochs, small batch {args.batch} at lr {args.lr}, '
+          f'large batch {args.k * args.batch} at lr {args.k * args.lr}, '
+          f'seeds {args.seeds}, {args.device}; {load_before} before, '
+          f'{uptime()} after')
+    print(f'{"arm":<7}{"bbox mAP":>18}{"mAP@0.5":>18}{"steps":>7}'
+          f'{"s/run":>8}{"data wait":>11}  per seed mAP')
+    for arm, s in summary.items():
+        per_seed = ' '.join(f'{r["bbox_mAP"]:.3f}' for r in runs
+                            if r['arm'] == arm)
+        print(f'{arm:<7}{s["bbox_mAP"][0]:>10.3f} +-{s["bbox_mAP"][1]:.3f}'
+              f'{s["bbox_mAP_50"][0]:>10.3f} +-{s["bbox_mAP_50"][1]:.3f}'
+              f'{s["steps"]:>7d}{s["seconds"]:>8.0f}'
+              f'{s["data_wait_share"]:>10.0%}  {per_seed}')
+    print('\nmean training loss per epoch (over seeds)')
+    print(f'{"epoch":<7}' + ''.join(f'{arm:>9}' for arm in summary))
+    for epoch in range(args.epochs):
+        print(f'{epoch + 1:<7}' + ''.join(
+            f'{s["loss_curve"][epoch]:>9.3f}' for s in summary.values()))
+    for run in runs:
+        if run['agvm_factors']:
+            factors = ', '.join(f'{k} {v:.2f}'
+                                for k, v in run['agvm_factors'].items())
+            print(f'AGVM factors at the end, seed {run["seed"]}: {factors}')
+    if args.json:
+        print(json.dumps(dict(args=vars(args), load_before=load_before,
+                              load_after=uptime(), summary=summary,
+                              runs=runs)))
 
 
 if __name__ == '__main__':
