@@ -38,9 +38,20 @@ def test_arms_share_epochs_schedule_and_seed_and_scale_the_lr():
         assert cfg.optim_wrapper.accumulative_counts == 4
     assert large.optim_wrapper.type == 'OptimWrapper'
     assert agvm.optim_wrapper.type == 'mmext.AGVMOptimWrapper'
-    assert agvm.optim_wrapper.constructor == 'mmext.AGVMOptimWrapperConstructor'
+    assert agvm.optim_wrapper.constructor == (
+        'mmext.AGVMOptimWrapperConstructor')
     assert (agvm.optim_wrapper.start_iter,
             agvm.optim_wrapper.update_interval) == (10, 1)
+
+
+def test_light_detector_by_default():
+    light = arm_config('small').model
+    assert light.neck.out_channels == 64
+    assert light.roi_head.bbox_head.fc_out_channels == 256
+    assert light.train_cfg.rcnn.sampler.num == 128
+    full = arm_config('small', '--full-size').model
+    assert full.neck.out_channels == 256
+    assert full.roi_head.bbox_head.fc_out_channels == 1024
 
 
 def test_options_are_validated(capsys):
