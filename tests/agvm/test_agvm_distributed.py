@@ -101,9 +101,11 @@ def test_three_processes_unbiased_step(tmp_path, exchange):
 
 def test_three_processes_several_steps_do_not_hang(tmp_path):
     batches = toy_batches(num_steps=5, num_parts=3)
+    # Generous: 3 spawned processes start slowly on a loaded 2-core machine;
+    # a hang still fails.
     run_processes(train_ddp, 3,
                   (batches, str(tmp_path), dict(update_interval=2)),
-                  timeout=90)
+                  timeout=300)
     ranks = _load(tmp_path, 3)
     for result in ranks[1:]:
         torch.testing.assert_close(result['history'][-1],
