@@ -1,4 +1,5 @@
 """AGVM optimizer wrappers for mmengine (fp32 and CUDA mixed precision)."""
+import inspect
 import logging
 import warnings
 from contextlib import ExitStack, contextmanager
@@ -94,6 +95,7 @@ class AGVMOptimWrapper(OptimWrapper):
                  statistic: str = 'grad',
                  clip_grad_window: Optional[Tuple[int, int]] = None,
                  **kwargs):
+        self._check_wrapper_kwargs(kwargs)
         super().__init__(optimizer=optimizer, **kwargs)
         if not module_names:
             raise ValueError(
@@ -138,6 +140,23 @@ class AGVMOptimWrapper(OptimWrapper):
                                         float('nan'), dtype=torch.float64)
         self._halves = self._build_halves()
         self._warned_no_takeover = False
+
+    @classmethod
+    def _check_wrapper_kwargs(cls, kwargs: dict) -> None:
+        """Name a misspelled option here instead of in mmengine's TypeError.
+
+        Raises:
+            ValueError: For a key no wrapper class in the MRO accepts.
+        """
+        known = set()
+        for klass in cls.__mro__:
+            if issubclass(klass, OptimWrapper) and '__init__' in vars(klass):
+                known |= set(inspect.signature(klass.__init__).parameters)
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            options = sorted(known - {'self', 'kwargs', 'optimizer'})
+            raise ValueError(f'{cls.__name__} got unknown options {unknown}; '
+                             f'its options are {options}')
 
     def _build_halves(self):
         world_size = get_world_size()

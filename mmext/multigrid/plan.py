@@ -242,6 +242,11 @@ class MultigridPlan:
                              'custom_hooks.')
         options = {k: v for k, v in hooks[0].items()
                    if k not in ('type', 'priority')}
+        if 'max_epochs' not in cfg.get('train_cfg', {}):
+            raise ValueError(
+                'MultigridHook needs an epoch-based train loop; the config\'s '
+                'train_cfg has no max_epochs. Use train_cfg = dict('
+                'type="EpochBasedTrainLoop", max_epochs=...).')
         return cls(cfg.train_dataloader.dataset.pipeline,
                    cfg.train_dataloader.batch_size, cfg.train_cfg.max_epochs,
                    cfg.get('param_scheduler'), samples_per_rank,

@@ -245,6 +245,9 @@ def test_adam_statistic_uses_preconditioned_gradient(device):
     (dict(ema_momentum=1.0), 'ema_momentum'),
     (dict(start_iter=10, end_iter=5), 'end_iter'),
     (dict(clip_grad_window=(5, 5)), 'clip_grad_window'),
+    (dict(update_intervall=3),
+     r"unknown options \['update_intervall'\]; its options are .*"
+     r"'update_interval'"),
     (dict(module_names=[]), 'module_names is empty'),
     (dict(module_names=['', 'head']), 'whole model'),
     (dict(module_names=['backbone', 'frozen']), r"\['frozen'\] own no"),

@@ -196,3 +196,14 @@ def test_hook_runs_the_same_checks_as_the_tool(tmp_path):
         runner.call_hook('before_run')
     assert [str(w.message) for w in record
             if 'LR' in str(w.message)] == tool
+
+
+def test_iteration_based_config_named_by_the_plan():
+    """The schedule tool's plan rejects what the hook rejects, by name."""
+    cfg = Config(dict(
+        custom_hooks=[dict(type='mmext.MultigridHook')],
+        train_cfg=dict(type='IterBasedTrainLoop', max_iters=100),
+        train_dataloader=dict(batch_size=8, dataset=dict(pipeline=[])),
+        param_scheduler=[]))
+    with pytest.raises(ValueError, match='needs an epoch-based train loop'):
+        MultigridPlan.from_config(cfg)

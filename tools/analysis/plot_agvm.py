@@ -122,7 +122,8 @@ def plot(factors: Series, variances: Series, out: str,
                        label='gradient clipping' if ax is axes[0] else None)
     axes[1].set_yscale('log')
     axes[0].legend(fontsize=8, ncol=2)
-    axes[1].set_xlabel('iteration (one point per re-estimate)')
+    axes[1].set_xlabel('iteration (one point per re-estimate, at the last '
+                       'iteration of its optimizer step)')
     fig.suptitle(title)
     fig.tight_layout()
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
@@ -136,6 +137,8 @@ def main():
                         'one mmengine saved in WORK_DIR)')
     parser.add_argument('--out', default='agvm.png')
     args = parser.parse_args()
+    if not osp.isdir(args.work_dir):
+        parser.error(f'work dir {args.work_dir} does not exist')
     factors, variances = load_agvm_scalars(args.work_dir)
     config = args.config or saved_config(args.work_dir)
     plot(factors, variances, args.out, agvm_window(config),
