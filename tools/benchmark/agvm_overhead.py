@@ -5,11 +5,12 @@ Usage: python tools/benchmark/agvm_overhead.py
 [--steps 20] [--warmup 2] [--update-interval 10] [--depth 18]
 [--batch-size 2] [--nprocs 1 2] [--device cpu|cuda]
 
-Two copies of one model (same initial weights), one trained with the plain
-wrapper, one with AGVM (the same SGD settings), on the same pre-loaded
-batches at every step (so the run is compute-bound: no data wait); the two
-alternate step by step (and which goes first) so load changes on the
-machine hit both alike. One process: both accumulate 2 micro-batches per
+Two copies of one model, one trained with the plain wrapper, one with AGVM
+(the same SGD settings), on the same pre-loaded batches at every step (so
+the run is compute-bound: no data wait); the AGVM copy starts every step
+from the plain copy's weights, so both do the same work (a detector's RoI
+count depends on its weights). The two alternate step by step (and which
+goes first) so load changes on the machine hit both alike. One process: both accumulate 2 micro-batches per
 step (AGVM's halves). N processes (DDP): no accumulation, AGVM's halves are
 the ranks; the plain copy reduces with DDP's stock all-reduce, the AGVM copy
 through AGVM's communication hook. With ``--device cuda`` and N processes:
@@ -116,6 +117,14 @@ class _WorkTimer:
         return timed
 
 
+@torch.no_grad()
+def _copy_weights(source, target):
+    """Parameters and buffers of ``source`` into ``target`` (in place)."""
+    for mine, theirs in zip(target.state_dict().values(),
+                            source.state_dict().values()):
+        mine.copy_(theirs)
+
+
 def _synchronize(device):
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
@@ -144,6 +153,7 @@ def _bench(rank, world_size, args, result_path, backend=None):
         # Both wrappers train on the same batches (box counts, and so the
         # RoI work, differ between images).
         step_batches = [next(batch_iter) for _ in range(counts)]
+        _copy_weights(models[0], models[1])
         order = [('plain', plain, models[0]), ('agvm', agvm, models[1])]
         for name, wrapper, model in (order if step % 2 else order[::-1]):
             _synchronize(device)
