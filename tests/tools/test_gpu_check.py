@@ -131,8 +131,8 @@ def test_optional_benchmarks_run_only_when_supported(tmp_path):
                                  '--work-dir', 'WD']
     unsupported = gpu_check._optional_benchmark(
         script, ['--synthetic', '--device', 'cuda'], [])
-    line = gpu_check.Line('speedup', '', unsupported, gpu_check.check_table,
-                          60)
+    line = gpu_check.Line('speedup', '', unsupported,
+                          gpu_check.check_last_line, 60)
     status, _, detail = gpu_check.run_line(line, str(tmp_path), 1e12)
     assert (status, detail) == ('skipped: not supported', '')
 
@@ -162,6 +162,8 @@ def test_table_and_exit_code(monkeypatch, capsys, tmp_path):
     assert rows[3].split()[:2] == ['slow', 'FAIL']
     assert 'timed out after 1 s' in rows[3]
     assert os.path.exists(tmp_path / 'bad.log')
+    with pytest.raises(gpu_check.CheckFailed, match='no result row'):
+        gpu_check.check_table('setting  plain s/step\n', str(tmp_path))
     # Only the passing line: exit 0.
     monkeypatch.setattr(gpu_check, 'LINES', lines[:1])
     assert gpu_check.main(['--work-dir', str(tmp_path)]) == 0
