@@ -36,7 +36,8 @@ from typing import Callable, List, NamedTuple, Optional, Sequence
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 AGVM_CONFIG = 'configs/smoke/faster-rcnn_r18_fpn_agvm_demo-det-smoke.py'
-MULTIGRID_CONFIG = 'configs/smoke/recognizer3d_r18_multigrid_demo-video-smoke.py'
+MULTIGRID_CONFIG = ('configs/smoke/'
+                    'recognizer3d_r18_multigrid_demo-video-smoke.py')
 BUDGET = 8 * 60  # seconds for all lines together
 DEMO_DATA = 'data/demo'
 

@@ -7,6 +7,7 @@ after ``revert_sync_batchnorm``).
 import pytest
 import torch
 import torch.nn as nn
+from helpers import DEVICES
 from mmaction.models.common import SubBatchNorm3D
 
 from mmext.compat import batch_norm_xd_type
@@ -15,11 +16,6 @@ from mmext.multigrid.bn import (aggregate_sub_bn_stats, set_sub_bn_splits,
                                 unsplittable_bn_layers)
 
 KINDS = [nn.BatchNorm3d, nn.SyncBatchNorm, batch_norm_xd_type()]
-DEVICES = [
-    'cpu',
-    pytest.param('cuda', marks=pytest.mark.skipif(
-        not torch.cuda.is_available(), reason='CUDA is not available')),
-]
 
 
 def _net(kind, device='cpu', dtype=torch.float32):

@@ -10,17 +10,13 @@ import os.path as osp
 import pytest
 import torch
 import torch.nn as nn
+from helpers import DEVICES
 from mmaction.models.backbones import ResNet3d
 
 from mmext.multigrid.bn import update_precise_bn
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'tests', 'multigrid', 'tiny_mg.py')
-DEVICES = [
-    'cpu',
-    pytest.param('cuda', marks=pytest.mark.skipif(
-        not torch.cuda.is_available(), reason='CUDA is not available')),
-]
 STATS = ('running_mean', 'running_var', 'num_batches_tracked')
 
 
