@@ -12,8 +12,9 @@ from the plain copy's weights, so both do the same work (a detector's RoI
 count depends on its weights). The two alternate step by step (and which
 goes first) so load changes on the machine hit both alike. One process:
 both accumulate 2 micro-batches per step (AGVM's halves). N processes
-(DDP): no accumulation, AGVM's halves are the ranks; the plain copy reduces with DDP's stock all-reduce, the AGVM copy
-through AGVM's communication hook. With ``--device cuda`` and N processes:
+(DDP): no accumulation, AGVM's halves are the ranks; the plain copy
+reduces with DDP's stock all-reduce, the AGVM copy through AGVM's
+communication hook. With ``--device cuda`` and N processes:
 NCCL when there are N GPUs, else gloo with every rank on GPU 0.
 
 Printed per setting: mean seconds per optimizer step of each (re-estimation
