@@ -396,6 +396,22 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> None:
     cfg.model_wrapper_cfg = wrapper_cfg
 
 
+def finish_distributed() -> None:
+    """Tear down the default process group after a completed run.
+
+    mmengine leaves the process group to the interpreter's exit, where the
+    backend's threads can be destroyed in any order: a CPU CI run of
+    ``tools/dist_train.sh`` aborted rank 0 with ``terminate called without an
+    active exception`` (SIGABRT) after training had finished. A barrier first
+    keeps one rank from tearing down while another still communicates. Does
+    nothing outside distributed runs; call it only on success, since a rank
+    that failed never reaches the barrier.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
 
 

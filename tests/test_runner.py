@@ -5,6 +5,7 @@ import re
 
 import pytest
 import torch
+import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.dataset import BaseDataset
 from mmengine.model import BaseModel
@@ -14,7 +15,9 @@ from torch import nn
 
 from mmext.agvm import AGVMOptimWrapper
 from mmext.runner import (EFFECTIVE_BATCH_INFO, Runner, build_runner,
-                          check_auto_scale_lr, scale_lrs, scaled_lrs)
+                          check_auto_scale_lr, finish_distributed, scale_lrs,
+                          scaled_lrs)
+from mmext.testing import run_gloo_processes
 
 
 @pytest.fixture(autouse=True)
@@ -274,5 +277,19 @@ def test_runner_warns_about_a_warm_up_longer_than_the_run(tmp_path):
         end=50)]))
     with pytest.warns(UserWarning, match='param_scheduler LinearLR ends at '
                       r'iteration 50, after the end of training \(8 '
-                      'iterations\)'):
+                      r'iterations\)'):
         runner.train()
+
+
+def _finish_and_report(rank, world_size, out_dir):
+    finish_distributed()
+    with open(osp.join(out_dir, f'rank{rank}'), 'w') as f:
+        f.write(str(dist.is_initialized()))
+
+
+def test_finish_distributed_destroys_the_process_group(tmp_path):
+    finish_distributed()  # no process group: nothing to do
+    run_gloo_processes(_finish_and_report, 2, (str(tmp_path), ))
+    assert [(tmp_path / f'rank{r}').read_text() for r in range(2)] == [
+        'False', 'False'
+    ]

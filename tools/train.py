@@ -8,12 +8,14 @@ config names another ``runner_type``; on a CPU-only machine
 gloo backend.
 """
 import mmext  # noqa: F401  (the ``mmext::`` config prefix)
-from mmext.runner import build_runner, train_config, train_parser
+from mmext.runner import (build_runner, finish_distributed, train_config,
+                          train_parser)
 
 
 def main(argv=None):
     args = train_parser().parse_args(argv)
     build_runner(train_config(args)).train()
+    finish_distributed()
 
 
 if __name__ == '__main__':

@@ -31,7 +31,8 @@ def _worker(rank: int, world_size: int, port: int, backend: str,
     try:
         fn(rank, world_size, *args)
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def run_gloo_processes(fn: Callable,
