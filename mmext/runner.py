@@ -399,10 +399,11 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> None:
 def finish_distributed() -> None:
     """Tear down the default process group after a completed run.
 
-    mmengine leaves the process group to the interpreter's exit, where the
-    backend's threads can be destroyed in any order: a CPU CI run of
-    ``tools/dist_train.sh`` aborted rank 0 with ``terminate called without an
-    active exception`` (SIGABRT) after training had finished. A barrier first
+    mmengine leaves the process group to the interpreter's exit, where gloo's
+    worker threads can outlive the interpreter (pytorch/pytorch#179291): a CPU
+    CI run of ``tools/dist_train.sh`` aborted rank 0 with ``terminate called
+    without an active exception`` (SIGABRT). PyTorch's distributed docs
+    ("Shutdown") ask for this call near the end of ``main()``. A barrier first
     keeps one rank from tearing down while another still communicates. Does
     nothing outside distributed runs; call it only on success, since a rank
     that failed never reaches the barrier.
