@@ -24,10 +24,10 @@ def test_arms_share_epochs_schedule_and_seed_and_scale_the_lr():
         assert cfg.randomness.seed == 3
         assert cfg.train_dataloader.dataset.data_root == 'root/'
         assert cfg.val_evaluator.ann_file == 'root/annotations/val.json'
-        # Warm-up over one epoch of images (20 / 2 micro-batches), LR / 10
-        # for the last quarter of the epochs.
+        # Warm-up over two epochs of images (2 x 20 / 2 micro-batches), LR
+        # / 10 for the last quarter of the epochs.
         warmup, decay = cfg.param_scheduler
-        assert (warmup.end, warmup.by_epoch) == (10, False)
+        assert (warmup.end, warmup.by_epoch) == (20, False)
         assert decay.milestones == [6]
         assert cfg.optim_wrapper.clip_grad == dict(max_norm=10.0)
     assert small.optim_wrapper.optimizer.lr == pytest.approx(0.01)
@@ -41,7 +41,14 @@ def test_arms_share_epochs_schedule_and_seed_and_scale_the_lr():
     assert agvm.optim_wrapper.constructor == (
         'mmext.AGVMOptimWrapperConstructor')
     assert (agvm.optim_wrapper.start_iter,
-            agvm.optim_wrapper.update_interval) == (10, 1)
+            agvm.optim_wrapper.update_interval) == (20, 1)
+
+
+def test_warmup_epochs_set_the_warmup_and_agvm_start_in_micro_batches():
+    for arm in ('small', 'agvm'):
+        cfg = arm_config(arm, '--warmup-epochs', '3')
+        assert cfg.param_scheduler[0].end == 30
+    assert cfg.optim_wrapper.start_iter == 30
 
 
 def test_light_detector_by_default():
@@ -58,6 +65,13 @@ def test_options_are_validated(capsys):
     with pytest.raises(SystemExit):
         parse_args(['--k', '3'])
     assert '--k must be even' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(['--epochs', '4', '--warmup-epochs', '4'])
+    assert ('--warmup-epochs must be >= 1 and below --epochs (4), got 4'
+            in capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        parse_args(['--jobs', '0'])
+    assert '--jobs must be >= 1, got 0' in capsys.readouterr().err
     assert 'clip_grad' not in arm_config('large', '--clip-norm', '0'
                                          ).optim_wrapper
 
@@ -67,8 +81,8 @@ def test_tiny_benchmark_runs_end_to_end(tmp_path):
     proc = run_tool([
         sys.executable, 'tools/benchmark/agvm_large_batch.py', '--epochs',
         '2', '--k', '2', '--batch', '2', '--train-images', '8',
-        '--val-images', '4', '--seeds', '0', '--work-dir', str(tmp_path),
-        '--json'
+        '--val-images', '4', '--seeds', '0', '--warmup-epochs', '1',
+        '--jobs', '2', '--work-dir', str(tmp_path), '--json'
     ])
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     summary = result['summary']

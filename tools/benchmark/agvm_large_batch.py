@@ -1,9 +1,10 @@
 """Small batch vs large batch vs large batch with AGVM, same epochs, seeds.
 
 Usage: python tools/benchmark/agvm_large_batch.py [--epochs 8] [--k 4]
-    [--batch 4] [--lr 0.04] [--seeds 0 1 2] [--arms small large agvm]
-    [--train-images 64] [--val-images 32] [--full-size] [--device cpu]
-    [--json] [--work-dir work_dirs/agvm_large_batch]
+    [--batch 4] [--lr 0.04] [--warmup-epochs 2] [--seeds 0 1 2]
+    [--arms small large agvm] [--train-images 64] [--val-images 32]
+    [--full-size] [--device cpu] [--jobs 1] [--json]
+    [--work-dir work_dirs/agvm_large_batch]
 
 The detector of ``configs/demo/faster-rcnn_r18_fpn_demo-det.py`` (Faster
 R-CNN, ResNet-18 FPN, 128 px, no pretrained weights; by default its light
@@ -19,17 +20,23 @@ of epochs and the same images per LR schedule point:
          the second k/2 micro-batches of each step, re-estimated every step
          from the end of the warm-up).
 
-Every arm warms the LR up linearly over the first epoch (counted in images),
+Every arm warms the LR up linearly over ``--warmup-epochs`` (counted in
+images, so the same image sees the same LR in every arm),
 divides it by 10 for the last quarter of the epochs, and clips the gradient
 norm at ``--clip-norm``. Each arm trains once per seed (the seed fixes the
-initialisation and the image order, the same for every arm). Printed: the
+initialisation and the image order, the same for every arm); ``--jobs N``
+trains N runs at a time in separate processes, each with cores / N torch
+threads (small detectors use 2 cores better as 2 processes). Printed: the
 final COCO bbox mAP (val split) as mean +- std over the seeds, the mean
 training loss per epoch, wall time per run and the share of it spent
 waiting for data. ``--json`` prints all of it as one JSON line at the end.
 """
 import argparse
+import concurrent.futures
 import json
 import math
+import multiprocessing
+import os
 import os.path as osp
 import statistics
 import subprocess
@@ -99,6 +106,8 @@ def parse_args(argv=None):
                         help='large batch = k x B, k even (AGVM halves)')
     parser.add_argument('--lr', type=float, default=0.04,
                         help='small-batch SGD lr; the large arms use k x lr')
+    parser.add_argument('--warmup-epochs', type=int, default=2,
+                        help='epochs of linear LR warm-up (from lr / 10)')
     parser.add_argument('--clip-norm', type=float, default=10.0,
                         help='gradient norm clip of every arm, 0 for none')
     parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
@@ -114,14 +123,20 @@ def parse_args(argv=None):
     parser.add_argument('--workers', type=int, default=1,
                         help='dataloader workers per run')
     parser.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
+    parser.add_argument('--jobs', type=int, default=1,
+                        help='runs trained at a time, each in its own '
+                        'process with cores / jobs torch threads')
     parser.add_argument('--work-dir', default='work_dirs/agvm_large_batch')
     parser.add_argument('--json', action='store_true')
     args = parser.parse_args(argv)
     if args.k < 2 or args.k % 2:
         parser.error(f'--k must be even and >= 2 (AGVM compares the first '
                      f'and second k/2 micro-batches), got {args.k}')
-    if args.epochs < 2:
-        parser.error('--epochs must be >= 2 (one epoch is warm-up)')
+    if not 1 <= args.warmup_epochs < args.epochs:
+        parser.error(f'--warmup-epochs must be >= 1 and below --epochs '
+                     f'({args.epochs}), got {args.warmup_epochs}')
+    if args.jobs < 1:
+        parser.error(f'--jobs must be >= 1, got {args.jobs}')
     if args.device == 'cuda' and not torch.cuda.is_available():
         parser.error('--device cuda: no CUDA device is visible')
     if args.device == 'cpu' and torch.cuda.is_available():
@@ -161,7 +176,8 @@ def make_config(args, arm: str, seed: int, data_root: str):
     cfg.test_evaluator = cfg.val_evaluator
     cfg.train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=args.epochs,
                          val_interval=10**6)
-    warmup_iters = math.ceil(args.train_images / args.batch)
+    warmup_iters = args.warmup_epochs * math.ceil(args.train_images /
+                                                  args.batch)
     cfg.param_scheduler = [
         dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
              end=warmup_iters),
@@ -209,6 +225,21 @@ def train_once(args, arm: str, seed: int, data_root: str) -> dict:
         agvm_factors=getattr(wrapper, 'factors', None))
 
 
+def train_all(args, data_root: str) -> list:
+    """Every (arm, seed) run, ``args.jobs`` processes at a time."""
+    pairs = [(arm, seed) for seed in args.seeds for arm in args.arms]
+    if args.jobs == 1:
+        return [train_once(args, arm, seed, data_root) for arm, seed in pairs]
+    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    with concurrent.futures.ProcessPoolExecutor(
+            args.jobs, mp_context=multiprocessing.get_context('spawn'),
+            initializer=torch.set_num_threads,
+            initargs=(threads, )) as pool:
+        futures = [pool.submit(train_once, args, arm, seed, data_root)
+                   for arm, seed in pairs]
+        return [f.result() for f in futures]
+
+
 def summarize_arms(runs, arms):
     summary = {}
     for arm in arms:
@@ -237,16 +268,17 @@ def main():
     args = parse_args()
     data_root = demo_det_root(args)
     load_before = uptime()
-    runs = []
-    for seed in args.seeds:
-        for arm in args.arms:
-            runs.append(train_once(args, arm, seed, data_root))
+    start = time.perf_counter()
+    runs = train_all(args, data_root)
+    wall_seconds = time.perf_counter() - start
     summary = summarize_arms(runs, args.arms)
     print(f'\n{args.config} on {data_root} ({args.train_images} train / '
           f'{args.val_images} val images, {args.image_size} px), '
-          f'{args.epochs} epochs, small batch {args.batch} at lr {args.lr}, '
-          f'large batch {args.k * args.batch} at lr {args.k * args.lr}, '
-          f'seeds {args.seeds}, {args.device}; {load_before} before, '
+          f'{args.epochs} epochs ({args.warmup_epochs} of warm-up), small '
+          f'batch {args.batch} at lr {args.lr}, large batch '
+          f'{args.k * args.batch} at lr {args.k * args.lr}, seeds '
+          f'{args.seeds}, {args.device}; {len(runs)} runs, {args.jobs} at a '
+          f'time: {wall_seconds / 60:.1f} min; {load_before} before, '
           f'{uptime()} after')
     print(f'{"arm":<7}{"bbox mAP":>18}{"mAP@0.5":>18}{"steps":>7}'
           f'{"s/run":>8}{"data wait":>11}  per seed mAP')
@@ -269,8 +301,8 @@ def main():
             print(f'AGVM factors at the end, seed {run["seed"]}: {factors}')
     if args.json:
         print(json.dumps(dict(args=vars(args), load_before=load_before,
-                              load_after=uptime(), summary=summary,
-                              runs=runs)))
+                              load_after=uptime(), wall_seconds=wall_seconds,
+                              summary=summary, runs=runs)))
 
 
 if __name__ == '__main__':
