@@ -79,6 +79,10 @@ def test_projection_arithmetic(tmp_path):
     assert mg['precise_bn_seconds'] == pytest.approx(bn)
     assert mg['seconds'] == pytest.approx(
         sum(r['iters'] * r['s_per_iter'] for r in rows.values()) + bn)
+    # The baseline never changes shape: its base shape is timed alone.
+    assert base['seconds'] == pytest.approx(1200 * base['s_per_iter'])
+    assert out['shape_switching'] == pytest.approx(
+        base['round_robin_s_per_iter'] / base['s_per_iter'])
     assert out['speedup'] == pytest.approx(base['seconds'] / mg['seconds'])
     assert out['ratio'] == pytest.approx(out['speedup'] /
                                          out['iteration_saving'])

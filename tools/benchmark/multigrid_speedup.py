@@ -278,7 +278,14 @@ def _timing_cfg(cfg, batch_size, crop_size):
 
 
 def _time_shapes(cfg, shapes, device, iters):
-    """Median seconds of a train step and seconds of a forward, per shape."""
+    """Median seconds of a train step and seconds of a forward, per shape.
+
+    Returns:
+        tuple: ``{shape: (step s, forward s)}`` from the round-robin over all
+        shapes (multigrid changes shape every iteration), and the step
+        seconds of ``shapes[0]`` (the base shape) timed alone, iteration
+        after iteration, as the baseline recipe trains it.
+    """
     import torch
     from mmaction.registry import MODELS
     from mmaction.structures import ActionDataSample
@@ -313,9 +320,13 @@ def _time_shapes(cfg, shapes, device, iters):
         with torch.no_grad():
             model(**model.data_preprocessor(data, True), mode='tensor')
 
+    data = {key: batch(*key[:3]) for key in shapes}
+    base = shapes[0]
+    set_sub_bn_splits(model, base[3])
+    alone = [timed(lambda: model.train_step(data[base], wrapper))
+             for _ in range(iters + 1)][1:]
     # Round-robin over the shapes, so a change of machine load during the
     # measurement hits all of them alike; the first round is warm-up.
-    data = {key: batch(*key[:3]) for key in shapes}
     steps = {key: [] for key in shapes}
     forwards = {}
     for round_ in range(iters + 1):
@@ -332,8 +343,11 @@ def _time_shapes(cfg, shapes, device, iters):
         b, t, s, splits = key
         print(f'  timed batch {b:>3} T={t:>3} S={s:>3} sub-BN splits '
               f'{splits}: {out[key][0]:.3f} s/iter (median of {iters})')
+    alone = statistics.median(alone)
+    print(f'  timed the base shape alone: {alone:.3f} s/iter (median of '
+          f'{iters})')
     set_sub_bn_splits(model, 1)
-    return out
+    return out, alone
 
 
 def _project(args):
@@ -364,7 +378,9 @@ def _project(args):
               f'{small_base[:3]} instead of {base_key[:3]}; every shape is '
               f'scaled alike')
     distinct = list(OrderedDict.fromkeys([small_base] + small_shapes))
-    times = _time_shapes(small, distinct, args.device, args.project_iters)
+    times, alone = _time_shapes(small, distinct, args.device,
+                                args.project_iters)
+    round_robin = times[small_base][0]
     rows = OrderedDict()
     for (key, count), small_key in zip(full_counts, small_shapes):
         row = rows.setdefault(small_key, dict(
@@ -380,19 +396,22 @@ def _project(args):
     mg_seconds = sum(r['iters'] * r['s_per_iter']
                      for r in rows.values()) + bn_seconds
     base_iters = plan.recipe_epochs * plan.recipe_iters_per_epoch
-    base_seconds = base_iters * times[small_base][0]
+    # The baseline recipe never changes shape: its base shape timed alone.
+    base_seconds = base_iters * alone
     print(f'{"timed (batch, T, S)":>22} {"full-size":>16} {"iters":>8} '
           f'{"s/iter":>7} {"x base":>7} {"minutes":>9}')
     for r in rows.values():
         print(f'{str(r["timed_shape"]):>22} {str(r["full_shape"]):>16} '
               f'{r["iters"]:>8} {r["s_per_iter"]:>7.3f} '
-              f'{r["s_per_iter"] / times[small_base][0]:>7.2f} '
+              f'{r["s_per_iter"] / round_robin:>7.2f} '
               f'{r["iters"] * r["s_per_iter"] / 60:>9.1f}')
     result = dict(
         mode='project', device=args.device, samples_per_rank=samples,
         timed_base_shape=small_base[:3], base_shape=base_key[:3],
         shapes=list(rows.values()),
-        baseline=dict(iters=base_iters, seconds=base_seconds),
+        baseline=dict(iters=base_iters, seconds=base_seconds,
+                      s_per_iter=alone, round_robin_s_per_iter=round_robin),
+        shape_switching=round_robin / alone,
         multigrid=dict(iters=plan.max_iters, seconds=mg_seconds,
                        precise_bn_seconds=bn_seconds,
                        precise_bn_passes=[k[:3] for k in bn_shapes],
@@ -400,6 +419,9 @@ def _project(args):
     result.update(speedup=base_seconds / mg_seconds,
                   iteration_saving=plan.iteration_saving())
     result['ratio'] = result['speedup'] / result['iteration_saving']
+    print(f'x base: against the base shape in the round-robin; alone (as '
+          f'the baseline trains) it took {alone:.3f} s/iter, so changing '
+          f'shape every iteration costs x{result["shape_switching"]:.2f}')
     print(f'projected: baseline {base_iters} iters, '
           f'{base_seconds / 60:.1f} min; multigrid {plan.max_iters} iters, '
           f'{mg_seconds / 60:.1f} min (precise BN {bn_seconds / 60:.1f} '
