@@ -38,6 +38,8 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 AGVM_CONFIG = 'configs/smoke/faster-rcnn_r18_fpn_agvm_demo-det-smoke.py'
 MULTIGRID_CONFIG = ('configs/smoke/'
                     'recognizer3d_r18_multigrid_demo-video-smoke.py')
+SLOWFAST_CONFIG = ('configs/multigrid/slowfast_r50_multigrid_8xb8-8x8x1-'
+                   'steplr-239e_kinetics400-rgb.py')
 BUDGET = 8 * 60  # seconds for all lines together
 DEMO_DATA = 'data/demo'
 
@@ -223,11 +225,20 @@ LINES = [
                              ['--synthetic', '--device', 'cuda'],
                              [['--epochs', '1']]),
          check_last_line, 150),
+    Line('mg-project-gpu',
+         'tools/benchmark/multigrid_speedup.py --project --device cuda '
+         '(SlowFast R50 Kinetics-400 schedule)',
+         _optional_benchmark('tools/benchmark/multigrid_speedup.py',
+                             ['--project', '--device', 'cuda', '--config',
+                              SLOWFAST_CONFIG, '--samples-per-rank', '30055'],
+                             [['--project-iters', '2']]),
+         check_last_line, 150),
     Line('agvm-large-batch-gpu',
          'tools/benchmark/agvm_large_batch.py --device cuda',
          _optional_benchmark('tools/benchmark/agvm_large_batch.py',
                              ['--device', 'cuda'],
-                             [['--epochs', '1'], ['--seeds', '0']]),
+                             [['--epochs', '2'], ['--warmup-epochs', '1'],
+                              ['--seeds', '0']]),
          check_last_line, 150),
 ]
 
@@ -299,7 +310,7 @@ def _dry_run(lines: Sequence[Line]) -> List[str]:
                    'tools/make_demo_data.py'):
         if not osp.isfile(osp.join(ROOT, script)):
             problems.append(f'missing {script}')
-    for config in (AGVM_CONFIG, MULTIGRID_CONFIG):
+    for config in (AGVM_CONFIG, MULTIGRID_CONFIG, SLOWFAST_CONFIG):
         path = osp.join(ROOT, config)
         if not osp.isfile(path):
             problems.append(f'missing config {config}')

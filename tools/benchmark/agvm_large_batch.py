@@ -1,6 +1,6 @@
 """Small batch vs large batch vs large batch with AGVM, same epochs, seeds.
 
-Usage: python tools/benchmark/agvm_large_batch.py [--epochs 8] [--k 4]
+Usage: python tools/benchmark/agvm_large_batch.py [--epochs 8] [--k 2]
     [--batch 4] [--lr 0.04] [--warmup-epochs 2] [--seeds 0 1 2]
     [--arms small large agvm] [--train-images 64] [--val-images 32]
     [--full-size] [--device cpu] [--jobs 1] [--json]
@@ -102,7 +102,7 @@ def parse_args(argv=None):
     parser.add_argument('--epochs', type=int, default=8)
     parser.add_argument('--batch', type=int, default=4,
                         help='small batch B (images per micro-batch)')
-    parser.add_argument('--k', type=int, default=4,
+    parser.add_argument('--k', type=int, default=2,
                         help='large batch = k x B, k even (AGVM halves)')
     parser.add_argument('--lr', type=float, default=0.04,
                         help='small-batch SGD lr; the large arms use k x lr')
