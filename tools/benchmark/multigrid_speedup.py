@@ -283,8 +283,8 @@ def _time_shapes(cfg, shapes, device, iters):
     Returns:
         tuple: ``{shape: (step s, forward s)}`` from the round-robin over all
         shapes (multigrid changes shape every iteration), and the step
-        seconds of ``shapes[0]`` (the base shape) timed alone, iteration
-        after iteration, as the baseline recipe trains it.
+        seconds of ``shapes[0]`` (the base shape) when it follows itself,
+        as in the baseline recipe, which never changes shape.
     """
     import torch
     from mmaction.registry import MODELS
@@ -322,13 +322,12 @@ def _time_shapes(cfg, shapes, device, iters):
 
     data = {key: batch(*key[:3]) for key in shapes}
     base = shapes[0]
-    set_sub_bn_splits(model, base[3])
-    alone = [timed(lambda: model.train_step(data[base], wrapper))
-             for _ in range(iters + 1)][1:]
     # Round-robin over the shapes, so a change of machine load during the
-    # measurement hits all of them alike; the first round is warm-up.
+    # measurement hits all of them alike; the first round is warm-up. Each
+    # round ends with two base steps: the second, which follows a step of
+    # the same shape, times the base shape as the baseline trains it.
     steps = {key: [] for key in shapes}
-    forwards = {}
+    alone, forwards = [], {}
     for round_ in range(iters + 1):
         for key in shapes:
             set_sub_bn_splits(model, key[3])
@@ -337,6 +336,11 @@ def _time_shapes(cfg, shapes, device, iters):
                 steps[key].append(seconds)
             elif key not in forwards:
                 forwards[key] = timed(lambda: forward(data[key]))
+        set_sub_bn_splits(model, base[3])
+        repeated = [timed(lambda: model.train_step(data[base], wrapper))
+                    for _ in range(2)]
+        if round_:
+            alone.append(repeated[1])
     out = {}
     for key in shapes:
         out[key] = (statistics.median(steps[key]), forwards[key])
@@ -344,8 +348,8 @@ def _time_shapes(cfg, shapes, device, iters):
         print(f'  timed batch {b:>3} T={t:>3} S={s:>3} sub-BN splits '
               f'{splits}: {out[key][0]:.3f} s/iter (median of {iters})')
     alone = statistics.median(alone)
-    print(f'  timed the base shape alone: {alone:.3f} s/iter (median of '
-          f'{iters})')
+    print(f'  timed the base shape after itself: {alone:.3f} s/iter '
+          f'(median of {iters})')
     set_sub_bn_splits(model, 1)
     return out, alone
 
@@ -419,9 +423,10 @@ def _project(args):
     result.update(speedup=base_seconds / mg_seconds,
                   iteration_saving=plan.iteration_saving())
     result['ratio'] = result['speedup'] / result['iteration_saving']
-    print(f'x base: against the base shape in the round-robin; alone (as '
-          f'the baseline trains) it took {alone:.3f} s/iter, so changing '
-          f'shape every iteration costs x{result["shape_switching"]:.2f}')
+    print(f'x base: against the base shape in the round-robin; after '
+          f'itself (as the baseline trains) it took {alone:.3f} s/iter, so '
+          f'changing shape every iteration costs '
+          f'x{result["shape_switching"]:.2f}')
     print(f'projected: baseline {base_iters} iters, '
           f'{base_seconds / 60:.1f} min; multigrid {plan.max_iters} iters, '
           f'{mg_seconds / 60:.1f} min (precise BN {bn_seconds / 60:.1f} '
