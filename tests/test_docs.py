@@ -35,6 +35,26 @@ def test_relative_links_resolve(doc):
     assert missing == []
 
 
+def _anchors(path):
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to
+    hyphens."""
+    text = re.sub(r'^```.*?^```', '', _read(path), flags=re.M | re.S)
+    headings = re.findall(r'^#+ (.+)$', text, flags=re.M)
+    return {re.sub(r'[^\w\- ]', '', h.strip().lower()).replace(' ', '-')
+            for h in headings}
+
+
+@pytest.mark.parametrize('doc', DOCS, ids=lambda p: osp.relpath(p, ROOT))
+def test_anchors_resolve(doc):
+    links = re.findall(r'\]\(([^)#\s]*\.md|)#([^)\s]+)\)', _read(doc))
+    missing = [
+        f'{target}#{anchor}' for target, anchor in links
+        if anchor not in _anchors(
+            osp.join(osp.dirname(doc), target) if target else doc)
+    ]
+    assert missing == []
+
+
 def test_metafiles_list_every_config():
     index = yaml.safe_load(_read(osp.join(ROOT, 'model-index.yml')))
     listed = set()
