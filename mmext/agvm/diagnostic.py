@@ -220,7 +220,7 @@ def measure_gradient_variance(
 
 
 def summarize(values: Iterable[float]) -> Tuple[float, float]:
-    """Mean and sample standard deviation (0 for one value), NaN-free.
+    """Mean and sample standard deviation (NaN for one value), NaN-free.
 
     Args:
         values (Iterable[float]): Measurements; NaNs are ignored.
@@ -232,8 +232,8 @@ def summarize(values: Iterable[float]) -> Tuple[float, float]:
     if not finite:
         return math.nan, math.nan
     mean = sum(finite) / len(finite)
-    if len(finite) == 1:
-        return mean, 0.0
+    if len(finite) == 1:  # one value has no spread to show, not a zero one
+        return mean, math.nan
     var = sum((v - mean)**2 for v in finite) / (len(finite) - 1)
     return mean, math.sqrt(var)
 

@@ -72,6 +72,13 @@ def test_options_are_validated(capsys):
     with pytest.raises(SystemExit):
         parse_args(['--jobs', '0'])
     assert '--jobs must be >= 1, got 0' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(['--batch', '0'])
+    assert '--batch must be >= 1, got 0' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(['--train-images', '6', '--k', '2', '--batch', '4'])
+    assert ('--train-images (6) must hold at least one large batch of --k '
+            'x --batch = 8 images' in capsys.readouterr().err)
     assert 'clip_grad' not in arm_config('large', '--clip-norm', '0'
                                          ).optim_wrapper
 

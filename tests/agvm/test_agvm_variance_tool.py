@@ -45,3 +45,17 @@ def test_demo_detector_table_json_and_figure(repo_demo_data, tmp_path):
                 for r in row['ratio'][name]['values']
             ])
     assert osp.getsize(fig) > 0
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--batch-sizes', '4', '6', '5'], 'must be even and >= 2'),
+    (['--repeats', '0'], '--repeats must be >= 1, got 0'),
+    (['--checkpoint', 'no/such.pth'],
+     '--checkpoint no/such.pth: no such file'),
+])
+def test_bad_options_stop_before_building_the_model(args, message):
+    proc = subprocess.run(
+        [sys.executable, 'tools/analysis/agvm_variance.py', DEMO_AGVM] + args,
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert message in proc.stderr

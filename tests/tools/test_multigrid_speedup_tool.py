@@ -95,3 +95,18 @@ def test_project_needs_dataset_size(tmp_path):
         TINY, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode != 0
     assert 'give --samples-per-rank' in res.stderr
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--config', 'configs/demo/recognizer3d_r18_demo-video.py'],
+     'has no MultigridHook in custom_hooks'),
+    (['--project', '--project-iters', '0'], '--project-iters must be >= 1'),
+    (['--threads', '0'], '--threads must be >= 1, got 0'),
+])
+def test_bad_options_stop_before_training(tmp_path, args, message):
+    res = subprocess.run(
+        [sys.executable, TOOL, '--work-dir', str(tmp_path)] + args,
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2
+    assert message in res.stderr
+    assert 'Epoch(train)' not in res.stdout + res.stderr

@@ -64,7 +64,16 @@ def parse_args():
                         help='seed of the initialisation and image order')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
-    return parser.parse_args()
+    args = parser.parse_args()
+    odd = [n for n in args.batch_sizes if n < 2 or n % 2]
+    if odd:
+        parser.error(f'--batch-sizes must be even and >= 2 (two halves of '
+                     f'N/2 images), got {odd}')
+    if args.repeats < 1:
+        parser.error(f'--repeats must be >= 1, got {args.repeats}')
+    if args.checkpoint and not osp.isfile(args.checkpoint):
+        parser.error(f'--checkpoint {args.checkpoint}: no such file')
+    return args
 
 
 def check_data(cfg: Config, config: str) -> None:

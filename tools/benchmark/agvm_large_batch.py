@@ -132,6 +132,15 @@ def parse_args(argv=None):
     if args.k < 2 or args.k % 2:
         parser.error(f'--k must be even and >= 2 (AGVM compares the first '
                      f'and second k/2 micro-batches), got {args.k}')
+    for option in ('epochs', 'batch', 'train_images', 'val_images'):
+        if getattr(args, option) < 1:
+            parser.error(f'--{option.replace("_", "-")} must be >= 1, got '
+                         f'{getattr(args, option)}')
+    if args.train_images < args.k * args.batch:
+        parser.error(f'--train-images ({args.train_images}) must hold at '
+                     f'least one large batch of --k x --batch = '
+                     f'{args.k * args.batch} images, or the large arms take '
+                     f'no optimizer step')
     if not 1 <= args.warmup_epochs < args.epochs:
         parser.error(f'--warmup-epochs must be >= 1 and below --epochs '
                      f'({args.epochs}), got {args.warmup_epochs}')

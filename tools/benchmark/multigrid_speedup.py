@@ -408,10 +408,11 @@ def _project(args):
     base_iters = plan.recipe_epochs * plan.recipe_iters_per_epoch
     # The baseline recipe never changes shape: its base shape timed alone.
     base_seconds = base_iters * alone
-    print(f'{"timed (batch, T, S)":>22} {"full-size":>16} {"iters":>8} '
-          f'{"s/iter":>7} {"x base":>7} {"minutes":>9}')
+    print(f'{"timed (batch, T, S)":>22} {"sub-BN":>6} {"full-size":>16} '
+          f'{"iters":>8} {"s/iter":>7} {"x base":>7} {"minutes":>9}')
     for r in rows.values():
-        print(f'{str(r["timed_shape"]):>22} {str(r["full_shape"]):>16} '
+        print(f'{str(r["timed_shape"]):>22} {r["sub_bn_splits"]:>6} '
+              f'{str(r["full_shape"]):>16} '
               f'{r["iters"]:>8} {r["s_per_iter"]:>7.3f} '
               f'{r["s_per_iter"] / round_robin:>7.2f} '
               f'{r["iters"] * r["s_per_iter"] / 60:>9.1f}')
@@ -487,6 +488,17 @@ def main():
         '--cfg-options', nargs='+', action=DictAction,
         help='overrides applied to both runs, e.g. a larger model')
     args = parser.parse_args()
+    for option in ('epochs', 'project_iters', 'samples_per_rank',
+                   'batch_size', 'crop_size', 'threads'):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            parser.error(f'--{option.replace("_", "-")} must be >= 1, got '
+                         f'{value}')
+    cfg = load_run_config(args.config, args.cfg_options)
+    if not any(h['type'].split('.')[-1] == 'MultigridHook'
+               for h in cfg.get('custom_hooks', [])):
+        parser.error(f'{args.config} has no MultigridHook in custom_hooks: '
+                     f'nothing to compare against its baseline')
     if args.device == 'cpu':
         # mmengine's runner trains on CUDA whenever it is visible.
         os.environ['CUDA_VISIBLE_DEVICES'] = ''
