@@ -23,7 +23,8 @@ from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
                        total_flops_ratio)
 
 __all__ = ['MultigridPlan', 'HOOK_OPTIONS', 'CHECKPOINT_KEY',
-           'validate_options', 'check_clip_lengths', 'sub_bn_splits']
+           'validate_options', 'check_clip_lengths', 'sub_bn_splits',
+           'is_multigrid_hook']
 
 # Where a multigrid run's checkpoints record its schedule (``meta``).
 CHECKPOINT_KEY = 'mmext_multigrid'
@@ -47,6 +48,12 @@ _WARMUP_TYPES = ('LinearLR', 'ConstantLR', 'LinearParamScheduler',
 _SCHEDULE_OPTIONS = ('long_cycle', 'short_cycle', 'epoch_factor',
                      'long_cycle_factors', 'short_cycle_factors',
                      'short_cycle_mode')
+
+
+def is_multigrid_hook(hook_cfg: dict) -> bool:
+    """Whether a ``custom_hooks`` entry builds ``MultigridHook``, with or
+    without the ``mmext.`` scope prefix."""
+    return hook_cfg['type'].split('.')[-1] == 'MultigridHook'
 
 
 def validate_options(options: dict) -> dict:
@@ -236,7 +243,7 @@ class MultigridPlan:
                 constructor.
         """
         hooks = [h for h in cfg.get('custom_hooks', [])
-                 if h['type'].split('.')[-1] == 'MultigridHook']
+                 if is_multigrid_hook(h)]
         if not hooks:
             raise ValueError('The config has no mmext.MultigridHook in '
                              'custom_hooks.')

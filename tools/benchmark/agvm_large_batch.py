@@ -132,7 +132,7 @@ def parse_args(argv=None):
     if args.k < 2 or args.k % 2:
         parser.error(f'--k must be even and >= 2 (AGVM compares the first '
                      f'and second k/2 micro-batches), got {args.k}')
-    for option in ('epochs', 'batch', 'train_images', 'val_images'):
+    for option in ('epochs', 'batch', 'train_images', 'val_images', 'jobs'):
         if getattr(args, option) < 1:
             parser.error(f'--{option.replace("_", "-")} must be >= 1, got '
                          f'{getattr(args, option)}')
@@ -144,8 +144,6 @@ def parse_args(argv=None):
     if not 1 <= args.warmup_epochs < args.epochs:
         parser.error(f'--warmup-epochs must be >= 1 and below --epochs '
                      f'({args.epochs}), got {args.warmup_epochs}')
-    if args.jobs < 1:
-        parser.error(f'--jobs must be >= 1, got {args.jobs}')
     if args.device == 'cuda' and not torch.cuda.is_available():
         parser.error('--device cuda: no CUDA device is visible')
     if args.device == 'cpu' and torch.cuda.is_available():

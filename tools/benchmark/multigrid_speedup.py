@@ -44,6 +44,7 @@ from mmext.multigrid import MultigridPlan
 from mmext.multigrid.monitor import DATA_WAIT_THRESHOLD, bound_by, \
     data_wait_share
 from mmext.multigrid.pipeline import parse_grid_shape, resize_pipeline
+from mmext.multigrid.plan import is_multigrid_hook
 from mmext.runner import build_runner, load_run_config
 
 DEFAULT_CONFIG = 'configs/multigrid/recognizer3d_r18w64_multigrid_fight.py'
@@ -143,7 +144,7 @@ def _make_synthetic(cfg, work_dir):
 
 def _drop_multigrid(cfg):
     cfg.custom_hooks = [h for h in cfg.get('custom_hooks', [])
-                        if h['type'].split('.')[-1] != 'MultigridHook']
+                        if not is_multigrid_hook(h)]
 
 
 def _run(args, multigrid):
@@ -268,8 +269,7 @@ def _timing_cfg(cfg, batch_size, crop_size):
     """Copy of ``cfg`` with a smaller base batch and/or crop to time."""
     small = cfg.copy()
     dl = small.train_dataloader
-    hook = next(h for h in small.custom_hooks
-                if h['type'].split('.')[-1] == 'MultigridHook')
+    hook = next(h for h in small.custom_hooks if is_multigrid_hook(h))
     if batch_size:
         if hook.get('bn_base_size'):
             # Keep the number of sub-BN splits of every shape.
@@ -495,8 +495,7 @@ def main():
             parser.error(f'--{option.replace("_", "-")} must be >= 1, got '
                          f'{value}')
     cfg = load_run_config(args.config, args.cfg_options)
-    if not any(h['type'].split('.')[-1] == 'MultigridHook'
-               for h in cfg.get('custom_hooks', [])):
+    if not any(map(is_multigrid_hook, cfg.get('custom_hooks', []))):
         parser.error(f'{args.config} has no MultigridHook in custom_hooks: '
                      f'nothing to compare against its baseline')
     if args.device == 'cpu':
