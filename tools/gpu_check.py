@@ -86,16 +86,20 @@ def check_agvm_scalars(output: str, work_dir: str) -> str:
     """Factors applied at every logged iteration (``agvm_mu``), re-estimates
     (``agvm_d``/``agvm_s`` records) present, everything finite, the factors
     moved away from 1."""
+    from mmext.agvm import SCALAR_FACTOR, SCALAR_VARIANCE
     records = _scalars(work_dir)
     train = [r for r in records if 'loss' in r]
-    estimates = [r for r in records if any('agvm_d/' in k for k in r)]
+    estimates = [r for r in records
+                 if any(k.startswith(f'{SCALAR_VARIANCE}/') for k in r)]
     if not train:
         raise CheckFailed('no training iteration logged')
-    factors = {k: v for k, v in train[-1].items() if 'agvm_mu/' in k}
+    factors = {k: v for k, v in train[-1].items()
+               if k.startswith(f'{SCALAR_FACTOR}/')}
     if not factors:
-        raise CheckFailed('no agvm_mu/* factor logged')
+        raise CheckFailed(f'no {SCALAR_FACTOR}/* factor logged')
     if not estimates:
-        raise CheckFailed('factors never re-estimated (no agvm_d/* logged)')
+        raise CheckFailed(f'factors never re-estimated (no '
+                          f'{SCALAR_VARIANCE}/* logged)')
     values = [v for r in train + estimates for k, v in r.items()
               if k.startswith('agvm_') or k == 'loss']
     if not all(math.isfinite(v) for v in values):
@@ -255,7 +259,7 @@ def agvm_ranks_worker(rank: int, world_size: int, backend: str,
     import torch
     from mmengine.dist import all_gather_object
 
-    from mmext.runner import build_runner, load_run_config
+    from mmext.cli import build_runner, load_run_config
     device = (torch.device('cuda', torch.cuda.current_device())
               if torch.cuda.is_available() else torch.device('cpu'))
     os.environ['LOCAL_RANK'] = str(rank)  # as torchrun; mmengine reads it
@@ -272,7 +276,7 @@ def agvm_ranks_worker(rank: int, world_size: int, backend: str,
         rank=rank, backend=backend, device=str(device),
         factors=wrapper.ema.factors.tolist(),
         num_updates=wrapper.ema.num_updates,
-        hooked=wrapper._halves.attach(runner.model),
+        hooked=wrapper.uses_comm_hook(runner.model),
         param_sum=sum(p.detach().double().sum().item()
                       for p in model.parameters()))
     ranks = all_gather_object(result)

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmext.multigrid.plan import check_clip_lengths
+from mmext.multigrid.model_checks import check_clip_lengths
 from mmext.multigrid.bn import update_precise_bn
 from mmext.multigrid.pipeline import parse_grid_shape, resize_pipeline
 

@@ -100,7 +100,7 @@ def test_skip_option_is_validated():
 
 
 def test_hook_logs_skipped_clips_per_epoch(ann_file, tmp_path):
-    from mmext.runner import build_runner, load_run_config
+    from mmext.cli import build_runner, load_run_config
     ann, broken = ann_file
     os.chdir(ROOT)
     cfg = load_run_config(TINY, dict(

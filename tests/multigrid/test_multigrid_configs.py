@@ -7,7 +7,7 @@ from mmaction.registry import MODELS
 from mmengine.config import Config
 
 import mmext  # noqa: F401
-from mmext.multigrid.plan import check_clip_lengths
+from mmext.multigrid.model_checks import check_clip_lengths
 from mmext.multigrid import build_multigrid_schedule
 from mmext.multigrid.lr import find_lr_steps
 from mmext.multigrid.pipeline import parse_grid_shape

@@ -7,7 +7,7 @@ import pytest
 from mmcv.transforms import BaseTransform
 
 import mmext  # noqa: F401
-from mmext.runner import build_runner, load_run_config
+from mmext.cli import build_runner, load_run_config
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'tests', 'multigrid', 'tiny_mg.py')

@@ -63,7 +63,7 @@ def test_hook_lr_scaling_keeps_tensor_lrs_on_their_device():
     hook = MultigridHook(long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)])
     hook.plan = MultigridPlan(
         PIPE, 4, 4, [dict(type='MultiStepLR', milestones=[2])],
-        **hook.options)
+        options=hook.options)
     assert hook.plan.stage_at(0).shape.batch_factor == 4
     hook.before_train_iter(runner, 0)
     scaled = optimizer.param_groups[0]['lr']

@@ -5,7 +5,7 @@ import pytest
 
 from mmext.multigrid.monitor import (DataWaitWatch, bound_by,
                                      data_wait_share, data_wait_warning)
-from mmext.multigrid.plan import validate_options
+from mmext.multigrid.options import MultigridOptions
 
 
 def test_share_and_verdict():
@@ -81,12 +81,12 @@ def test_watch_disabled_and_short_stage():
 ])
 def test_bad_watch_options(options, match):
     with pytest.raises(ValueError, match=match):
-        validate_options(options)
+        MultigridOptions(**options)
 
 
 def test_watch_options_defaults():
-    options = validate_options({})
-    assert options['data_wait_threshold'] == 0.2
-    assert options['data_wait_iters'] == 10
-    assert validate_options(dict(data_wait_threshold=None))[
-        'data_wait_threshold'] is None
+    options = MultigridOptions()
+    assert options.data_wait_threshold == 0.2
+    assert options.data_wait_iters == 10
+    assert MultigridOptions(
+        data_wait_threshold=None).data_wait_threshold is None

@@ -12,7 +12,8 @@ import torch.nn as nn
 from mmengine.config import Config
 
 import mmext  # noqa: F401
-from mmext.multigrid import MultigridPlan
+from mmext.multigrid import MultigridOptions, MultigridPlan
+from mmext.multigrid.model_checks import check_run
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 I3D = osp.join(ROOT, 'configs', 'multigrid',
@@ -33,10 +34,11 @@ I3D_MILESTONES = (
 def _messages(schedulers, samples_per_rank=None, **options):
     options.setdefault('long_cycle_factors', [(0.5, 0.5**0.5), (1, 1)])
     plan = MultigridPlan(PIPE, 4, 4, schedulers,
-                         samples_per_rank=samples_per_rank, **options)
+                         samples_per_rank=samples_per_rank,
+                         options=MultigridOptions(**options))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        messages = plan.check()
+        messages = check_run(plan)
     assert [str(w.message) for w in caught] == messages
     return messages
 
@@ -54,7 +56,7 @@ def test_stock_i3d_recipe_shortened_warns_about_milestones():
     cfg.custom_hooks[0].long_cycle = False
     plan = MultigridPlan.from_config(cfg)
     with pytest.warns(UserWarning) as record:
-        assert plan.check() == [I3D_MILESTONES]
+        assert check_run(plan) == [I3D_MILESTONES]
     assert [str(w.message) for w in record] == [I3D_MILESTONES]
     assert plan.lr_steps == [0, 2] and plan.max_epochs == 3
 
@@ -131,10 +133,10 @@ def test_model_check_names_unsplittable_bn_layers():
     model = nn.Module()
     model.backbone = nn.Sequential(nn.BatchNorm3d(2))
     model.cls_head = nn.Sequential(nn.BatchNorm1d(2))
-    plan = MultigridPlan(PIPE, 8, 4, [STEP], bn_base_size=4,
-                         long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)])
+    plan = MultigridPlan(PIPE, 8, 4, [STEP], options=MultigridOptions(
+        bn_base_size=4, long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)]))
     with pytest.raises(ValueError) as info:
-        plan.check(model)
+        check_run(plan, model)
     assert str(info.value) == (
         'Sub-batch BN (bn_base_size=4) splits per-device batches of up to 32 '
         'clips into groups of 4, but cannot split these BN layers, which '
@@ -145,8 +147,9 @@ def test_model_check_names_unsplittable_bn_layers():
         'in eval mode (norm_eval), or set bn_base_size=None to train every '
         'BN layer on the whole per-device batch.')
     # Long-cycle batches 8 x 4 = 32 at most: no splits, no error.
-    MultigridPlan(PIPE, 8, 4, [STEP], bn_base_size=32,
-                  long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)]).check(model)
+    check_run(MultigridPlan(PIPE, 8, 4, [STEP], options=MultigridOptions(
+        bn_base_size=32, long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)])),
+        model)
 
 
 def test_tool_warns_like_the_plan():
@@ -175,7 +178,7 @@ def test_tool_errors_exit_non_zero():
 
 @pytest.mark.usefixtures('repo_demo_data')
 def test_hook_runs_the_same_checks_as_the_tool(tmp_path):
-    from mmext.runner import build_runner, load_run_config
+    from mmext.cli import build_runner, load_run_config
     option = 'param_scheduler.0.end=5'
     proc = _tool(TINY, '--json', '--dataset', '--cfg-options', option)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -98,12 +98,13 @@ def test_plan_check_warns_when_precise_bn_has_nothing_to_update():
     from mmaction.registry import MODELS
     from mmengine.registry import init_default_scope
     from mmext.multigrid import MultigridPlan
+    from mmext.multigrid.model_checks import check_run
     init_default_scope('mmaction')
     cfg = Config.fromfile(TINY)
     cfg.model.backbone.norm_eval = True
     plan = MultigridPlan.from_config(cfg)
     with pytest.warns(UserWarning) as record:
-        messages = plan.check(MODELS.build(cfg.model))
+        messages = check_run(plan, MODELS.build(cfg.model))
     assert messages == [
         'precise_bn_iters=2, but no BN layer of the model trains (all are '
         'in eval mode after model.train(), e.g. norm_eval=True): precise '
@@ -120,7 +121,7 @@ def test_training_with_frozen_stages_keeps_loaded_statistics(tmp_path):
     from mmaction.registry import MODELS
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
-    from mmext.runner import build_runner, load_run_config
+    from mmext.cli import build_runner, load_run_config
     init_default_scope('mmaction')
     model = MODELS.build(Config.fromfile(TINY).model)
     with torch.no_grad():

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import mmext  # noqa: F401
-from mmext.multigrid.plan import CHECKPOINT_KEY
-from mmext.runner import build_runner, load_run_config
+from mmext.multigrid.resume import CHECKPOINT_KEY
+from mmext.cli import build_runner, load_run_config
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(ROOT, 'tests', 'multigrid', 'tiny_mg.py')

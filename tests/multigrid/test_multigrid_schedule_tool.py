@@ -51,7 +51,7 @@ def test_plot_is_written(tmp_path):
 def test_exact_count_matches_the_hook(tmp_path):
     """The tool's exact count is what the hook trains (partial batches
     dropped), and differs from the estimate."""
-    from mmext.runner import build_runner, load_run_config
+    from mmext.cli import build_runner, load_run_config
     exact = json.loads(_run(TINY, '--dataset', '--json').stdout)
     estimate = json.loads(_run(TINY, '--json').stdout)
     cfg = load_run_config(TINY, None, str(tmp_path))

@@ -9,7 +9,7 @@ import torch
 
 import mmext  # noqa: F401
 from mmext.multigrid import build_multigrid_schedule, iterations_per_epoch
-from mmext.runner import build_runner, load_run_config
+from mmext.cli import build_runner, load_run_config
 from mmext.testing import find_free_port
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))

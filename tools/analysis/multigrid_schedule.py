@@ -10,7 +10,8 @@ hook itself trains from. Iteration counts are exact when the number of
 training clips is known (``--dataset`` builds the config's train dataset and
 counts it; ``--num-samples`` gives it), and marked as estimates otherwise.
 The recognizer is built (no weights) so that the tool runs every check the
-hook runs before training (:meth:`MultigridPlan.check`): warnings about
+hook runs before training (:func:`mmext.multigrid.model_checks.check_run`):
+warnings about
 recipe values the schedule cannot honour, and errors (exit status 1) for clip
 lengths the backbone cannot take or BN layers sub-batch BN cannot split.
 """
@@ -24,8 +25,8 @@ import warnings
 from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 
-import mmext  # noqa: F401  (``mmext::`` config prefix)
-from mmext.multigrid import MultigridPlan
+from mmext.multigrid import MultigridPlan, describe, summary
+from mmext.multigrid.model_checks import check_run
 
 
 def parse_args():
@@ -128,33 +129,18 @@ def main():
         try:
             plan = MultigridPlan.from_config(cfg, samples_per_rank=per_rank,
                                              world_size=args.world_size)
-            plan.check(model)
+            check_run(plan, model)
         except ValueError as error:
             for w in caught:
                 print(f'warning: {w.message}', file=sys.stderr)
             sys.exit(f'error: {error}')
+    messages = [str(w.message) for w in caught]
     if args.json:
-        print(json.dumps(dict(
-            base=dict(batch_size=plan.base_batch,
-                      effective_batch_size=(plan.base_batch *
-                                            plan.batch_multiplier),
-                      clip_len=plan.base_clip_len,
-                      crop_size=plan.base_crop_size),
-            recipe_epochs=plan.recipe_epochs,
-            epochs=plan.max_epochs,
-            exact=plan.exact,
-            clips_per_process=per_rank,
-            iters=plan.max_iters if plan.exact else None,
-            recipe_iters=(plan.recipe_epochs * plan.recipe_iters_per_epoch
-                          if plan.exact else None),
-            iteration_saving=plan.iteration_saving(),
-            flops_ratio=plan.flops_ratio(),
-            warnings=[str(w.message) for w in caught],
-            stages=plan.rows()), indent=1))
+        print(json.dumps(summary(plan, messages), indent=1))
     else:
-        for w in caught:
-            print(f'warning: {w.message}')
-        print(plan.describe())
+        for message in messages:
+            print(f'warning: {message}')
+        print(describe(plan))
     if args.plot:
         name = osp.splitext(osp.basename(args.config))[0]
         plot(plan, f'{name}\n{plan.max_epochs} epochs, '
