@@ -200,10 +200,11 @@ def _device_of(params: Sequence[Tensor]) -> torch.device:
 def _dot64(a: Tensor, b: Tensor, chunk: int = 4096) -> Tensor:
     """Float64-accurate dot product of float32 vectors at float32 speed.
 
-    A single float32 dot over 10^7 elements is off by ~1e-4 relative, too
+    A single float32 dot over 10^7 elements is off by ~1e-5 relative, too
     much for d_i ~ 1e-3 and the norm identity; converting to float64 costs
     5x. Float32 dots of short chunks summed in float64 are accurate to
-    ~1e-9 relative.
+    ~5e-8 relative (measured on 10^6 and 10^7 random elements,
+    ``tests/agvm/test_agvm_layout.py``).
     """
     main = a.numel() // chunk * chunk
     head = torch.bmm(a[:main].view(-1, 1, chunk),
@@ -215,7 +216,7 @@ def _sq_norm64(x: Tensor, chunk: int = 4096) -> Tensor:
     """Float64-accurate squared norm, 6x faster than :func:`_dot64`.
 
     Norms of short chunks (float32 accumulation at least), squared and
-    summed in float64: ~1e-8 relative error on 10^7 elements.
+    summed in float64: ~4e-9 relative error on 10^7 elements.
     """
     main = x.numel() // chunk * chunk
     head = torch.linalg.vector_norm(

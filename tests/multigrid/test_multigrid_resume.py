@@ -1,17 +1,17 @@
-"""Resuming across multigrid on/off or another schedule: clear errors."""
+"""mmext.multigrid.resume (and the hook's resume guard): resuming across
+multigrid on/off or another schedule gives clear errors."""
 import os
 import os.path as osp
 import re
 
 import pytest
 import torch
+from mg_helpers import ROOT, TINY
 
 import mmext  # noqa: F401
-from mmext.multigrid.resume import CHECKPOINT_KEY
 from mmext.cli import build_runner, load_run_config
+from mmext.multigrid.resume import CHECKPOINT_KEY
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-TINY = osp.join(ROOT, 'tests', 'multigrid', 'tiny_mg.py')
 HOOK = dict(type='mmext.MultigridHook',
             long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)], bn_base_size=4,
             precise_bn_iters=2)
@@ -86,3 +86,24 @@ def test_plain_weights_into_multigrid_run_with_load_from(checkpoints,
     runner = build_runner(cfg)
     runner.train()
     assert runner.epoch == 1
+
+
+def test_signature_in_the_format_checkpoints_hold():
+    """Plain lists and tuples, as earlier releases saved them: their
+    checkpoints still resume."""
+    from mg_helpers import PIPE, STEP
+
+    from mmext.multigrid import MultigridOptions, MultigridPlan
+    from mmext.multigrid.resume import check_resume, resume_signature
+    plan = MultigridPlan(PIPE, 4, 4, [STEP], options=MultigridOptions(
+        long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)]))
+    saved = dict(long_cycle=True, short_cycle=True, epoch_factor=1.5,
+                 long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)],
+                 short_cycle_factors=[0.5, 0.5**0.5],
+                 short_cycle_mode='absolute', lr_steps=[0, 2],
+                 recipe_epochs=4, max_epochs=6)
+    assert resume_signature(plan) == saved
+    check_resume(plan, saved)
+    with pytest.raises(ValueError, match=r"epoch_factor: checkpoint 2, "
+                       r"config 1\.5\)"):
+        check_resume(plan, dict(saved, epoch_factor=2))

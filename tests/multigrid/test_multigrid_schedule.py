@@ -1,12 +1,12 @@
-"""The pure schedule against the PySlowFast reference table (Kinetics-400 SlowFast 8x8 R50 stepwise)."""
+"""mmext.multigrid.schedule: the pure schedule against the PySlowFast
+reference table (Kinetics-400 SlowFast 8x8 R50 stepwise)."""
 import pytest
+from mg_helpers import MAX_EPOCHS, STEPS
 
 from mmext.multigrid import (build_multigrid_schedule, iterations_per_epoch,
                              map_recipe_epoch, short_cycle_shapes,
                              stage_at_epoch, total_flops_ratio)
-from mmext.multigrid.lr import find_lr_steps, remap_param_schedulers
-
-STEPS, MAX_EPOCHS = [0, 94, 154, 196], 239
+from mmext.multigrid.lr import find_lr_steps
 
 
 @pytest.fixture(scope='module')
@@ -110,25 +110,6 @@ def test_iterations_per_epoch():
     assert iterations_per_epoch(10, [4]) == 2
 
 
-def test_remap_schedulers():
-    cfgs = [
-        dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0,
-             end=34, convert_to_iter_based=True),
-        dict(type='MultiStepLR', by_epoch=True, begin=0, end=239,
-             milestones=[94, 154, 196], gamma=0.1),
-        dict(type='CosineAnnealingLR', by_epoch=True, begin=0, T_max=239,
-             end=239)
-    ]
-    stages = build_multigrid_schedule(32, 224, STEPS, MAX_EPOCHS)
-    out = remap_param_schedulers(
-        cfgs, lambda e: map_recipe_epoch(stages, STEPS, MAX_EPOCHS, e),
-        lambda e: int(round(e * 10)), base_epoch_len=10)
-    assert out[0]['by_epoch'] is False and 'convert_to_iter_based' not in \
-        out[0]
-    assert (out[0]['begin'], out[0]['end']) == (0, 571)  # 57.1 epochs
-    assert out[1]['milestones'] == [158, 259, 343] and out[1]['end'] == 358
-    assert out[2]['T_max'] == 358
-    assert cfgs[0]['end'] == 34  # input untouched
 
 
 @pytest.mark.parametrize('options, match', [
@@ -148,10 +129,3 @@ def test_bad_options_name_the_option(options, match):
         build_multigrid_schedule(16, 56, [0, 2], 4, **options)
 
 
-def test_step_schedule_without_milestones_is_one_long_cycle():
-    steps, gamma = find_lr_steps(
-        [dict(type='MultiStepLR', by_epoch=True, milestones=[8])], 4)
-    assert (steps, gamma) == ([0, 4], None)
-    stages = build_multigrid_schedule(16, 56, steps, 4, gamma=gamma)
-    assert [s.lr_stage for s in stages] == [0] * len(stages)
-    assert stages[-1].end_epoch == 6 and stages[-1].lr_factor == 1
