@@ -167,7 +167,8 @@ class MultigridHook(Hook):
         self.plan = MultigridPlan.for_runner(runner, self.options)
         self._pipeline = list(runner.cfg.train_dataloader.dataset.pipeline)
         self._dataset = loop.dataloader.dataset
-        check_run(self.plan, _unwrap(runner.model))
+        model = _unwrap(runner.model)
+        check_run(self.plan, model, self._pipeline)
         set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
         if self.plan.param_scheduler:
             self._rebuild_schedulers(runner)

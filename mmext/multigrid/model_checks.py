@@ -1,19 +1,22 @@
 """Checks of a recognizer against a multigrid plan, before training.
 
 The plan (:class:`~mmext.multigrid.MultigridPlan`) is arithmetic on configs;
-whether the model can train it (clip lengths its backbone takes, BN layers
-sub-batch BN can split, BN layers for precise BN to update) is checked
-here, by the hook and by ``tools/analysis/multigrid_schedule.py`` alike.
+whether the model can train it is checked here, by the hook and by
+``tools/analysis/multigrid_schedule.py`` alike: every planned grid shape
+forwarded through the model (:mod:`.shape_probe`), clip lengths of
+SlowFast/ResNet3d (a fast path with the fix in the message), BN layers
+sub-batch BN can split and BN layers for precise BN to update.
 """
 import warnings
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from .bn import (SPLITTABLE_BN_TYPES, bn_layers_in_training,
                  unsplittable_bn_layers)
+from .shape_probe import ShapeResult, probe_plan
 
 __all__ = [
     'check_clip_lengths', 'check_model', 'check_run',
-    'warn_dropped_recipe_values'
+    'refused_shapes_message', 'warn_dropped_recipe_values'
 ]
 
 
@@ -63,19 +66,23 @@ def warn_dropped_recipe_values(plan) -> List[str]:
     return messages
 
 
-def check_run(plan, model=None) -> List[str]:
+def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
+              ) -> List[str]:
     """Every check of a run before training, as the hook runs them.
 
     Warns about recipe values the plan cannot honour
-    (:func:`warn_dropped_recipe_values`), then checks the model
-    (:func:`check_model`) and warns if precise BN would have no BN layer
-    to update. ``MultigridHook`` and
-    ``tools/analysis/multigrid_schedule.py`` both call this.
+    (:func:`warn_dropped_recipe_values`), checks the model
+    (:func:`check_model`) and warns if precise BN would have no BN layer to
+    update. ``MultigridHook``
+    and ``tools/analysis/multigrid_schedule.py`` both call this.
 
     Args:
         plan (MultigridPlan): The run's plan.
         model (nn.Module, optional): The unwrapped recognizer; None skips
             the model checks.
+        pipeline (Sequence[dict], optional): The train pipeline (clips per
+            sample for the probe's input, see
+            :func:`~mmext.multigrid.shape_probe.probe_input_size`).
 
     Returns:
         list[str]: The warnings given.
@@ -86,7 +93,7 @@ def check_run(plan, model=None) -> List[str]:
     messages = warn_dropped_recipe_values(plan)
     if model is None:
         return messages
-    check_model(plan, model)
+    check_model(plan, model, pipeline)
     iters = plan.options.precise_bn_iters
     if iters and not bn_layers_in_training(model):
         messages.append(
@@ -98,18 +105,25 @@ def check_run(plan, model=None) -> List[str]:
     return messages
 
 
-def check_model(plan, model) -> None:
+def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
+                ) -> List[ShapeResult]:
     """Raise if the recognizer cannot train the plan.
 
     Args:
         plan (MultigridPlan): The run's plan.
         model (nn.Module): The (unwrapped) recognizer.
+        pipeline (Sequence[dict], optional): As in :func:`check_run`.
+
+    Returns:
+        list[ShapeResult]: The probe of every planned shape.
 
     Raises:
         ValueError: For a clip length the backbone cannot take (see
-            :func:`check_clip_lengths`), or, when some stage splits its
-            batch for sub-batch BN, a BN layer that trains and cannot be
-            split (see :func:`mmext.multigrid.bn.unsplittable_bn_layers`).
+            :func:`check_clip_lengths`), a planned shape the model's
+            forward pass refuses (see :func:`refused_shapes_message`), or,
+            when some stage splits its batch for sub-batch BN, a BN layer
+            that trains and cannot be split (see
+            :func:`mmext.multigrid.bn.unsplittable_bn_layers`).
     """
     if hasattr(model, 'backbone'):
         check_clip_lengths(
@@ -130,3 +144,89 @@ def check_model(plan, model) -> None:
             f'kinds for them, keep them in eval mode (norm_eval), or set '
             f'bn_base_size=None to train every BN layer on the whole '
             f'per-device batch.')
+    results = probe_plan(plan, model, pipeline)
+    refused = refused_shapes_message(plan, results)
+    if refused:
+        raise ValueError(refused)
+    return results
+
+
+def _long_cycle_factors_of(plan, shapes) -> List[tuple]:
+    """The ``long_cycle_factors`` entries whose cycles contain ``shapes``."""
+    options, found = plan.options, []
+    if not options.long_cycle:
+        return found
+    keys = {(s.clip_len, s.crop_size) for s in shapes}
+    for stage in plan.stages:
+        cycle = {(g.clip_len, g.crop_size) for g in stage.short_cycle}
+        if not keys & cycle:
+            continue
+        for t, s in options.long_cycle_factors:
+            if (int(round(plan.base_clip_len * t)),
+                    int(round(plan.base_crop_size * s))) == (
+                        stage.shape.clip_len, stage.shape.crop_size) and (
+                            (t, s) not in found):
+                found.append((t, s))
+    return found
+
+
+def _factors_text(factors) -> str:
+    return '[' + ', '.join(f'({t:g}, {s:g})' for t, s in factors) + ']'
+
+
+def refused_shapes_message(plan, results: Sequence[ShapeResult]
+                           ) -> Optional[str]:
+    """The error for planned shapes the model's forward pass refused.
+
+    Names the first refused shape, the module whose forward raised and its
+    error, every refused and every accepted shape, and the fix: the
+    ``long_cycle_factors`` entries whose cycles hold refused long-cycle
+    shapes (or ``long_cycle=False``), ``short_cycle=False`` where
+    short-cycle shapes are refused, which of ``T``/``S`` all refused shapes
+    change, or that multigrid cannot train a model that takes only the
+    recipe's shape.
+
+    Args:
+        plan (MultigridPlan): The run's plan.
+        results (Sequence[ShapeResult]): Its probe.
+
+    Returns:
+        str, optional: The message; None if every shape passed.
+    """
+    bad = [r for r in results if r.error]
+    if not bad:
+        return None
+    first = bad[0]
+    base_t, base_s = plan.base_clip_len, plan.base_crop_size
+    shapes = [r.shape for r in bad]
+    accepted = [r.shape for r in results if not r.error]
+    fixes = []
+    if {(s.clip_len, s.crop_size) for s in accepted} <= {
+            (base_t, base_s)} and any(s.clip_len != base_t for s in shapes) \
+            and any(s.crop_size != base_s for s in shapes):
+        fixes.append(f'the model takes neither another T nor another S '
+                     f'than the recipe\'s (T, S) = ({base_t}, {base_s}), so '
+                     f'multigrid cannot train it (train the recipe without '
+                     f'mmext.MultigridHook)')
+    else:
+        factors = _long_cycle_factors_of(
+            plan, [s for s in shapes if s.long_cycle])
+        if factors:
+            fixes.append(f'long_cycle_factors without '
+                         f'{_factors_text(factors)} (or long_cycle=False)')
+        if any(not s.long_cycle for s in shapes):
+            fixes.append('short_cycle=False (or short_cycle_factors closer '
+                         'to 1)')
+        if all(s.clip_len != base_t for s in shapes):
+            fixes.append(f'(every refused shape has T != {base_t})')
+        elif all(s.crop_size != base_s for s in shapes):
+            fixes.append(f'(every refused shape has S != {base_s})')
+    return (
+        f'The model cannot take {len(bad)} of the {len(results)} grid '
+        f'shapes the multigrid plan trains (base T={base_t}, S={base_s}): '
+        f'at {first.shape} (from epoch {first.shape.epochs[0]}) the forward '
+        f'pass fails in {first.module}: {first.error.rstrip(".")}. Refused: '
+        f'{", ".join(str(s) for s in shapes)}. Accepted: '
+        f'{", ".join(str(s) for s in accepted)}. Fix: '
+        f'{" and ".join(fixes)}. See the model-family table of '
+        f'docs/en/multigrid.md.')

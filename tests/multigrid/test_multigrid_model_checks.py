@@ -10,10 +10,21 @@ from mmext.multigrid import MultigridOptions, MultigridPlan
 from mmext.multigrid.model_checks import check_clip_lengths, check_run
 
 
+class _Pooled(nn.Module):
+    """A recognizer stand-in: BN3d backbone, BN1d head, any input size."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.BatchNorm3d(3))
+        self.cls_head = nn.Sequential(nn.BatchNorm1d(3))
+
+    def forward(self, inputs, mode, stage):
+        x = self.backbone(inputs.flatten(0, 1))
+        return self.cls_head(x.mean((2, 3, 4)))
+
+
 def test_model_check_names_unsplittable_bn_layers():
-    model = nn.Module()
-    model.backbone = nn.Sequential(nn.BatchNorm3d(2))
-    model.cls_head = nn.Sequential(nn.BatchNorm1d(2))
+    model = _Pooled()
     plan = MultigridPlan(PIPE, 8, 4, [STEP], options=MultigridOptions(
         bn_base_size=4, long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)]))
     with pytest.raises(ValueError) as info:
@@ -76,3 +87,52 @@ def test_plan_check_warns_when_precise_bn_has_nothing_to_update():
         'BN has nothing to update and is skipped.'
     ]
     assert [str(w.message) for w in record] == messages
+
+
+C3D_PIPE = [dict(type='SampleFrames', clip_len=16, frame_interval=1),
+            dict(type='Resize', scale=(112, 112), keep_ratio=False)]
+
+
+def test_a_model_that_cannot_take_the_shapes_is_refused_before_training():
+    """C3D's fc6 takes the features of 16 x 112 x 112 clips only; the error
+    names the first refused shape, the module, every shape and the fix."""
+    from mg_zoo import build
+    c3d = build('C3D', 'meta')
+    plan = MultigridPlan(C3D_PIPE, 8, 45, options=MultigridOptions(
+        bn_base_size=None))
+    with pytest.raises(ValueError) as info:
+        check_run(plan, c3d, C3D_PIPE)
+    assert str(info.value) == (
+        'The model cannot take 7 of the 8 grid shapes the multigrid plan '
+        'trains (base T=16, S=112): at (B, T, S) = (128, 4, 56) (from epoch '
+        '0) the forward pass fails in backbone.pool4 (MaxPool3d): '
+        'RuntimeError: Given input size: (512x1x7x7). Calculated output '
+        'size: (512x0x3x3). Output size is too small. Refused: (B, T, S) = '
+        '(128, 4, 56), (B, T, S) = (64, 4, 79), (B, T, S) = (64, 8, 56), '
+        '(B, T, S) = (32, 8, 79), (B, T, S) = (16, 8, 112), (B, T, S) = '
+        '(32, 16, 56), (B, T, S) = (16, 16, 79). Accepted: (B, T, S) = (8, '
+        '16, 112). Fix: the model takes neither another T nor another S '
+        "than the recipe's (T, S) = (16, 112), so multigrid cannot train it "
+        '(train the recipe without mmext.MultigridHook). See the '
+        'model-family table of docs/en/multigrid.md.')
+    temporal = MultigridPlan(C3D_PIPE, 8, 45, options=MultigridOptions(
+        bn_base_size=None, short_cycle=False,
+        long_cycle_factors=[(0.5, 1), (1, 1)]))
+    with pytest.raises(ValueError) as info:
+        check_run(temporal, c3d, C3D_PIPE)
+    assert str(info.value).endswith(
+        'Refused: (B, T, S) = (16, 8, 112). Accepted: (B, T, S) = (8, 16, '
+        '112). Fix: long_cycle_factors without [(0.5, 1)] (or '
+        'long_cycle=False) and (every refused shape has T != 16). See the '
+        'model-family table of docs/en/multigrid.md.')
+    spatial = MultigridPlan(C3D_PIPE, 8, 45, options=MultigridOptions(
+        bn_base_size=None, long_cycle=False))
+    with pytest.raises(ValueError) as info:
+        check_run(spatial, c3d, C3D_PIPE)
+    assert 'in backbone.fc6 (Linear): RuntimeError: a and b must have same ' \
+        'reduction dim, but got [32, 2048] X [8192, 4096]. Refused' in str(
+            info.value)
+    assert str(info.value).endswith(
+        'Fix: short_cycle=False (or short_cycle_factors closer to 1) and '
+        '(every refused shape has S != 112). See the model-family table of '
+        'docs/en/multigrid.md.')

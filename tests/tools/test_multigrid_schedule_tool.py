@@ -137,4 +137,29 @@ def test_hook_runs_the_same_checks_as_the_tool(tmp_path):
     with pytest.warns(UserWarning) as record:
         runner.call_hook('before_run')
     assert [str(w.message) for w in record
-            if 'LR' in str(w.message)] == tool
+            if str(w.message) in tool] == tool
+
+
+def _recipe(tmp_path, base, **model):
+    """A config: an mmaction2 recipe with the default MultigridHook."""
+    path = tmp_path / 'recipe.py'
+    path.write_text(
+        f"_base_ = 'mmaction::{base}'\n"
+        f'model = {model!r}\n'
+        "custom_hooks = [dict(type='mmext.MultigridHook', "
+        'bn_base_size=None)]\n')
+    return str(path)
+
+
+def test_tool_refuses_a_model_that_cannot_take_the_shapes(tmp_path):
+    """C3D (fixed fc6 input) exits 1 before any training."""
+    config = _recipe(tmp_path, 'recognition/c3d/c3d_sports1m-pretrained_'
+                     '8xb30-16x1x1-45e_ucf101-rgb.py',
+                     backbone=dict(pretrained=None))
+    proc = _tool(config)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    last = proc.stderr.rstrip().splitlines()[-1]
+    assert last.startswith(
+        'error: The model cannot take 7 of the 8 grid shapes the multigrid '
+        'plan trains (base T=16, S=112): at (B, T, S) = (480, 4, 56)')
+    assert 'so multigrid cannot train it' in last

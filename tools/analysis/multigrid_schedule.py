@@ -11,9 +11,11 @@ training clips is known (``--dataset`` builds the config's train dataset and
 counts it; ``--num-samples`` gives it), and marked as estimates otherwise.
 The recognizer is built (no weights) so that the tool runs every check the
 hook runs before training (:func:`mmext.multigrid.model_checks.check_run`):
-warnings about
-recipe values the schedule cannot honour, and errors (exit status 1) for clip
-lengths the backbone cannot take or BN layers sub-batch BN cannot split.
+warnings about recipe values the schedule cannot honour, and errors (exit
+status 1) for
+planned shapes the model's forward pass refuses (every shape is tried, on
+the ``meta`` device), clip lengths the backbone cannot take or BN layers
+sub-batch BN cannot split.
 """
 import argparse
 import json
@@ -129,7 +131,8 @@ def main():
         try:
             plan = MultigridPlan.from_config(cfg, samples_per_rank=per_rank,
                                              world_size=args.world_size)
-            check_run(plan, model)
+            check_run(plan, model,
+                      cfg.train_dataloader.dataset.get('pipeline'))
         except ValueError as error:
             for w in caught:
                 print(f'warning: {w.message}', file=sys.stderr)
