@@ -122,11 +122,15 @@ def test_hook_runs_the_same_checks_as_the_tool(tmp_path):
     proc = _tool(TINY, '--json', '--dataset', '--cfg-options', option)
     assert proc.returncode == 0, proc.stderr[-2000:]
     tool = json.loads(proc.stdout)['warnings']
-    assert tool == [
+    assert tool[0] == (
         "The LinearLR warm-up ends at recipe epoch 5, after the recipe's 4 "
         'epochs: it is cut at the end of the run and never reaches its final '
-        'value. Shorten it (end) or raise train_cfg.max_epochs.'
-    ]
+        'value. Shorten it (end) or raise train_cfg.max_epochs.')
+    # The tiny recipe's short cycle reaches S=28: a 1x1 final map.
+    assert tool[1].startswith(
+        'Multigrid shapes with a final feature map below 2x2 (backbone '
+        'output, H x W; 2x2 at the base S=56): (B, T, S) = (32, 8, 28): 1x1')
+    assert len(tool) == 2
     os.chdir(ROOT)
     cfg = load_run_config(TINY, None, str(tmp_path))
     cfg.param_scheduler[0].end = 5

@@ -11,8 +11,8 @@ training clips is known (``--dataset`` builds the config's train dataset and
 counts it; ``--num-samples`` gives it), and marked as estimates otherwise.
 The recognizer is built (no weights) so that the tool runs every check the
 hook runs before training (:func:`mmext.multigrid.model_checks.check_run`):
-warnings about recipe values the schedule cannot honour, and errors (exit
-status 1) for
+warnings about recipe values the schedule cannot honour and final feature
+maps below 2x2, and errors (exit status 1) for
 planned shapes the model's forward pass refuses (every shape is tried, on
 the ``meta`` device), clip lengths the backbone cannot take or BN layers
 sub-batch BN cannot split.
