@@ -25,7 +25,20 @@ def test_pipeline_rewrite():
     assert PIPE[1]['clip_len'] == 32
 
 
+def test_uniform_sample_carries_t():
+    """UniFormerV2's recipes sample with UniformSample (whole video)."""
+    pipe = [dict(t) for t in PIPE]
+    pipe[1] = dict(type='UniformSample', clip_len=8, num_clips=1)
+    assert parse_grid_shape(pipe) == (8, 1, 224)
+    out = resize_pipeline(pipe, 4, 112)
+    assert out[1] == dict(type='UniformSample', clip_len=4, num_clips=1)
+    assert out[5]['scale'] == (112, 112)
+
+
 def test_pipeline_errors():
+    with pytest.raises(ValueError, match='SampleFrames'):
+        parse_grid_shape([dict(t, type='UniformSample') if t['type'] ==
+                          'SampleFrames' else t for t in PIPE] + PIPE[1:2])
     with pytest.raises(ValueError, match='SampleFrames'):
         parse_grid_shape([t for t in PIPE if t['type'] != 'SampleFrames'])
     with pytest.raises(ValueError, match='final fixed-size square crop'):
