@@ -27,7 +27,8 @@ __all__ = [
     'set_optim_wrapper_max_counts', 'random_other_index',
     'train_loader_batch_size', 'trusted_checkpoint_loading',
     'trust_runner_checkpoints', 'batch_norm_xd_type', 'drop_logged_scalar',
-    'grad_clipping_off', 'reset_to_initial_values', 'initial_value'
+    'grad_clipping_off', 'reset_to_initial_values', 'initial_value',
+    'shadow_tensor', 'clear_shadow', 'registered_tensor'
 ]
 
 MMENGINE_CHECKED = '0.10.7'
@@ -130,6 +131,39 @@ def initial_value(group: dict, name: str = 'lr') -> float:
     (``initial_<name>``, which the first scheduler built records), or its
     current value where no scheduler touched the group."""
     return group.get(f'initial_{name}', group[name])
+
+
+def shadow_tensor(module: torch.nn.Module, name: str,
+                  value: torch.Tensor) -> None:
+    """Make ``module.<name>`` read ``value``; the registered tensor stays.
+
+    ``nn.Module`` keeps parameters and buffers in ``_parameters`` /
+    ``_buffers`` and finds them through ``__getattr__``, which Python calls
+    only when the instance ``__dict__`` has no such entry; its
+    ``__setattr__`` would replace the registered tensor. An entry written
+    straight into ``__dict__`` is therefore what the module's own code reads
+    (``self.pos_embed``), while ``parameters()``, ``state_dict()``, ``.to()``
+    and the optimizer keep the registered tensor, and gradients reach it
+    when ``value`` is computed from it. :func:`clear_shadow` removes it.
+    """
+    vars(module)[name] = value
+
+
+def clear_shadow(module: torch.nn.Module, name: str) -> None:
+    """Undo :func:`shadow_tensor` (nothing if ``name`` is not shadowed)."""
+    vars(module).pop(name, None)
+
+
+def registered_tensor(module: torch.nn.Module, name: str) -> torch.Tensor:
+    """The parameter or buffer ``name`` of ``module``, shadowed or not
+    (``get_parameter``/``get_buffer`` read the attribute, i.e. the shadow).
+
+    Raises:
+        KeyError: If ``module`` has no such parameter or buffer.
+    """
+    tensors = dict(module.named_parameters(recurse=False))
+    tensors.update(module.named_buffers(recurse=False))
+    return tensors[name]
 
 
 def random_other_index(dataset) -> int:

@@ -211,6 +211,35 @@ def test_norm_base_types():
     assert not isinstance(nn.InstanceNorm2d(2), compat.BatchNormBase)
 
 
+def test_shadow_tensor_reads_value_and_keeps_the_registered_tensor():
+    layer = nn.Linear(3, 2)
+    layer.register_buffer('table', torch.arange(4.))
+    weight, table = layer.weight, layer.table
+    doubled = weight * 2
+    compat.shadow_tensor(layer, 'weight', doubled)
+    compat.shadow_tensor(layer, 'table', torch.zeros(2))
+    assert layer.weight is doubled and layer.table.tolist() == [0, 0]
+    assert compat.registered_tensor(layer, 'weight') is weight
+    assert compat.registered_tensor(layer, 'table') is table
+    with pytest.raises(KeyError):
+        compat.registered_tensor(layer, 'missing')
+    # The registered tensors stay what the module saves, moves and trains.
+    assert dict(layer.named_parameters())['weight'] is weight
+    assert list(layer.state_dict()) == ['weight', 'bias', 'table']
+    assert layer.state_dict()['table'].tolist() == [0, 1, 2, 3]
+    layer.to(torch.float64)
+    assert dict(layer.named_parameters())['weight'].dtype == torch.float64
+    layer.to(torch.float32)
+    weight = dict(layer.named_parameters())['weight']
+    compat.shadow_tensor(layer, 'weight', weight * 2)
+    layer(torch.ones(1, 3)).sum().backward()
+    assert weight.grad.tolist() == [[2., 2., 2.], [2., 2., 2.]]
+    compat.clear_shadow(layer, 'weight')
+    compat.clear_shadow(layer, 'table')
+    compat.clear_shadow(layer, 'table')
+    assert layer.weight is weight and layer.table.tolist() == [0, 1, 2, 3]
+
+
 # mmengine internals with public-looking names: attributes and keys that
 # mmengine documents nowhere, used by mmext through compat only.
 _INTERNAL_NAMES = ('clip_grad_kwargs', 'log_scalars', 'MODULE2PACKAGE',

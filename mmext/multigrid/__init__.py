@@ -17,6 +17,8 @@ Glue to mmengine/mmaction2:
 
 * :mod:`.bn`: sub-batch BN and precise BN;
 * :mod:`.model_checks`: a recognizer checked against a plan;
+* :mod:`.shape_probe`: every planned shape forwarded through the model;
+* :mod:`.transformers`: video transformers at every grid shape;
 * :mod:`.data`: the shape-aware dataset wrapper and short-cycle batch
   sampler;
 * :mod:`.hook`: ``mmext.MultigridHook``.

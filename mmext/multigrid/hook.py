@@ -29,6 +29,7 @@ from .plan import MultigridPlan
 from .report import describe
 from .resume import CHECKPOINT_KEY, check_resume, resume_signature
 from .schedule import MultigridStage
+from .transformers import remove_shape_adapters, shape_adapters
 
 __all__ = [
     'MultigridHook', 'SCALAR_BATCH_SIZE', 'SCALAR_CLIP_LEN',
@@ -169,6 +170,8 @@ class MultigridHook(Hook):
         self._dataset = loop.dataloader.dataset
         model = _unwrap(runner.model)
         check_run(self.plan, model, self._pipeline)
+        for line in shape_adapters(model):
+            print_log(f'Multigrid: shape adapter: {line}', logger='current')
         set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
         if self.plan.param_scheduler:
             self._rebuild_schedulers(runner)
@@ -318,8 +321,10 @@ class MultigridHook(Hook):
             check_resume(self.plan, self._loaded_schedule)
 
     def after_train(self, runner) -> None:
-        """Leave the recipe's plain BN modules in the trained model."""
+        """Leave the recipe's plain BN modules (and no shape adapters) in
+        the trained model."""
         set_sub_bn_splits(_unwrap(runner.model), 1)
+        remove_shape_adapters(_unwrap(runner.model))
 
     # ------------------------------------------------------------ iterations
     def before_train_iter(self, runner, batch_idx: int,

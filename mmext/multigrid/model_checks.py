@@ -3,7 +3,8 @@
 The plan (:class:`~mmext.multigrid.MultigridPlan`) is arithmetic on configs;
 whether the model can train it is checked here, by the hook and by
 ``tools/analysis/multigrid_schedule.py`` alike: every planned grid shape
-forwarded through the model (:mod:`.shape_probe`), clip lengths
+forwarded through the model (:mod:`.shape_probe`, after the video
+transformers got their shape adapters, :mod:`.transformers`), clip lengths
 of SlowFast/ResNet3d (a fast path with the fix in the message), BN layers
 sub-batch BN can split, BN layers for precise BN to update, and the size of
 the backbone's final feature map at each shape.
@@ -14,6 +15,7 @@ from typing import List, Optional, Sequence
 from .bn import (SPLITTABLE_BN_TYPES, bn_layers_in_training,
                  unsplittable_bn_layers)
 from .shape_probe import ShapeResult, probe_plan
+from .transformers import install_shape_adapters
 
 __all__ = [
     'MIN_FEATURE_MAP_SIDE', 'check_clip_lengths', 'check_model',
@@ -80,8 +82,10 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
     """Every check of a run before training, as the hook runs them.
 
     Warns about recipe values the plan cannot honour
-    (:func:`warn_dropped_recipe_values`), checks the model
-    (:func:`check_model`), and warns about final feature
+    (:func:`warn_dropped_recipe_values`), installs the video transformers'
+    shape adapters (:func:`~mmext.multigrid.transformers.
+    install_shape_adapters`, idempotent: the hook trains with them),
+    checks the model (:func:`check_model`), and warns about final feature
     maps below :data:`MIN_FEATURE_MAP_SIDE` (:func:`small_feature_map_message`)
     and if precise BN would have no BN layer to update. ``MultigridHook``
     and ``tools/analysis/multigrid_schedule.py`` both call this.
@@ -103,6 +107,7 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
     messages = warn_dropped_recipe_values(plan)
     if model is None:
         return messages
+    install_shape_adapters(model)
     results = check_model(plan, model, pipeline)
     small = small_feature_map_message(plan, results)
     if small:
@@ -125,7 +130,8 @@ def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
 
     Args:
         plan (MultigridPlan): The run's plan.
-        model (nn.Module): The (unwrapped) recognizer.
+        model (nn.Module): The (unwrapped) recognizer, with the shape
+            adapters it trains with.
         pipeline (Sequence[dict], optional): As in :func:`check_run`.
 
     Returns:

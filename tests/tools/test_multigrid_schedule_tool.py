@@ -167,3 +167,22 @@ def test_tool_refuses_a_model_that_cannot_take_the_shapes(tmp_path):
         'error: The model cannot take 7 of the 8 grid shapes the multigrid '
         'plan trains (base T=16, S=112): at (B, T, S) = (480, 4, 56)')
     assert 'so multigrid cannot train it' in last
+
+
+def test_tool_accepts_timesformer_with_its_shape_adapters(tmp_path):
+    """The TimeSformer recipe passed the old checks and died in the first
+    iteration at ``x + self.pos_embed``; now every shape is tried and the
+    position embeddings follow the shape."""
+    config = _recipe(
+        tmp_path, 'recognition/timesformer/timesformer_divST_8xb8-8x32x1-'
+        '15e_kinetics400-rgb.py',
+        backbone=dict(embed_dims=64, num_heads=2, num_transformer_layers=1,
+                      pretrained=None),
+        cls_head=dict(in_channels=64))
+    proc = _tool(config, '--json')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out['shape_adapters'] == [
+        'backbone (TimeSformer): pos_embed and time_embed resampled to each '
+        'shape, num_frames set']
+    assert {s['clip_len'] for s in out['stages']} == {2, 4, 8}

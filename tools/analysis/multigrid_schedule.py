@@ -12,7 +12,8 @@ counts it; ``--num-samples`` gives it), and marked as estimates otherwise.
 The recognizer is built (no weights) so that the tool runs every check the
 hook runs before training (:func:`mmext.multigrid.model_checks.check_run`):
 warnings about recipe values the schedule cannot honour and final feature
-maps below 2x2, and errors (exit status 1) for
+maps below 2x2, the shape adapters of video transformers (``shape adapter:``
+lines; ``--json``: ``shape_adapters``), and errors (exit status 1) for
 planned shapes the model's forward pass refuses (every shape is tried, on
 the ``meta`` device), clip lengths the backbone cannot take or BN layers
 sub-batch BN cannot split.
@@ -29,6 +30,7 @@ from mmengine.registry import init_default_scope
 
 from mmext.multigrid import MultigridPlan, describe, summary
 from mmext.multigrid.model_checks import check_run
+from mmext.multigrid.transformers import shape_adapters
 
 
 def parse_args():
@@ -138,11 +140,15 @@ def main():
                 print(f'warning: {w.message}', file=sys.stderr)
             sys.exit(f'error: {error}')
     messages = [str(w.message) for w in caught]
+    adapters = shape_adapters(model) if model is not None else []
     if args.json:
-        print(json.dumps(summary(plan, messages), indent=1))
+        print(json.dumps(dict(summary(plan, messages),
+                              shape_adapters=adapters), indent=1))
     else:
         for message in messages:
             print(f'warning: {message}')
+        for line in adapters:
+            print(f'shape adapter: {line}')
         print(describe(plan))
     if args.plot:
         name = osp.splitext(osp.basename(args.config))[0]
