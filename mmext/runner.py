@@ -17,9 +17,17 @@ from .compat import (optim_wrapper_counts, train_loader_batch_size,
                      trusted_checkpoint_loading)
 from .lr_scaling import EFFECTIVE_BATCH_INFO, effective_batch, optim_wrappers
 from .registry import HOOKS, OPTIM_WRAPPERS, RUNNERS
-from .scheduler_checks import scheduler_configs, unused_scheduler_values
+from .scheduler_checks import (resumed_batch_mismatch, scheduler_configs,
+                               scheduler_states, unused_scheduler_values)
 
-__all__ = ['Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint']
+__all__ = [
+    'Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint',
+    'EFFECTIVE_BATCH_KEY'
+]
+
+# Where mmext.Runner's checkpoints record the run's effective batch per
+# optimizer (``meta``).
+EFFECTIVE_BATCH_KEY = 'mmext_effective_batch'
 
 # guard(runner, checkpoint, filename, resume_optimizer): raises ValueError,
 # naming what to do instead, for a checkpoint the runner's config cannot
@@ -73,7 +81,10 @@ class Runner(MMEngineRunner):
       optimizer state, a multigrid schedule) that the config does not have,
       naming what to do instead (the guards of
       :func:`register_resume_guard`); the opposite direction is checked by
-      the components themselves, so it holds with any runner.
+      the components themselves, so it holds with any runner. Checkpoints
+      record the effective batch (``meta[EFFECTIVE_BATCH_KEY]``), and
+      resuming iteration-based param schedulers built for another one
+      warns (:func:`mmext.scheduler_checks.resumed_batch_mismatch`).
     * Its own checkpoint loads (``resume``, ``load_from``) unpickle whole
       mmengine checkpoints, as torch < 2.6 did
       (:func:`mmext.compat.trusted_checkpoint_loading`).
@@ -133,6 +144,15 @@ class Runner(MMEngineRunner):
                 warnings.warn(message)
         return super().build_param_scheduler(scheduler)
 
+    def save_checkpoint(self, *args, meta: Optional[dict] = None,
+                        **kwargs) -> None:
+        """mmengine's, recording the effective batch per optimizer in
+        ``meta[EFFECTIVE_BATCH_KEY]``; arguments as there."""
+        batches = self.message_hub.get_info(EFFECTIVE_BATCH_INFO)
+        if batches is not None:
+            meta = dict(meta or {}, **{EFFECTIVE_BATCH_KEY: dict(batches)})
+        super().save_checkpoint(*args, meta=meta, **kwargs)
+
     # Set while ``resume`` runs: None, or whether it restores the optimizer.
     _resuming: Optional[bool] = None
 
@@ -167,6 +187,9 @@ class Runner(MMEngineRunner):
             filename (str): Its path, for the message.
             resume_optimizer (bool): Whether the optimizer state is restored.
 
+        Warns (``UserWarning``) when the resumed iteration-based param
+        schedulers were built for another effective batch.
+
         Raises:
             ValueError: From a guard, naming what to do instead.
         """
@@ -174,3 +197,11 @@ class Runner(MMEngineRunner):
             registry.import_from_location()
         for guard in _RESUME_GUARDS:
             guard(self, checkpoint, filename, resume_optimizer)
+        message = resumed_batch_mismatch(
+            checkpoint.get('meta', {}).get(EFFECTIVE_BATCH_KEY),
+            self.message_hub.get_info(EFFECTIVE_BATCH_INFO),
+            scheduler_states(checkpoint.get('param_schedulers', [])),
+            [c['type'] for c in scheduler_configs(
+                self.cfg.get('param_scheduler'))], filename)
+        if message:
+            warnings.warn(message)

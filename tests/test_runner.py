@@ -272,3 +272,45 @@ def test_runner_warns_about_a_warm_up_longer_than_the_run(tmp_path):
                       r'iteration 50, after the end of training \(8 '
                       r'iterations\)'):
         runner.train()
+
+
+WARM_UP = [dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0,
+                end=1, convert_to_iter_based=True),
+           dict(type='MultiStepLR', by_epoch=True, milestones=[1])]
+SGD = dict(optimizer=dict(type='SGD', lr=0.1))
+
+
+def test_resume_onto_another_effective_batch_warns(tmp_path):
+    """The warm-up converted to iterations at effective batch 2 (8
+    iterations per epoch) is resumed as is by mmengine; at batch 4 an epoch
+    has 4 iterations, so it would last 2 epochs."""
+    from mmext.runner import EFFECTIVE_BATCH_KEY
+    ckpt = _train_and_checkpoint(tmp_path, optim_wrapper=SGD,
+                                 param_scheduler=WARM_UP)
+    assert torch.load(ckpt, weights_only=False)['meta'][
+        EFFECTIVE_BATCH_KEY] == {'': 2}
+    loader = dict(_cfg(tmp_path).train_dataloader, batch_size=4)
+    runner = _resume(tmp_path, ckpt, optim_wrapper=SGD,
+                     param_scheduler=WARM_UP, train_dataloader=loader)
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        runner.train()
+    assert [str(w.message) for w in caught if 'effective batch' in str(
+        w.message)] == [
+        f'{ckpt} was trained with effective batch 2 (loader batch x world '
+        'size x accumulative_counts), this run has 4. Its iteration-based '
+        'param schedulers are resumed with the iteration bounds computed for '
+        'that batch: LinearLR iterations [0, 8); an epoch now has another '
+        'number of iterations, so they end elsewhere in the run than the '
+        'config says (a warm-up of one epoch at twice the batch lasts two). '
+        "Resume with the checkpoint's world size, train_dataloader."
+        'batch_size and accumulative_counts, or start from its weights with '
+        f'load_from={ckpt} (no --resume).']
+    # The same effective batch resumes silently.
+    same = _resume(tmp_path / 'same', ckpt, optim_wrapper=SGD,
+                   param_scheduler=WARM_UP)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        same.train()
+    assert not [w for w in caught if 'effective batch' in str(w.message)]

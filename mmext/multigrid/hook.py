@@ -318,7 +318,8 @@ class MultigridHook(Hook):
     def before_train(self, runner) -> None:
         """A resumed run must continue the checkpoint's schedule."""
         if runner.iter > 0:
-            check_resume(self.plan, self._loaded_schedule)
+            check_resume(self.plan, self._loaded_schedule, runner.epoch,
+                         runner.iter)
 
     def after_train(self, runner) -> None:
         """Leave the recipe's plain BN modules (and no shape adapters) in
