@@ -186,3 +186,91 @@ def test_tool_accepts_timesformer_with_its_shape_adapters(tmp_path):
         'backbone (TimeSformer): pos_embed and time_embed resampled to each '
         'shape, num_frames set']
     assert {s['clip_len'] for s in out['stages']} == {2, 4, 8}
+
+
+def _refusal(proc):
+    """The error line of a refused run: exit 1, no traceback."""
+    assert proc.returncode == 1, proc.stdout[-500:] + proc.stderr[-2000:]
+    assert 'Traceback' not in proc.stderr, proc.stderr[-2000:]
+    return proc.stderr.rstrip().splitlines()[-1]
+
+
+def _wrapped(tmp_path, wrapper):
+    """TINY with its train dataset inside a dataset wrapper."""
+    path = tmp_path / f'{wrapper}.py'
+    inner = "{{_base_.train_dataloader.dataset}}"
+    field = ('datasets=[_ds, _ds]' if wrapper == 'ConcatDataset'
+             else 'times=2, dataset=_ds')
+    path.write_text(f"_base_ = '{TINY}'\n_ds = {inner}\n"
+                    f'train_dataloader = dict(dataset=dict(_delete_=True, '
+                    f"type='{wrapper}', {field}))\n")
+    return str(path)
+
+
+@pytest.mark.parametrize('wrapper', ['RepeatDataset', 'ConcatDataset'])
+@pytest.mark.usefixtures('repo_demo_data')
+def test_tool_refuses_dataset_wrappers(tmp_path, wrapper):
+    for args in ((), ('--dataset', )):
+        assert _refusal(_tool(_wrapped(tmp_path, wrapper), *args)) == (
+            'error: MultigridHook rewrites train_dataloader.dataset.pipeline, '
+            f'but the train dataset ({wrapper}) has none: dataset wrappers '
+            '(RepeatDataset, ConcatDataset ...) are not supported. Configure '
+            'the video dataset and its pipeline directly as '
+            'train_dataloader.dataset.')
+
+
+def test_tool_refuses_configs_it_cannot_read(tmp_path):
+    missing = str(tmp_path / 'missing.py')
+    assert _refusal(_tool(missing)).startswith(
+        f'error: cannot read the config {missing}: FileNotFoundError: ')
+    broken = tmp_path / 'broken.py'
+    broken.write_text('model = dict(\n')
+    assert _refusal(_tool(str(broken))).startswith(
+        f'error: cannot read the config {broken}: SyntaxError: ')
+    plain = tmp_path / 'plain.py'
+    plain.write_text(f"_base_ = '{TINY}'\ncustom_hooks = []\n")
+    assert _refusal(_tool(str(plain), '--no-model-check')) == (
+        'error: The config has no mmext.MultigridHook in custom_hooks.')
+    assert _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
+                          'custom_hooks.0.no_such_option=1')).startswith(
+        "error: unknown MultigridHook options ['no_such_option']; known: ")
+
+
+def test_tool_refuses_a_malformed_pipeline_and_bad_counts():
+    assert _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
+                          'train_dataloader.dataset.pipeline.99.clip_len=3')
+                    ).startswith(f'error: cannot read the config {TINY} '
+                                 'with its --cfg-options: KeyError: "Index 99 '
+                                 'exceeds the length of list')
+    assert _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
+                          'custom_hooks.0.long_cycle_factors=1')) == (
+        'error: cannot plan the multigrid schedule of the config: '
+        "TypeError: 'int' object is not iterable")
+    assert _refusal(_tool(TINY, '--no-model-check', '--num-samples', '64',
+                          '--world-size', '0')) == (
+        'error: --world-size must be at least 1, got 0')
+    assert _refusal(_tool(TINY, '--no-model-check', '--num-samples',
+                          '0')) == (
+        'error: --num-samples must be at least 1, got 0')
+
+
+def test_tool_refuses_a_dataset_or_model_it_cannot_build(tmp_path):
+    dataset = _refusal(_tool(TINY, '--dataset', '--no-model-check',
+                             '--cfg-options',
+                             'train_dataloader.dataset.ann_file=none.txt'))
+    assert dataset.startswith(
+        'error: cannot build the train dataset (train_dataloader.dataset, '
+        'type VideoDataset) to count its clips: FileNotFoundError: ')
+    assert dataset.endswith('Fix the dataset config, or give the count with '
+                            '--num-samples N.')
+    model = _refusal(_tool(TINY, '--cfg-options',
+                           'model.backbone.type=NoSuchBackbone'))
+    assert model.startswith('error: cannot build the model (model.type '
+                            'Recognizer3D) for the checks: KeyError: ')
+    assert model.endswith('Fix the model config, or skip the model checks '
+                          'with --no-model-check.')
+    plot = _refusal(_tool(CFG, '--no-model-check', '--plot',
+                          str(tmp_path / 'no' / 'such' / 'dir.png')))
+    assert plot.startswith(
+        f"error: cannot draw the plot into {tmp_path / 'no' / 'such'}"
+        '/dir.png: FileNotFoundError: ')
