@@ -92,15 +92,11 @@ def planned_shapes(plan) -> List[PlannedShape]:
             key = (plan.base_batch * grid.batch_factor, grid.clip_len,
                    grid.crop_size)
             long_cycle = grid == stage.shape
-            if key in found:
-                old = found[key]
-                found[key] = old._replace(
-                    long_cycle=old.long_cycle or long_cycle,
-                    epochs=(old.epochs[0], stage.end_epoch))
-            else:
-                found[key] = PlannedShape(*key, long_cycle,
-                                          (stage.start_epoch,
-                                           stage.end_epoch))
+            first = found.get(key)
+            found[key] = PlannedShape(
+                *key, long_cycle or bool(first and first.long_cycle),
+                (first.epochs[0] if first else stage.start_epoch,
+                 stage.end_epoch))
     return list(found.values())
 
 
