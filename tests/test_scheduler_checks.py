@@ -22,14 +22,20 @@ def test_stock_i3d_schedule_on_a_short_run():
     ]
     assert unused_scheduler_values(schedulers, 2, 40) == [
         'param_scheduler LinearLR ends at iteration 500, after the end of '
-        'training (40 iterations): it is cut short (a warm-up never reaches '
-        'its target LR).',
-        'param_scheduler MultiStepLR ends at epoch 100, after the end of '
-        'training (2 epochs): it is cut short (a warm-up never reaches its '
-        'target LR).',
+        'training (40 iterations): it is cut short (the warm-up never '
+        'reaches its target LR).',
         'param_scheduler MultiStepLR milestones [40, 80] lie at or after the '
         'end of training (2 epochs): those LR steps never happen.',
         'param_scheduler CosineAnnealingLR begins at epoch 5, not before the '
         'end of training (2 epochs): it never applies.',
     ]
     assert unused_scheduler_values(schedulers[1:2], 100, 4000) == []
+
+
+def test_a_cosine_longer_than_the_run_is_not_called_a_warm_up():
+    assert unused_scheduler_values(
+        [dict(type='CosineAnnealingLR', by_epoch=True, begin=0, end=10,
+              T_max=10)], 4, 40) == [
+        'param_scheduler CosineAnnealingLR ends at epoch 10, after the end '
+        'of training (4 epochs): it is cut short (it never reaches its '
+        'final value).']
