@@ -13,7 +13,10 @@ ignored by git) holds what the check needs beyond the machine's packages:
 * ``sdist/``: the sdists of :data:`SDISTS` (mmcv 2.1.0 has no cp312 wheel;
   ``tools/gpu_check.sh`` installs it without ops, then builds its ops for
   the machine's GPU there);
-* ``stubs/``: the import-time stubs of ``tools/stubs/``;
+* ``stubs/`` and ``overrides/``: the import-time stubs of ``tools/stubs/``
+  (added where a package lacks a module) and the files of
+  ``tools/overrides/`` (replacing one that fails with the machine's
+  packages);
 * ``python-include.tar.gz``: Python 3.12's C headers, when a Python 3.12
   here has them (``PYTHON312``, else ``python3.12`` on PATH); the ops build
   uses them only if the machine's Python lacks ``Python.h``;
@@ -43,6 +46,7 @@ PINS = osp.join(ROOT, 'requirements', 'gpu_bundle.txt')
 MACHINE = osp.join(ROOT, 'requirements', 'gpu_machine_packages.txt')
 NEEDS = osp.join(ROOT, 'requirements', 'gpu_check_needs.txt')
 STUBS = osp.join(ROOT, 'tools', 'stubs')
+OVERRIDES = osp.join(ROOT, 'tools', 'overrides')
 LIMIT_MIB = 64  # the working tree and the bundle, together
 PYTHON_VERSION = '3.12'
 # What the machine's pip accepts; pip matches each manylinux_2_N tag
@@ -227,12 +231,14 @@ def python_headers(out: str) -> Optional[str]:
     return dest
 
 
-def copy_stubs(out: str) -> List[str]:
-    dest = osp.join(out, 'stubs')
+def copy_tree(source: str, out: str) -> List[str]:
+    """Copy ``tools/stubs`` or ``tools/overrides`` (its README aside) into
+    the bundle folder of the same name; the files, relative to it."""
+    dest = osp.join(out, osp.basename(source))
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(STUBS, dest, ignore=shutil.ignore_patterns('README.md'))
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns('README.md'))
     return sorted(
-        osp.relpath(osp.join(d, f), dest)
+        osp.relpath(osp.join(d, f), out)
         for d, _, files in os.walk(dest) for f in files)
 
 
@@ -242,7 +248,7 @@ def _bundle_files(out: str, folders: Iterable[str]) -> List[str]:
                   for path in glob.glob(osp.join(out, folder, '*')))
 
 
-def write_manifest(out: str, pins: Dict[str, str], stubs: List[str],
+def write_manifest(out: str, pins: Dict[str, str], trees: List[str],
                    headers: Optional[str]) -> dict:
     """Describe the bundle in ``out/manifest.json``; the manifest."""
     files = []
@@ -261,9 +267,9 @@ def write_manifest(out: str, pins: Dict[str, str], stubs: List[str],
         sources=sources(needs(), machine_packages(), bundled),
         mmcv_sdist=next(p for p in sdists if 'mmcv-' in p),
         python_include=osp.relpath(headers, out) if headers else None,
-        stubs=stubs, pins=pins,
+        site_files=trees, pins=pins,
         bytes=sum(f['bytes'] for f in files) + sum(
-            osp.getsize(osp.join(out, 'stubs', s)) for s in stubs),
+            osp.getsize(osp.join(out, path)) for path in trees),
         working_tree_bytes=working_tree_bytes(),
         limit_bytes=LIMIT_MIB << 20)
     with open(osp.join(out, 'manifest.json'), 'w') as f:
@@ -292,8 +298,8 @@ def check_bundle(out: str) -> List[str]:
     problems += [f'{name} is neither on the machine nor in the bundle'
                  for name, source in manifest['sources'].items()
                  if source == 'missing']
-    problems += [f'stub {stub} missing' for stub in manifest['stubs']
-                 if not osp.isfile(osp.join(out, 'stubs', stub))]
+    problems += [f'missing {path}' for path in manifest['site_files']
+                 if not osp.isfile(osp.join(out, path))]
     total = manifest['bytes'] + manifest['working_tree_bytes']
     if total > manifest['limit_bytes']:
         problems.append(f'bundle and working tree take {total >> 20} MiB, '
@@ -375,7 +381,8 @@ def main(argv=None) -> int:
         return 1
     download(out, pins)
     build_mmext_wheel(out)
-    manifest = write_manifest(out, pins, copy_stubs(out), python_headers(out))
+    trees = copy_tree(STUBS, out) + copy_tree(OVERRIDES, out)
+    manifest = write_manifest(out, pins, trees, python_headers(out))
     print(f'gpu_bundle: {out}')
     print('\n'.join(_size_table(manifest)))
     problems = check_bundle(out)
