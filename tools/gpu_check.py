@@ -505,8 +505,8 @@ def _waits_for_ops(error: str) -> bool:
 
 def check_bundle_imports() -> tuple:
     """Import what the check imports (``tools/gpu_bundle.CHECK_IMPORTS``
-    and mmext's modules); ``(problems, summary)``: an import that fails for another reason than
-    the missing compiled ops is a problem."""
+    and mmext's modules); ``(problems, summary)``: an import that fails for
+    another reason than the missing compiled ops is a problem."""
     import pkgutil
 
     import mmext
@@ -539,11 +539,11 @@ def install_detail(args) -> str:
             f'(no compiled ops) into {args.target}')
 
 
-def _ops_row(seconds: float, detail: str, missing: Optional[str] = None,
-             status: Optional[str] = None) -> tuple:
+def _ops_row(seconds: float, detail: str,
+             missing: Optional[str] = None) -> tuple:
     """``(table row, why the op lines cannot run or None)``."""
-    status = status or ('FAIL' if missing else 'pass')
-    return ('mmcv-ops-build', status, seconds, detail), missing
+    return ('mmcv-ops-build', 'FAIL' if missing else 'pass', seconds,
+            detail), missing
 
 
 def finish_ops_build(build, target: str, build_deadline: float) -> tuple:
@@ -578,23 +578,32 @@ def finish_ops_build(build, target: str, build_deadline: float) -> tuple:
     return _ops_row(seconds, detail)
 
 
+def ops_build(args, work_root: str):
+    """The build of mmcv's CUDA ops for the visible GPUs from the bundle's
+    sdist (not started), or None where an earlier call built them."""
+    from tools import mmcv_ops
+    if mmcv_ops.installed_ext(args.target):
+        return None
+    # Python's headers from the bundle, used only where python3 lacks its.
+    include = osp.join(args.target, '.python-include', 'include')
+    return mmcv_ops.OpsBuild(
+        osp.join(args.bundle, _manifest(args.bundle)['mmcv_sdist']),
+        args.target, osp.join(work_root, 'mmcv-ops'),
+        mmcv_ops.build_env(True, os.cpu_count(),
+                           include if osp.isdir(include) else None))
+
+
 def run_bundle_lines(lines: Sequence[Line], args, work_root: str,
                      deadline: float) -> List[tuple]:
     """The install and ops-build rows and the lines' rows of a ``--bundle``
     run: the ops build runs beside the lines that need no compiled ops; the
-    others run after it, or are skipped with the reason."""
-    from tools import mmcv_ops
+    others run after it, shortest time limit first so that the most fit, or
+    are skipped with the reason."""
     rows = [('bundle-install', 'pass', args.install_seconds,
              install_detail(args))]
     op_lines = [line for line in lines if line.needs_ops]
-    build = None
-    if op_lines and not mmcv_ops.installed_ext(args.target):
-        include = osp.join(args.target, '.python-include', 'include')
-        build = mmcv_ops.OpsBuild(
-            osp.join(args.bundle, _manifest(args.bundle)['mmcv_sdist']),
-            args.target, osp.join(work_root, 'mmcv-ops'),
-            mmcv_ops.build_env(True, os.cpu_count(),
-                               include if osp.isdir(include) else None))
+    build = ops_build(args, work_root) if op_lines else None
+    if build:
         build.start()
     _ensure_demo_data()
     results = {line.name: run_line(line, work_root, deadline)
@@ -603,7 +612,7 @@ def run_bundle_lines(lines: Sequence[Line], args, work_root: str,
         row, missing = finish_ops_build(build, args.target,
                                         deadline - OPS_RESERVE)
         rows.append(row)
-        for line in op_lines:
+        for line in sorted(op_lines, key=lambda line: line.timeout):
             results[line.name] = (
                 ('skipped: needs mmcv CUDA ops', 0.0, missing) if missing
                 else run_line(line, work_root, deadline))
@@ -681,6 +690,12 @@ def main(argv=None) -> int:
             after = ' (after the mmcv ops build)' if (
                 args.bundle and line.needs_ops) else ''
             print(f'  {line.name:<22} {line.what}{after}')
+        if args.bundle:
+            build = ops_build(args, osp.abspath(args.work_dir))
+            print(f'  {"mmcv-ops-build":<22} ' + (
+                build.describe() + ', beside the lines that need no '
+                'compiled ops' if build else 'reused (built by an earlier '
+                'call)'))
         return 0
     work_root = osp.abspath(args.work_dir)
     os.makedirs(work_root, exist_ok=True)

@@ -69,7 +69,7 @@ def bundle(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _run(root, capsys, budget=120):
+def _run(root, capsys, budget=300):
     code = gpu_check.main([
         '--bundle', str(root / 'bundle'), '--target', str(root / 'target'),
         '--work-dir', str(root / 'work'), '--budget', str(budget)
