@@ -178,8 +178,8 @@ def download(out: str, pins: Dict[str, str]) -> None:
     wheels = [f'{n}=={v}' for n, v in pins.items() if n not in SDISTS]
     sdists = [f'{n}=={v}' for n, v in pins.items() if n in SDISTS]
     platforms = [arg for p in PLATFORMS for arg in ('--platform', p)]
-    _pip('download', '-q', '--no-deps', '--only-binary=:all:', '--python-version',
-         PYTHON_VERSION, '--implementation', 'cp', '--abi',
+    _pip('download', '-q', '--no-deps', '--only-binary=:all:',
+         '--python-version', PYTHON_VERSION, '--implementation', 'cp', '--abi',
          'cp' + PYTHON_VERSION.replace('.', ''), *platforms, '-d',
          osp.join(out, 'wheels'), *wheels)
     with tempfile.NamedTemporaryFile('w', suffix='.txt') as constraint:

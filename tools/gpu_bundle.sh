@@ -45,6 +45,8 @@ case $ENV_DIR/ in
 esac
 PY=$ENV_DIR/bin/python
 [ -x "$PY" ] || "${PYTHON312:-python3.12}" -m venv "$ENV_DIR"
+# The newest pip, as a recent image would have: it builds mmcv's sdist the strictest way.
+"$PY" -m pip install -q --disable-pip-version-check --upgrade pip
 "$PY" -m pip install -q --disable-pip-version-check -r "$ROOT/requirements/gpu_proof.txt"
 [ -f "$OUT/manifest.json" ] || "${PYTHON:-python3}" "$ROOT/tools/gpu_bundle.py" --out "$OUT"
 

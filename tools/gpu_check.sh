@@ -16,13 +16,13 @@
 # that folder along with the working tree, and run there the one command
 #     tools/gpu_check.sh --bundle .gpu_bundle
 # It installs the bundle with pip --no-index into --target (default /tmp/mmext-gpu-site; about
-# 20 s), builds mmcv's CUDA ops for the present GPU alone in the background (TORCH_CUDA_ARCH_LIST of
-# the device, MAX_JOBS = its cores; minutes), runs the lines that need no compiled ops meanwhile and
-# the others once the ops are built, all inside --budget (default 570 s for the whole call, within
-# a 10-minute command limit); the build is a line of the table. If the build fails or cannot
-# finish in time, the table says so and which lines it skipped. A second call on the same
-# machine reuses the installed bundle and the built ops. python3 there is the interpreter unless
-# $PYTHON names another.
+# 20 s), builds mmcv's CUDA ops for the present GPU alone in the background (TORCH_CUDA_ARCH_LIST
+# of the device, MAX_JOBS = its cores; minutes, not yet measured there), runs the lines that need
+# no compiled ops meanwhile and the others once the ops are built, all inside --budget (default
+# 570 s for the whole call, within a 10-minute command limit); the build is a line of the table.
+# If the build fails or cannot finish in time, the table says so and which lines it skipped. A
+# second call on the same machine reuses the installed bundle and the built ops. python3 there is
+# the interpreter unless $PYTHON names another.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"; }
@@ -74,7 +74,8 @@ if ! cmp -s "$MANIFEST" "$STAMP"; then
     # mmcv without its compiled ops takes seconds; tools/gpu_check.py builds the ops beside the
     # lines that need none. mmcv's setup.py imports pkg_resources: the bundle's setuptools (< 81),
     # first on the path, provides it.
-    MMCV_WITH_OPS=0 PYTHONPATH=$TARGET "${PIP[@]}" --no-build-isolation "$BUNDLE"/sdist/mmcv-*.tar.gz
+    MMCV_WITH_OPS=0 PYTHONPATH=$TARGET "${PIP[@]}" --no-build-isolation \
+        "$BUNDLE"/sdist/mmcv-*.tar.gz
     bash "$ROOT/tools/install_stubs.sh" "$TARGET" "$BUNDLE/stubs"
     # Fixes of imports that fail with the machine's own packages (tools/overrides/README.md).
     cp -R "$BUNDLE/overrides/." "$TARGET/"
