@@ -13,7 +13,7 @@
 # torch 2.11.0, a multi-GB CUDA build, runs on a CPU), bundles DIR if it has no manifest, and runs
 # `tools/gpu_check.sh --bundle DIR --dry-run` with that Python: the install without network, the
 # imports, the configs. --with-ops then builds mmcv's CPU ops from the bundled sdist against that
-# torch (55 minutes on 2 shared cores) and repeats the dry run, which then imports mmcv.ops and the
+# torch (about an hour on 2 shared cores) and repeats the dry run, which then imports mmcv.ops and the
 # toolboxes' models too. Set PYTHON312 to the Python 3.12 to use (default: python3.12 on PATH).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
