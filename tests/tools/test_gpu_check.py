@@ -153,14 +153,17 @@ def test_table_and_exit_code(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(gpu_check, '_ensure_demo_data', lambda: None)
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     assert gpu_check.main(['--work-dir', str(tmp_path)]) == 1
-    rows = capsys.readouterr().out.splitlines()
-    assert rows[0].split() == ['line', 'result', 's', 'detail']
-    assert rows[1].split()[:2] == ['good', 'pass']
-    assert rows[1].endswith('1 process 0.10 0.11 1.010')
-    assert rows[2].split()[:2] == ['bad', 'FAIL']
-    assert 'exit 3: boom' in rows[2]
-    assert rows[3].split()[:2] == ['slow', 'FAIL']
-    assert 'timed out after 1 s' in rows[3]
+    header, environment, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ['line', 'result', 's', 'detail']
+    assert environment.split()[:2] == ['environment', 'info']
+    assert f'torch {torch.__version__}, CUDA {torch.version.cuda}' in (
+        environment)
+    assert rows[0].split()[:2] == ['good', 'pass']
+    assert rows[0].endswith('1 process 0.10 0.11 1.010')
+    assert rows[1].split()[:2] == ['bad', 'FAIL']
+    assert 'exit 3: boom' in rows[1]
+    assert rows[2].split()[:2] == ['slow', 'FAIL']
+    assert 'timed out after 1 s' in rows[2]
     assert os.path.exists(tmp_path / 'bad.log')
     with pytest.raises(gpu_check.CheckFailed, match='no result row'):
         gpu_check.check_table('setting  plain s/step\n', str(tmp_path))
