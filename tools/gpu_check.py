@@ -14,9 +14,8 @@ and exits 1 if any line failed:
 4. ``multigrid``: ``tools/train.py`` on the demo video recipe (sub-batch
    BN, precise BN, shape changes);
 5. ``agvm-overhead``: ``tools/benchmark/agvm_overhead.py --device cuda``;
-6. ``mg-speedup-gpu`` / ``agvm-large-batch-gpu``: the GPU modes of the
-   multigrid speed-up and AGVM large-batch benchmarks, if those scripts
-   offer them (``--help``), else "skipped: not supported".
+6. ``mg-speedup-gpu`` / ``mg-project-gpu`` / ``agvm-large-batch-gpu``: the
+   CUDA modes of the multigrid speed-up and AGVM large-batch benchmarks.
 
 Without CUDA it checks its arguments, the tools and that the configs exist
 and parse (the dry run), says in one line that there is no GPU and exits 0.
@@ -66,7 +65,7 @@ class Line(NamedTuple):
     that do), which a ``--bundle`` run builds first."""
     name: str
     what: str
-    command: Callable[[str], Optional[List[str]]]
+    command: Callable[[str], List[str]]
     check: Callable[[str, str], str]
     timeout: float
     needs_ops: bool = False
@@ -150,15 +149,20 @@ def check_ranks(output: str, work_dir: str) -> str:
 
 
 def check_multigrid(output: str, work_dir: str) -> str:
-    """Two or more grid shapes, precise BN, a checkpoint, finite losses."""
-    shapes = set(re.findall(r'Multigrid: epoch \d+: batches (\[[^\]]*\]), '
-                            r'T=(\d+)', output))
-    precise = re.findall(r'precise BN over (\d+) batches', output)
+    """Two or more grid shapes, precise BN, a checkpoint, finite losses,
+    from what ``MultigridHook`` writes to the visualizer (scalars.json)."""
+    from mmext.multigrid import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN,
+                                 SCALAR_CROP_SIZE, SCALAR_PRECISE_BN)
+    records = _scalars(work_dir)
+    shapes = {(r[SCALAR_BATCH_SIZE], r[SCALAR_CLIP_LEN], r[SCALAR_CROP_SIZE])
+              for r in records if SCALAR_CROP_SIZE in r}
+    precise = [r[SCALAR_PRECISE_BN] for r in records
+               if SCALAR_PRECISE_BN in r]
     if len(shapes) < 2:
-        raise CheckFailed(f'expected a shape change, saw {shapes}')
-    if not precise:
+        raise CheckFailed(f'expected a shape change, saw {sorted(shapes)}')
+    if not any(precise):
         raise CheckFailed('precise BN did not run')
-    losses = [r['loss'] for r in _scalars(work_dir) if 'loss' in r]
+    losses = [r['loss'] for r in records if 'loss' in r]
     if not losses or not all(math.isfinite(v) for v in losses):
         raise CheckFailed(f'losses {losses}')
     if not any(name.endswith('.pth') for name in os.listdir(work_dir)):
@@ -187,21 +191,11 @@ def _python() -> str:
     return os.environ.get('PYTHON', sys.executable)
 
 
-def _optional_benchmark(script: str, args: Sequence[str],
-                        short: Sequence[Sequence[str]]):
-    """``script args`` if its ``--help`` lists every flag of ``args``, plus
-    each option of ``short`` (e.g. fewer epochs) that it lists too, and
-    ``--work-dir`` if it takes one; None (skipped) otherwise."""
+def _benchmark(script: str, *args: str):
+    """``script args --work-dir <the line's work dir>``."""
 
-    def command(work_dir: str) -> Optional[List[str]]:
-        proc = subprocess.run([_python(), script, '--help'], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
-        flags = set(re.findall(r'--[a-z][a-z-]*', proc.stdout))
-        if proc.returncode or not {a for a in args if a[:2] == '--'} <= flags:
-            return None
-        extra = [arg for option in short + [['--work-dir', work_dir]]
-                 if option[0] in flags for arg in option]
-        return [_python(), script, *args, *extra]
+    def command(work_dir: str) -> List[str]:
+        return [_python(), script, *args, '--work-dir', work_dir]
 
     return command
 
@@ -243,24 +237,20 @@ LINES = [
          check_table, 150, True),
     Line('mg-speedup-gpu',
          'tools/benchmark/multigrid_speedup.py --synthetic --device cuda',
-         _optional_benchmark('tools/benchmark/multigrid_speedup.py',
-                             ['--synthetic', '--device', 'cuda'],
-                             [['--epochs', '1']]),
+         _benchmark('tools/benchmark/multigrid_speedup.py', '--synthetic',
+                    '--device', 'cuda', '--epochs', '1'),
          check_last_line, 150),
     Line('mg-project-gpu',
          'tools/benchmark/multigrid_speedup.py --project --device cuda '
          '(SlowFast R50 Kinetics-400 schedule)',
-         _optional_benchmark('tools/benchmark/multigrid_speedup.py',
-                             ['--project', '--device', 'cuda', '--config',
-                              SLOWFAST_CONFIG, '--samples-per-rank', '30055'],
-                             [['--project-iters', '2']]),
+         _benchmark('tools/benchmark/multigrid_speedup.py', '--project',
+                    '--device', 'cuda', '--config', SLOWFAST_CONFIG,
+                    '--samples-per-rank', '30055', '--project-iters', '2'),
          check_last_line, 150),
     Line('agvm-large-batch-gpu',
          'tools/benchmark/agvm_large_batch.py --device cuda',
-         _optional_benchmark('tools/benchmark/agvm_large_batch.py',
-                             ['--device', 'cuda'],
-                             [['--epochs', '2'], ['--warmup-epochs', '1'],
-                              ['--seeds', '0']]),
+         _benchmark('tools/benchmark/agvm_large_batch.py', '--device', 'cuda',
+                    '--epochs', '2', '--warmup-epochs', '1', '--seeds', '0'),
          check_last_line, 150, True),
 ]
 
@@ -379,8 +369,6 @@ def run_line(line: Line, work_root: str, deadline: float) -> tuple:
     if timeout <= 0:
         return 'FAIL', 0.0, 'not run: the budget is used up'
     command = line.command(work_dir)
-    if command is None:
-        return 'skipped: not supported', time.monotonic() - start, ''
     log_path = osp.join(work_root, f'{line.name}.log')
     try:
         proc = subprocess.run(
