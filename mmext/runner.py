@@ -173,6 +173,10 @@ class Runner(MMEngineRunner):
             checkpoint = super().load_checkpoint(filename, *args, **kwargs)
         if self._resuming is not None:
             self.check_resume(checkpoint, filename, self._resuming)
+            # The effective batch is set anew by this run (and not resumed);
+            # mmengine would warn that a non-resumed key is loaded.
+            checkpoint.get('message_hub', {}).get('resumed_keys', {}).pop(
+                EFFECTIVE_BATCH_INFO, None)
         return checkpoint
 
     def check_resume(self, checkpoint: dict, filename: str,

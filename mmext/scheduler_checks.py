@@ -10,9 +10,16 @@ from typing import Dict, List, Optional, Sequence
 from .compat import SCHEDULER_INF
 
 __all__ = [
-    'scheduler_configs', 'unused_scheduler_values', 'scheduler_states',
-    'resumed_batch_mismatch'
+    'STEP_TYPES', 'WARMUP_TYPES', 'scheduler_configs',
+    'unused_scheduler_values', 'scheduler_states', 'resumed_batch_mismatch'
 ]
+
+# Schedulers whose value only changes at their milestones: an ``end`` after
+# the run changes nothing, milestones after it do.
+STEP_TYPES = ('MultiStepLR', 'MultiStepParamScheduler')
+# Schedulers used as warm-ups (from a start factor up to the LR).
+WARMUP_TYPES = ('LinearLR', 'ConstantLR', 'LinearParamScheduler',
+                'ConstantParamScheduler')
 
 
 def scheduler_configs(schedulers) -> List[dict]:
@@ -39,9 +46,9 @@ def unused_scheduler_values(schedulers, max_epochs: Optional[int],
     """What of the ``param_scheduler`` configs a run cannot honour.
 
     One message per value: a scheduler that begins at or after the end of
-    training (never applies), one that ends after it (cut short: a warm-up
-    longer than the run never reaches its LR), and ``milestones`` at or
-    after the end (those LR steps never happen).
+    training (never applies), one other than a step schedule that ends after
+    it (cut short: a warm-up or a cosine never reaches its final value), and
+    ``milestones`` at or after the end (those LR steps never happen).
 
     Args:
         schedulers (dict | list): The ``param_scheduler`` config value.
@@ -66,11 +73,14 @@ def unused_scheduler_values(schedulers, max_epochs: Optional[int],
                 f'{name} begins at {unit} {begin}, not before the end of '
                 f'training ({length} {unit}s): it never applies.')
             continue
-        if end != SCHEDULER_INF and end > length:
+        kind = cfg['type'].split('.')[-1]
+        if end != SCHEDULER_INF and end > length and kind not in STEP_TYPES:
+            final = ('the warm-up never reaches its target LR'
+                     if kind in WARMUP_TYPES else
+                     'it never reaches its final value')
             messages.append(
                 f'{name} ends at {unit} {end}, after the end of training '
-                f'({length} {unit}s): it is cut short (a warm-up never '
-                f'reaches its target LR).')
+                f'({length} {unit}s): it is cut short ({final}).')
         late = [m for m in cfg.get('milestones', []) if m >= length]
         if late:
             messages.append(

@@ -214,6 +214,10 @@ def test_mmext_runner_resumes_without_the_tools(tmp_path):
     runner = Runner.from_cfg(cfg)
     runner.train()
     assert runner.epoch == 2 and runner.iter == 16
+    # The effective batch is this run's: no warning about loading it.
+    log = open(glob_log(tmp_path / 'second')).read()
+    assert 'resumed epoch: 1, iter: 8' in log
+    assert 'effective_batch_size' not in log
 
 
 def test_registered_resume_guard_runs_before_any_state(tmp_path):

@@ -23,11 +23,8 @@ def test_stock_i3d_schedule_on_a_short_run():
     ]
     assert unused_scheduler_values(schedulers, 2, 40) == [
         'param_scheduler LinearLR ends at iteration 500, after the end of '
-        'training (40 iterations): it is cut short (a warm-up never reaches '
-        'its target LR).',
-        'param_scheduler MultiStepLR ends at epoch 100, after the end of '
-        'training (2 epochs): it is cut short (a warm-up never reaches its '
-        'target LR).',
+        'training (40 iterations): it is cut short (the warm-up never '
+        'reaches its target LR).',
         'param_scheduler MultiStepLR milestones [40, 80] lie at or after the '
         'end of training (2 epochs): those LR steps never happen.',
         'param_scheduler CosineAnnealingLR begins at epoch 5, not before the '
@@ -66,3 +63,12 @@ def test_resumed_batch_mismatch_names_the_iteration_based_schedulers():
     assert resumed_batch_mismatch({'': 8}, {'': 8}, states, names) is None
     assert resumed_batch_mismatch(None, {'': 8}, states, names) is None
     assert resumed_batch_mismatch({'': 8}, {'': 16}, states[1:2]) is None
+
+
+def test_a_cosine_longer_than_the_run_is_not_called_a_warm_up():
+    assert unused_scheduler_values(
+        [dict(type='CosineAnnealingLR', by_epoch=True, begin=0, end=10,
+              T_max=10)], 4, 40) == [
+        'param_scheduler CosineAnnealingLR ends at epoch 10, after the end '
+        'of training (4 epochs): it is cut short (it never reaches its '
+        'final value).']

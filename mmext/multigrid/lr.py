@@ -9,15 +9,12 @@ import copy
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from mmext.compat import SCHEDULER_INF as INF
+from mmext.scheduler_checks import STEP_TYPES, WARMUP_TYPES
 
 __all__ = [
     'STEP_TYPES', 'find_lr_steps', 'remap_param_schedulers',
     'dropped_recipe_values'
 ]
-# Schedulers whose epoch milestones are the recipe's LR stages.
-STEP_TYPES = ('MultiStepLR', 'MultiStepParamScheduler')
-_WARMUP_TYPES = ('LinearLR', 'ConstantLR', 'LinearParamScheduler',
-                 'ConstantParamScheduler')
 
 
 def find_lr_steps(schedulers: Sequence[dict],
@@ -143,7 +140,7 @@ def dropped_recipe_values(schedulers: Sequence[dict],
         begin = _recipe_epochs_of(s, s.get('begin', 0),
                                   recipe_iters_per_epoch)
         end = _recipe_epochs_of(s, s.get('end', INF), recipe_iters_per_epoch)
-        warmup = kind in _WARMUP_TYPES and s.get('begin', 0) == 0
+        warmup = kind in WARMUP_TYPES and s.get('begin', 0) == 0
         name = f'The {kind} warm-up' if warmup else kind
         if begin is not None and begin >= recipe_epochs:
             messages.append(

@@ -70,8 +70,9 @@ def check_clip_lengths(backbone, clip_lens: Sequence[int]) -> None:
 
 
 def warn_dropped_recipe_values(plan) -> List[str]:
-    """Warn about ``plan.dropped_recipe_values()``; return the messages."""
-    messages = plan.dropped_recipe_values()
+    """Warn about what of the recipe the plan drops (its scheduler values
+    and long-cycle shapes rounded to 0 epochs); return the messages."""
+    messages = plan.dropped_recipe_values() + plan.dropped_shapes()
     for message in messages:
         warnings.warn(message)
     return messages

@@ -17,8 +17,8 @@ from .lr import dropped_recipe_values, find_lr_steps, remap_param_schedulers
 from .options import MultigridOptions, is_multigrid_hook
 from .pipeline import parse_grid_shape
 from .schedule import (GridShape, MultigridStage, build_multigrid_schedule,
-                       iterations_per_epoch, map_recipe_epoch, stage_at_epoch,
-                       total_flops_ratio)
+                       iterations_per_epoch, map_recipe_epoch,
+                       short_cycle_shapes, stage_at_epoch, total_flops_ratio)
 
 __all__ = ['MultigridPlan', 'ShapeIterations', 'sub_bn_splits']
 
@@ -288,6 +288,41 @@ class MultigridPlan:
         if not self.options.precise_bn_iters:
             return []
         return [s for s in self.stages if self.is_shape_end(s.end_epoch - 1)]
+
+    def dropped_shapes(self) -> List[str]:
+        """Messages naming long-cycle shapes that rounding left out.
+
+        Epochs are rounded per stage, so a short recipe (or LR stage) trains
+        some long-cycle shapes for 0 epochs; one message per LR stage that
+        lost shapes, each shape as per-process (batch, T, S).
+        """
+        if not self.options.long_cycle:
+            return []
+        present = {(s.lr_stage, s.shape) for s in self.stages}
+        planned = [
+            short_cycle_shapes(self.base_clip_len, self.base_crop_size,
+                               int(round(self.base_clip_len * t)),
+                               int(round(self.base_crop_size * s)),
+                               self.options.short_cycle_factors,
+                               self.options.short_cycle_mode)[-1]
+            for t, s in self.options.long_cycle_factors
+        ]
+        messages = []
+        for lr_stage, (begin, end) in enumerate(
+                zip(self.lr_steps, self.lr_steps[1:])):
+            lost = [(self.base_batch * x.batch_factor, x.clip_len,
+                     x.crop_size) for x in planned
+                    if (lr_stage, x) not in present]
+            if lost:
+                messages.append(
+                    f'The multigrid schedule rounds the long-cycle shapes '
+                    f'{lost} (per-process batch, T, S) of LR stage '
+                    f'{lr_stage} (recipe epochs {begin}-{end}) to 0 epochs, '
+                    f'so they are not trained. Raise train_cfg.max_epochs or '
+                    f'epoch_factor, or list fewer long_cycle_factors '
+                    f'(about 6 recipe epochs per LR stage train all 4 '
+                    f'default shapes).')
+        return messages
 
     def dropped_recipe_values(self) -> List[str]:
         """Messages about recipe values the plan cannot honour (see

@@ -12,6 +12,12 @@ __all__ = ['CHECKPOINT_KEY', 'resume_signature', 'check_resume']
 
 # Where a multigrid run's checkpoints record its schedule (``meta``).
 CHECKPOINT_KEY = 'mmext_multigrid'
+# How the signature's epoch counts read in messages (their keys stay as
+# earlier checkpoints saved them).
+_LABELS = {
+    'max_epochs': 'multigrid epochs',
+    'recipe_epochs': 'recipe epochs (train_cfg.max_epochs)',
+}
 
 
 def resume_signature(plan) -> dict:
@@ -83,8 +89,8 @@ def check_resume(plan, saved: Optional[dict], epoch: Optional[int] = None,
             'resume without mmext.MultigridHook.')
     current = resume_signature(plan)
     axis = _iteration_axis(plan)
-    differ = [f'{k}: checkpoint {saved.get(k)!r}, config {v!r}'
-              for k, v in current.items()
+    differ = [f'{_LABELS.get(k, k)}: checkpoint {saved.get(k)!r}, config '
+              f'{v!r}' for k, v in current.items()
               if k not in axis and saved.get(k) != v]
     if differ:
         raise ValueError(

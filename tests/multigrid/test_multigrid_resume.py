@@ -69,7 +69,7 @@ def test_plain_checkpoint_into_multigrid_config(checkpoints, tmp_path):
 def test_multigrid_checkpoint_with_another_schedule(checkpoints, tmp_path):
     with pytest.raises(ValueError, match=re.escape(
             'the checkpoint was trained on another multigrid schedule '
-            '(epoch_factor: checkpoint 1.5, config 2.0; max_epochs: '
+            '(epoch_factor: checkpoint 1.5, config 2.0; multigrid epochs: '
             'checkpoint 6, config 8)')):
         _runner(tmp_path, [dict(HOOK, epoch_factor=2.0)],
                 resume=checkpoints['multigrid']).train()

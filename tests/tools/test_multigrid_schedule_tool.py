@@ -14,6 +14,12 @@ CFG = osp.join(ROOT, 'configs', 'multigrid',
                'slowfast_r50_multigrid_8xb8-8x8x1-steplr-239e_'
                'kinetics400-rgb.py')
 TINY = osp.join(ROOT, 'tests', 'multigrid', 'tiny_mg.py')
+I3D = osp.join(ROOT, 'configs', 'multigrid',
+               'i3d_r50_multigrid_8xb8-32x2x1-100e_kinetics400-rgb.py')
+I3D_MILESTONES = (
+    "MultiStepLR milestones [40, 80] lie outside the recipe's 2 epochs, so "
+    'they are not LR stages of the multigrid schedule (LR stages start at '
+    '[0, 2]).')
 
 
 def _run(config, *args):
@@ -69,19 +75,6 @@ def test_exact_count_matches_the_hook(tmp_path):
     per_epoch = exact['clips_per_process'] / cfg.train_dataloader.batch_size
     assert sum(s['estimated_iters'] for s in estimate['stages']) * \
         per_epoch > exact['iters']
-
-
-I3D = osp.join(ROOT, 'configs', 'multigrid',
-               'i3d_r50_multigrid_8xb8-32x2x1-100e_kinetics400-rgb.py')
-
-
-TINY = osp.join(ROOT, 'tests', 'multigrid', 'tiny_mg.py')
-
-
-I3D_MILESTONES = (
-    "MultiStepLR milestones [40, 80] lie outside the recipe's 2 epochs, so "
-    'they are not LR stages of the multigrid schedule (LR stages start at '
-    '[0, 2]).')
 
 
 def _tool(config, *args):
@@ -274,3 +267,44 @@ def test_tool_refuses_a_dataset_or_model_it_cannot_build(tmp_path):
     assert plot.startswith(
         f"error: cannot draw the plot into {tmp_path / 'no' / 'such'}"
         '/dir.png: FileNotFoundError: ')
+
+
+def test_config_inheriting_through_the_mmext_prefix(tmp_path):
+    """mmengine adds ``_scope_`` to the hook inherited through ``mmext::``;
+    the tool reads the config as training does."""
+    child = tmp_path / 'child.py'
+    child.write_text(
+        "_base_ = 'mmext::multigrid/slowfast_r50_multigrid_8xb8-8x8x1-"
+        "steplr-239e_kinetics400-rgb.py'\n")
+    out = json.loads(_run(str(child), '--json', '--no-model-check').stdout)
+    assert [s['end_epoch'] for s in out['stages']][-3:] == [329, 343, 358]
+
+
+def test_bad_lr_steps_give_the_real_error_only(tmp_path):
+    proc = _tool(I3D, '--no-model-check', '--cfg-options',
+                 'custom_hooks.0.lr_steps=[3]')
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr
+    assert proc.stderr.rstrip().splitlines()[-1] == (
+        'error: lr_steps must start at 0 and increase strictly, one entry '
+        'per LR stage start in recipe epochs (e.g. [0] + the MultiStepLR '
+        'milestones: [0, 40, 80]); got [3]')
+
+
+def test_dropped_long_cycle_shapes_warn(tmp_path):
+    """2 recipe epochs with an LR step at 1: LR stage 0 keeps 2 of the 4
+    default long-cycle shapes."""
+    short = tmp_path / 'short.py'
+    short.write_text(
+        f'_base_ = {I3D!r}\n'
+        'train_cfg = dict(max_epochs=2)\n'
+        'param_scheduler = [dict(type="MultiStepLR", by_epoch=True, begin=0,'
+        ' end=2, milestones=[1])]\n')
+    proc = _tool(str(short), '--json', '--no-model-check')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)['warnings'] == [
+        'The multigrid schedule rounds the long-cycle shapes [(32, 16, 158), '
+        '(8, 32, 224)] (per-process batch, T, S) of LR stage 0 (recipe '
+        'epochs 0-1) to 0 epochs, so they are not trained. Raise '
+        'train_cfg.max_epochs or epoch_factor, or list fewer '
+        'long_cycle_factors (about 6 recipe epochs per LR stage train all 4 '
+        'default shapes).']
