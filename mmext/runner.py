@@ -15,6 +15,7 @@ from mmengine.runner import Runner as MMEngineRunner
 
 from .compat import (optim_wrapper_counts, train_loader_batch_size,
                      trusted_checkpoint_loading)
+from .frozen_check import frozen_without_weights
 from .lr_scaling import EFFECTIVE_BATCH_INFO, effective_batch, optim_wrappers
 from .registry import HOOKS, OPTIM_WRAPPERS, RUNNERS
 from .scheduler_checks import scheduler_configs, unused_scheduler_values
@@ -58,7 +59,7 @@ class Runner(MMEngineRunner):
 
     ``runner_type='mmext.Runner'`` in a config (mmext's ``tools/train.py``
     and ``tools/test.py`` use it unless the config names another runner)
-    changes four things for any recipe:
+    changes five things for any recipe:
 
     * The batch is the effective batch: loader batch x world size x
       ``accumulative_counts``. It is logged when training starts, and
@@ -77,7 +78,21 @@ class Runner(MMEngineRunner):
     * Its own checkpoint loads (``resume``, ``load_from``) unpickle whole
       mmengine checkpoints, as torch < 2.6 did
       (:func:`mmext.compat.trusted_checkpoint_loading`).
+    * Before training it warns about BN layers kept in eval mode and frozen
+      stages of modules that load no weights (``norm_eval=True`` /
+      ``frozen_stages`` with ``init_cfg=None``), naming the keys and the fix
+      (:func:`mmext.frozen_check.frozen_without_weights`).
     """
+
+    def train(self):
+        """mmengine's ``train``, warning first about layers that stay at
+        their random initialisation (see the class doc)."""
+        loads_all = bool(self._load_from) or bool(self._resume)
+        model_cfg = self.cfg.get('model')
+        for message in frozen_without_weights(
+                self.model, model_cfg, [''] if loads_all else []):
+            warnings.warn(message)
+        return super().train()
 
     def scale_lr(self, optim_wrapper: OptimWrapper,
                  auto_scale_lr: Optional[dict] = None) -> None:

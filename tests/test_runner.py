@@ -272,3 +272,46 @@ def test_runner_warns_about_a_warm_up_longer_than_the_run(tmp_path):
                       r'iteration 50, after the end of training \(8 '
                       r'iterations\)'):
         runner.train()
+
+
+@MODELS.register_module(force=True)
+class RunnerNormEvalToy(RunnerToyModel):
+    """RunnerToyModel with a BN in its backbone that ``norm_eval`` keeps in
+    eval mode while training (as mmdet's ResNet does)."""
+
+    def __init__(self, backbone=dict(norm_eval=False)):
+        super().__init__()
+        self.norm_eval = backbone['norm_eval']
+        self.backbone = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4))
+
+    def train(self, mode=True):
+        super().train(mode)
+        if mode and self.norm_eval:
+            self.backbone[1].eval()
+        return self
+
+
+@pytest.mark.parametrize('norm_eval', [True, False])
+def test_runner_warns_about_bn_in_eval_mode_without_weights(tmp_path,
+                                                            norm_eval):
+    runner = build_runner(_cfg(
+        tmp_path, model=dict(type='RunnerNormEvalToy',
+                             backbone=dict(norm_eval=norm_eval)),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1))))
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        runner.train()
+    frozen = [str(w.message) for w in caught if 'BN layers' in str(w.message)]
+    if not norm_eval:
+        assert frozen == []
+        return
+    assert frozen == [
+        'model.backbone: 1 of 1 BN layers stay in eval mode while training '
+        '(their running mean and variance never update), but no weights are '
+        'loaded into it (no Pretrained init_cfg, no load_from), so they keep '
+        'their random initialisation. Set by model.backbone.norm_eval=True. '
+        'Train them with model.backbone.norm_eval=False, or load pretrained '
+        "weights (init_cfg=dict(type='Pretrained', checkpoint=...) or "
+        'load_from).'
+    ]

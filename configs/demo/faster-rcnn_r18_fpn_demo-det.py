@@ -8,8 +8,10 @@ data_root = 'data/demo/det/'
 metainfo = dict(classes=('rectangle', 'disc'))
 image_scale = (128, 128)
 
+# No pretrained weights: every BN layer trains (mmdet's recipe keeps them in
+# eval mode and freezes the stem and stage 1, which assumes ImageNet weights).
 model = dict(
-    backbone=dict(depth=18, init_cfg=None),
+    backbone=dict(depth=18, init_cfg=None, norm_eval=False, frozen_stages=-1),
     neck=dict(in_channels=[64, 128, 256, 512]),
     roi_head=dict(bbox_head=dict(num_classes=2)))
 
