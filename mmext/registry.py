@@ -11,13 +11,14 @@ from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import \
     OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
+from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
 from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
 
 __all__ = [
-    'HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'RUNNERS',
-    'TRANSFORMS'
+    'HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS',
+    'PARAM_SCHEDULERS', 'RUNNERS', 'TRANSFORMS'
 ]
 
 HOOKS = Registry(
@@ -30,6 +31,9 @@ OPTIM_WRAPPER_CONSTRUCTORS = Registry(
     'optimizer wrapper constructor',
     parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, scope='mmext',
     locations=['mmext.agvm'])
+PARAM_SCHEDULERS = Registry(
+    'parameter scheduler', parent=MMENGINE_PARAM_SCHEDULERS, scope='mmext',
+    locations=['mmext.warmup'])
 RUNNERS = Registry(
     'runner', parent=MMENGINE_RUNNERS, scope='mmext',
     locations=['mmext.runner'])

@@ -9,6 +9,7 @@ them must not resume register a guard with :func:`register_resume_guard`
 import warnings
 from typing import Callable, List, Optional
 
+from mmengine.hooks import Hook
 from mmengine.optim import OptimWrapper
 from mmengine.runner import EpochBasedTrainLoop
 from mmengine.runner import Runner as MMEngineRunner
@@ -20,7 +21,10 @@ from .lr_scaling import EFFECTIVE_BATCH_INFO, effective_batch, optim_wrappers
 from .registry import HOOKS, OPTIM_WRAPPERS, RUNNERS
 from .scheduler_checks import scheduler_configs, unused_scheduler_values
 
-__all__ = ['Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint']
+__all__ = [
+    'Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint',
+    'StartCheck', 'register_start_check', 'check_optim_wrapper_options'
+]
 
 # guard(runner, checkpoint, filename, resume_optimizer): raises ValueError,
 # naming what to do instead, for a checkpoint the runner's config cannot
@@ -47,6 +51,60 @@ def register_resume_guard(guard: ResumeGuard) -> ResumeGuard:
     return guard
 
 
+# check(runner) -> messages: warnings about a run whose loops, optimizer
+# wrappers, param schedulers and hooks are built, before its first iteration.
+StartCheck = Callable[['Runner'], List[str]]
+_START_CHECKS: List[StartCheck] = []
+
+
+def register_start_check(check: StartCheck) -> StartCheck:
+    """Add a check that :class:`Runner` runs before the first iteration.
+
+    Usable as a decorator. Each check is called with the runner once
+    everything is built (optimizer wrappers, param schedulers, hooks; after
+    resuming) and returns warning messages, which the runner warns with.
+
+    Args:
+        check (callable): The check.
+
+    Returns:
+        callable: ``check`` itself.
+    """
+    if check not in _START_CHECKS:
+        _START_CHECKS.append(check)
+    return check
+
+
+def check_optim_wrapper_options(cfg) -> None:
+    """Let an optimizer wrapper class check its config before any model is
+    built: a class with a ``check_options(options: dict)`` classmethod is
+    given the ``optim_wrapper`` config (one wrapper; the constructor's
+    ``type`` if it sets one, else ``'OptimWrapper'``).
+
+    Raises:
+        ValueError: From the class's ``check_options``.
+    """
+    if not isinstance(cfg, dict) or 'optimizer' not in cfg:
+        return
+    wrapper_type = cfg.get('type', 'OptimWrapper')
+    if isinstance(wrapper_type, str):
+        wrapper_type = OPTIM_WRAPPERS.get(wrapper_type)
+    check = getattr(wrapper_type, 'check_options', None)
+    if callable(check):
+        check(dict(cfg))
+
+
+class _StartChecks(Hook):
+    """Runs the registered start checks when training starts."""
+
+    priority = 'VERY_HIGH'
+
+    def before_train(self, runner) -> None:
+        for check in _START_CHECKS:
+            for message in check(runner):
+                warnings.warn(message)
+
+
 def restart_hint(filename: str) -> str:
     """The alternative every refused resume offers: start from the weights."""
     return (f'or start from its weights with load_from={filename} (no '
@@ -59,7 +117,7 @@ class Runner(MMEngineRunner):
 
     ``runner_type='mmext.Runner'`` in a config (mmext's ``tools/train.py``
     and ``tools/test.py`` use it unless the config names another runner)
-    changes five things for any recipe:
+    changes these things for any recipe:
 
     * The batch is the effective batch: loader batch x world size x
       ``accumulative_counts``. It is logged when training starts, and
@@ -78,11 +136,21 @@ class Runner(MMEngineRunner):
     * Its own checkpoint loads (``resume``, ``load_from``) unpickle whole
       mmengine checkpoints, as torch < 2.6 did
       (:func:`mmext.compat.trusted_checkpoint_loading`).
+    * An optimizer wrapper class with a ``check_options`` classmethod
+      checks its config before any model is built
+      (:func:`check_optim_wrapper_options`).
     * Before training it warns about BN layers kept in eval mode and frozen
       stages of modules that load no weights (``norm_eval=True`` /
       ``frozen_stages`` with ``init_cfg=None``), naming the keys and the fix
-      (:func:`mmext.frozen_check.frozen_without_weights`).
+      (:func:`mmext.frozen_check.frozen_without_weights`), and with the
+      messages of the checks components registered with
+      :func:`register_start_check`.
     """
+
+    def __init__(self, *args, **kwargs):
+        check_optim_wrapper_options(kwargs.get('optim_wrapper'))
+        super().__init__(*args, **kwargs)
+        self.register_hook(_StartChecks())
 
     def train(self):
         """mmengine's ``train``, warning first about layers that stay at

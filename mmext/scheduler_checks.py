@@ -8,7 +8,18 @@ from typing import List, Optional
 
 from .compat import SCHEDULER_INF
 
-__all__ = ['scheduler_configs', 'unused_scheduler_values']
+__all__ = ['scheduler_configs', 'unused_scheduler_values', 'warmup_ends']
+
+# Warm-up schedulers (type names, with or without a scope) and whether a
+# config of that type raises the LR: mmengine's LinearLR from start_factor
+# (default 1/3) to end_factor (default 1), ConstantLR at factor (default 1/3)
+# until its end (mmcv's warmup='constant'), mmext's ExpWarmupLR.
+_WARMUPS = {
+    'LinearLR': lambda c: c.get('start_factor', 1 / 3) < c.get(
+        'end_factor', 1.0),
+    'ConstantLR': lambda c: c.get('factor', 1 / 3) < 1,
+    'ExpWarmupLR': lambda c: c.get('start_factor', 0.001) < 1,
+}
 
 
 def scheduler_configs(schedulers) -> List[dict]:
@@ -73,3 +84,27 @@ def unused_scheduler_values(schedulers, max_epochs: Optional[int],
                 f'{name} milestones {late} lie at or after the end of '
                 f'training ({length} {unit}s): those LR steps never happen.')
     return messages
+
+
+def warmup_ends(schedulers, epoch_length: int) -> List[tuple]:
+    """Where the LR warm-ups of a ``param_scheduler`` config end.
+
+    Args:
+        schedulers (dict | list): The ``param_scheduler`` config value.
+        epoch_length (int): Iterations per epoch, for warm-ups counted in
+            epochs (``by_epoch=True``).
+
+    Returns:
+        list[tuple[str, int, int]]: ``(type, begin, end)`` per warm-up, in
+        iterations; the LR is the scheduled one from ``end`` on.
+    """
+    ends = []
+    for cfg in scheduler_configs(schedulers):
+        name = str(cfg['type']).split('.')[-1]
+        end = cfg.get('end', SCHEDULER_INF)
+        if name not in _WARMUPS or not _WARMUPS[name](cfg) or (
+                end == SCHEDULER_INF):
+            continue
+        scale = epoch_length if cfg.get('by_epoch', True) else 1
+        ends.append((cfg['type'], cfg.get('begin', 0) * scale, end * scale))
+    return ends

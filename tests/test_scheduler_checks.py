@@ -1,5 +1,6 @@
 """mmext.scheduler_checks: what of a param_scheduler a run cannot honour."""
-from mmext.scheduler_checks import scheduler_configs, unused_scheduler_values
+from mmext.scheduler_checks import (scheduler_configs, unused_scheduler_values,
+                                    warmup_ends)
 
 
 def test_scheduler_configs_of_every_form():
@@ -33,3 +34,22 @@ def test_stock_i3d_schedule_on_a_short_run():
         'end of training (2 epochs): it never applies.',
     ]
     assert unused_scheduler_values(schedulers[1:2], 100, 4000) == []
+
+
+def test_warmup_ends_in_iterations():
+    """The LR-raising schedulers only, counted in iterations; a LinearLR
+    that decays, a ConstantLR at factor 1 and a step schedule are none."""
+    schedulers = [
+        dict(type='mmext.ExpWarmupLR', by_epoch=False, begin=0, end=460),
+        dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=1,
+             end=2),
+        dict(type='ConstantLR', by_epoch=False, end=30),
+        dict(type='LinearLR', start_factor=1.0, end_factor=0.0,
+             by_epoch=False, end=1000),
+        dict(type='ConstantLR', factor=1.0, by_epoch=False, end=50),
+        dict(type='LinearLR', start_factor=0.1, by_epoch=False),
+        dict(type='MultiStepLR', by_epoch=True, milestones=[12, 14]),
+    ]
+    assert warmup_ends(schedulers, epoch_length=100) == [
+        ('mmext.ExpWarmupLR', 0, 460), ('LinearLR', 100, 200),
+        ('ConstantLR', 0, 30)]
