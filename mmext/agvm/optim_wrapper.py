@@ -1,6 +1,7 @@
 """AGVM's optimizer wrapper for mmengine (the CUDA mixed-precision variant is
 in :mod:`mmext.agvm.amp`)."""
 import logging
+import math
 import warnings
 from contextlib import ExitStack, contextmanager
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -204,6 +205,31 @@ class AGVMOptimWrapper(OptimWrapper):
         ratio = self._runner_lr_scale()
         check_auto_scale_lr(self.message_hub, ratio != 1.0, self._counts[1],
                             ratio)
+
+    def rescale_iterations(self, scale) -> List[str]:
+        """Rescale the runner-iteration options (``start_iter``,
+        ``end_iter``, ``clip_grad_window``) with ``scale(iterations)``, as
+        ``mmext.Runner``'s ``auto_scale_schedule`` does to the recipe's
+        other iteration counts; ``update_interval`` counts optimizer steps
+        and stays.
+
+        Returns:
+            list[str]: ``'optim_wrapper.<option> a -> b'`` per change.
+        """
+        old = self.schedule
+        window = old.clip_grad_window and tuple(
+            scale(v) for v in old.clip_grad_window)
+        end = None if old.end_iter == math.inf else scale(old.end_iter)
+        self.schedule = AGVMSchedule(old.update_interval,
+                                     scale(old.start_iter), end,
+                                     old.accumulative_counts, window)
+        return [
+            f'optim_wrapper.{name} {a} -> {b}' for name, a, b in (
+                ('start_iter', old.start_iter, self.schedule.start_iter),
+                ('end_iter', old.end_iter, self.schedule.end_iter),
+                ('clip_grad_window', old.clip_grad_window, window))
+            if a != b
+        ]
 
     def summary(self, max_iters: Optional[int] = None) -> str:
         """What AGVM will do in this run, one log block
