@@ -23,7 +23,7 @@ __all__ = [
 
 HOOKS = Registry(
     'hook', parent=MMENGINE_HOOKS, scope='mmext',
-    locations=['mmext.multigrid'])
+    locations=['mmext.multigrid', 'mmext.nan_guard'])
 OPTIM_WRAPPERS = Registry(
     'optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope='mmext',
     locations=['mmext.agvm'])

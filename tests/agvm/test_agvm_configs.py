@@ -44,6 +44,12 @@ def test_all_configs_found():
             'mask-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py'} <= names
 
 
+@pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
+def test_configs_turn_the_nan_guard_on(path):
+    hooks = Config.fromfile(path).get('custom_hooks', [])
+    assert dict(type='mmext.NaNGuardHook') in hooks
+
+
 PAPER = [c for c in CONFIGS if c.endswith('_coco.py')
          or c.endswith('ade20k-512x512.py')]
 

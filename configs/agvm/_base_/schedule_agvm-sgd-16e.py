@@ -31,6 +31,8 @@ optim_wrapper = dict(
     clip_grad=dict(max_norm=1.0, norm_type=2),
     clip_grad_window=(agvm_start - 200, agvm_start))
 auto_scale_lr = dict(enable=False, base_batch_size=512)
+# Stop at the first non-finite loss or gradient, naming it (mmext.NaNGuardHook).
+custom_hooks = [dict(type='mmext.NaNGuardHook')]
 # mmext.Runner (also with the toolboxes' own tools/train.py): auto_scale_lr by
 # the effective batch (loader x world size x accumulative_counts), mmext's
 # resume checks.
