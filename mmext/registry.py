@@ -11,13 +11,14 @@ from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import \
     OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
+from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
 from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
 
 __all__ = [
-    'HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS', 'RUNNERS',
-    'TRANSFORMS'
+    'HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS',
+    'PARAM_SCHEDULERS', 'RUNNERS', 'TRANSFORMS'
 ]
 
 
@@ -28,11 +29,13 @@ def _child(name: str, parent: Registry, *locations: str) -> Registry:
                     locations=list(locations))
 
 
-HOOKS = _child('hook', MMENGINE_HOOKS, 'mmext.multigrid')
+HOOKS = _child('hook', MMENGINE_HOOKS, 'mmext.multigrid', 'mmext.nan_guard')
 OPTIM_WRAPPERS = _child('optim_wrapper', MMENGINE_OPTIM_WRAPPERS, 'mmext.agvm')
 OPTIM_WRAPPER_CONSTRUCTORS = _child('optimizer wrapper constructor',
                                     MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS,
                                     'mmext.agvm')
+PARAM_SCHEDULERS = _child('parameter scheduler', MMENGINE_PARAM_SCHEDULERS,
+                          'mmext.warmup')
 RUNNERS = _child('runner', MMENGINE_RUNNERS, 'mmext.runner')
 # Benchmark stand-ins for video decoding (random in-memory clips).
 TRANSFORMS = _child('transform', MMENGINE_TRANSFORMS,

@@ -9,20 +9,25 @@ them must not resume register a guard with :func:`register_resume_guard`
 import warnings
 from typing import Callable, List, Optional
 
+from mmengine.hooks import CheckpointHook, Hook
 from mmengine.optim import OptimWrapper
-from mmengine.runner import EpochBasedTrainLoop
+from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 from mmengine.runner import Runner as MMEngineRunner
 
-from .compat import (optim_wrapper_counts, train_loader_batch_size,
-                     trusted_checkpoint_loading)
+from .compat import (optim_wrapper_counts, set_train_loop_length,
+                     train_loader_batch_size, trusted_checkpoint_loading)
+from .frozen_check import frozen_without_weights
 from .lr_scaling import EFFECTIVE_BATCH_INFO, effective_batch, optim_wrappers
 from .registry import HOOKS, OPTIM_WRAPPERS, RUNNERS
-from .scheduler_checks import (resumed_batch_mismatch, scheduler_configs,
-                               scheduler_states, unused_scheduler_values)
+from .scheduler_checks import (rescale_iterations, rescale_schedulers,
+                               resumed_batch_mismatch, schedule_ratio,
+                               scheduler_configs, scheduler_states,
+                               unused_scheduler_values)
 
 __all__ = [
     'Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint',
-    'EFFECTIVE_BATCH_KEY'
+    'EFFECTIVE_BATCH_KEY', 'StartCheck', 'register_start_check',
+    'check_optim_wrapper_options'
 ]
 
 # Where mmext.Runner's checkpoints record the run's effective batch per
@@ -54,6 +59,60 @@ def register_resume_guard(guard: ResumeGuard) -> ResumeGuard:
     return guard
 
 
+# check(runner) -> messages: warnings about a run whose loops, optimizer
+# wrappers, param schedulers and hooks are built, before its first iteration.
+StartCheck = Callable[['Runner'], List[str]]
+_START_CHECKS: List[StartCheck] = []
+
+
+def register_start_check(check: StartCheck) -> StartCheck:
+    """Add a check that :class:`Runner` runs before the first iteration.
+
+    Usable as a decorator. Each check is called with the runner once
+    everything is built (optimizer wrappers, param schedulers, hooks; after
+    resuming) and returns warning messages, which the runner warns with.
+
+    Args:
+        check (callable): The check.
+
+    Returns:
+        callable: ``check`` itself.
+    """
+    if check not in _START_CHECKS:
+        _START_CHECKS.append(check)
+    return check
+
+
+def check_optim_wrapper_options(cfg) -> None:
+    """Let an optimizer wrapper class check its config before any model is
+    built: a class with a ``check_options(options: dict)`` classmethod is
+    given the ``optim_wrapper`` config (one wrapper; the constructor's
+    ``type`` if it sets one, else ``'OptimWrapper'``).
+
+    Raises:
+        ValueError: From the class's ``check_options``.
+    """
+    if not isinstance(cfg, dict) or 'optimizer' not in cfg:
+        return
+    wrapper_type = cfg.get('type', 'OptimWrapper')
+    if isinstance(wrapper_type, str):
+        wrapper_type = OPTIM_WRAPPERS.get(wrapper_type)
+    check = getattr(wrapper_type, 'check_options', None)
+    if callable(check):
+        check(dict(cfg))
+
+
+class _StartChecks(Hook):
+    """Runs the registered start checks when training starts."""
+
+    priority = 'VERY_HIGH'
+
+    def before_train(self, runner) -> None:
+        for check in _START_CHECKS:
+            for message in check(runner):
+                warnings.warn(message)
+
+
 def restart_hint(filename: str) -> str:
     """The alternative every refused resume offers: start from the weights."""
     return (f'or start from its weights with load_from={filename} (no '
@@ -66,12 +125,15 @@ class Runner(MMEngineRunner):
 
     ``runner_type='mmext.Runner'`` in a config (mmext's ``tools/train.py``
     and ``tools/test.py`` use it unless the config names another runner)
-    changes four things for any recipe:
+    changes these things for any recipe:
 
     * The batch is the effective batch: loader batch x world size x
       ``accumulative_counts``. It is logged when training starts, and
       ``auto_scale_lr`` scales each optimizer's LR by effective batch /
       ``base_batch_size`` (mmengine leaves out the accumulation).
+    * ``auto_scale_schedule=dict(enable=True, base_batch_size=N)`` (opt-in,
+      detectron2's ``REFERENCE_WORLD_SIZE``) divides every iteration count
+      of the recipe by the batch ratio (:meth:`scale_schedule`), logged.
     * Param scheduler values the run cannot honour (a warm-up longer than
       the run, milestones after its end, ...) warn, naming the value
       (:func:`mmext.scheduler_checks.unused_scheduler_values`), unless a
@@ -88,7 +150,31 @@ class Runner(MMEngineRunner):
     * Its own checkpoint loads (``resume``, ``load_from``) unpickle whole
       mmengine checkpoints, as torch < 2.6 did
       (:func:`mmext.compat.trusted_checkpoint_loading`).
+    * An optimizer wrapper class with a ``check_options`` classmethod
+      checks its config before any model is built
+      (:func:`check_optim_wrapper_options`).
+    * Before training it warns about BN layers kept in eval mode and frozen
+      stages of modules that load no weights (``norm_eval=True`` /
+      ``frozen_stages`` with ``init_cfg=None``), naming the keys and the fix
+      (:func:`mmext.frozen_check.frozen_without_weights`), and with the
+      messages of the checks components registered with
+      :func:`register_start_check`.
     """
+
+    def __init__(self, *args, **kwargs):
+        check_optim_wrapper_options(kwargs.get('optim_wrapper'))
+        super().__init__(*args, **kwargs)
+        self.register_hook(_StartChecks())
+
+    def train(self):
+        """mmengine's ``train``, warning first about layers that stay at
+        their random initialisation (see the class doc)."""
+        loads_all = bool(self._load_from) or bool(self._resume)
+        model_cfg = self.cfg.get('model')
+        for message in frozen_without_weights(
+                self.model, model_cfg, [''] if loads_all else []):
+            warnings.warn(message)
+        return super().train()
 
     def scale_lr(self, optim_wrapper: OptimWrapper,
                  auto_scale_lr: Optional[dict] = None) -> None:
@@ -127,10 +213,111 @@ class Runner(MMEngineRunner):
         # Not resumed: a later run with mmengine's runner must not inherit it.
         self.message_hub.update_info(EFFECTIVE_BATCH_INFO, batches,
                                      resumed=False)
+        self.scale_schedule(optim_wrapper)
+
+    # Set by scale_schedule: the ratio iteration counts are divided by.
+    _schedule_ratio: Optional[float] = None
+
+    def scale_schedule(self, optim_wrapper) -> None:
+        """With ``auto_scale_schedule.enable``, divide the recipe's iteration
+        counts by the batch ratio r (:func:`mmext.scheduler_checks.
+        schedule_ratio`, effective batch / ``base_batch_size`` by default):
+        an iteration loop's ``max_iters``, ``val_begin`` and validation
+        intervals, iteration-based ``CheckpointHook`` intervals, the
+        ``by_epoch=False`` param schedulers (warm-up length, milestones;
+        in :meth:`build_param_scheduler`) and what an optimizer wrapper
+        with a ``rescale_iterations(scale)`` method counts in iterations
+        (AGVM's window). Epoch counts stay. Every change is logged.
+
+        ``auto_scale_schedule`` keys: ``enable``, ``base_batch_size`` (images
+        per optimizer step the recipe's counts were written for; default
+        ``auto_scale_lr.base_batch_size``) and ``base_accumulative_counts``
+        (the recipe's micro-batches per step; default the run's).
+
+        Raises:
+            ValueError: Without a base batch size, with wrappers of different
+                ``accumulative_counts``, or with a hook that moves the param
+                schedulers onto its own axis (multigrid plans its own).
+        """
+        cfg = self.cfg.get('auto_scale_schedule') or {}
+        if not cfg.get('enable', False):
+            return
+        base = cfg.get('base_batch_size',
+                       (self.auto_scale_lr or {}).get('base_batch_size'))
+        if base is None:
+            raise ValueError('auto_scale_schedule.enable=True needs '
+                             'auto_scale_schedule.base_batch_size (or '
+                             'auto_scale_lr.base_batch_size): the effective '
+                             "batch the recipe's iteration counts are for")
+        if any(getattr(h, 'remaps_param_schedulers', False)
+               for h in self.hooks):
+            raise ValueError('auto_scale_schedule cannot rescale a schedule '
+                             'that a hook (MultigridHook) rebuilds on its own '
+                             'axis; remove one of them')
+        wrappers = optim_wrappers(optim_wrapper)
+        counts = {optim_wrapper_counts(w)[1] for w in wrappers.values()}
+        if len(counts) != 1:
+            raise ValueError(f'auto_scale_schedule needs one '
+                             f'accumulative_counts for all optimizer '
+                             f'wrappers, got {sorted(counts)}')
+        counts = counts.pop()
+        base_k = cfg.get('base_accumulative_counts') or counts
+        ratio = schedule_ratio(train_loader_batch_size(self),
+                               self.world_size, counts, base, base_k)
+        self._schedule_ratio = ratio
+        changes = self._rescale_loop_and_hooks(ratio)
+        for wrapper in wrappers.values():
+            rescale = getattr(wrapper, 'rescale_iterations', None)
+            if callable(rescale):
+                changes += rescale(lambda v: rescale_iterations(v, ratio))
+        images = train_loader_batch_size(self) * self.world_size
+        self.logger.info(
+            f'auto_scale_schedule: iteration counts / {ratio:g} ({images} '
+            f"images per runner iteration; the recipe's: base_batch_size "
+            f'{base} / base_accumulative_counts {base_k}): ' +
+            ('; '.join(changes) or 'nothing in the loop, hooks or wrapper') +
+            '; param schedulers when built')
+
+    def _rescale_loop_and_hooks(self, ratio: float) -> List[str]:
+        """The loop's and the checkpoint hooks' iteration counts / ratio."""
+        changes = []
+        loop = self.train_loop
+        if isinstance(loop, IterBasedTrainLoop):
+            max_iters = rescale_iterations(loop.max_iters, ratio)
+            changes.append(f'train_cfg.max_iters {loop.max_iters} -> '
+                           f'{max_iters}')
+            set_train_loop_length(loop, loop.max_epochs, max_iters)
+            old = list(loop.dynamic_intervals)
+            loop.dynamic_intervals = [
+                rescale_iterations(v, ratio) for v in old]
+            loop.dynamic_milestones = [
+                rescale_iterations(v, ratio, 0)
+                for v in loop.dynamic_milestones]
+            loop.val_interval = loop.dynamic_intervals[0]
+            changes.append(f'train_cfg.val_interval {old} -> '
+                           f'{loop.dynamic_intervals}')
+            begin = rescale_iterations(loop.val_begin, ratio)
+            if begin != loop.val_begin:
+                changes.append(f'train_cfg.val_begin {loop.val_begin} -> '
+                               f'{begin}')
+                loop.val_begin = begin
+        for hook in self.hooks:
+            if isinstance(hook, CheckpointHook) and not hook.by_epoch:
+                interval = rescale_iterations(hook.interval, ratio)
+                changes.append(f'CheckpointHook.interval {hook.interval} -> '
+                               f'{interval}')
+                hook.interval = interval
+        return changes
 
     def build_param_scheduler(self, scheduler):
         """mmengine's, warning first about scheduler values the run cannot
         honour (:func:`unused_scheduler_values`); arguments as there."""
+        if self._schedule_ratio is not None:
+            scheduler, changes = rescale_schedulers(scheduler,
+                                                    self._schedule_ratio)
+            if changes:
+                self.logger.info('auto_scale_schedule: param_scheduler ' +
+                                 '; '.join(changes))
         loop = self.train_loop
         remapped = any(
             getattr(hook, 'remaps_param_schedulers', False)

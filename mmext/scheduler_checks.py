@@ -1,25 +1,54 @@
-"""What of a recipe's ``param_scheduler`` a run cannot honour.
+"""A recipe's ``param_scheduler`` configs: what a run cannot honour, where
+the warm-ups end, and the iteration counts rescaled to another batch.
 
 Used by :class:`mmext.runner.Runner` before the schedulers are built (a
 component that moves the schedulers onto its own axis, ``MultigridHook``,
 checks them there instead), and when it resumes schedulers that a run with
 another effective batch built (:func:`resumed_batch_mismatch`).
+
+Rescaling (``auto_scale_schedule``): mmengine's ``auto_scale_lr`` scales only
+the LR. detectron2's ``DefaultTrainer.auto_scale_workers``
+(``SOLVER.REFERENCE_WORLD_SIZE``, ``detectron2/engine/defaults.py``) also
+divides the iteration counts by the batch ratio: ``MAX_ITER``,
+``WARMUP_ITERS``, ``STEPS``, ``EVAL_PERIOD`` and ``CHECKPOINT_PERIOD``,
+rounded, so every point of the schedule (end of the warm-up, LR steps, end
+of training) falls after the same number of images. Iterations are runner
+iterations (micro-batches), as mmengine counts them. A recipe's counts are
+taken as written for ``base_batch_size`` images per optimizer step with
+``base_accumulative_counts`` micro-batches per step (default: the run's),
+so one of its iterations covered ``base_batch_size /
+base_accumulative_counts`` images; the run's covers loader batch x world
+size images. Epoch counts (and ``by_epoch=True`` schedulers, including
+``convert_to_iter_based`` ones) already follow the data and stay.
 """
-from typing import Dict, List, Optional, Sequence
+import copy
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .compat import SCHEDULER_INF
 
 __all__ = [
     'STEP_TYPES', 'WARMUP_TYPES', 'scheduler_configs',
-    'unused_scheduler_values', 'scheduler_states', 'resumed_batch_mismatch'
+    'unused_scheduler_values', 'scheduler_states', 'resumed_batch_mismatch',
+    'warmup_ends', 'schedule_ratio', 'rescale_iterations',
+    'rescale_schedulers'
 ]
 
 # Schedulers whose value only changes at their milestones: an ``end`` after
 # the run changes nothing, milestones after it do.
 STEP_TYPES = ('MultiStepLR', 'MultiStepParamScheduler')
 # Schedulers used as warm-ups (from a start factor up to the LR).
-WARMUP_TYPES = ('LinearLR', 'ConstantLR', 'LinearParamScheduler',
-                'ConstantParamScheduler')
+WARMUP_TYPES = ('LinearLR', 'ConstantLR', 'ExpWarmupLR',
+                'LinearParamScheduler', 'ConstantParamScheduler')
+# Warm-up schedulers (type names, with or without a scope) and whether a
+# config of that type raises the LR: mmengine's LinearLR from start_factor
+# (default 1/3) to end_factor (default 1), ConstantLR at factor (default 1/3)
+# until its end (mmcv's warmup='constant'), mmext's ExpWarmupLR.
+_WARMUPS = {
+    'LinearLR': lambda c: c.get('start_factor', 1 / 3) < c.get(
+        'end_factor', 1.0),
+    'ConstantLR': lambda c: c.get('factor', 1 / 3) < 1,
+    'ExpWarmupLR': lambda c: c.get('start_factor', 0.001) < 1,
+}
 
 
 def scheduler_configs(schedulers) -> List[dict]:
@@ -166,3 +195,110 @@ def resumed_batch_mismatch(saved_batches: Optional[Dict[str, int]],
         f'batch lasts two). Resume with the checkpoint\'s world size, '
         f'train_dataloader.batch_size and accumulative_counts, or start '
         f'from its weights with load_from={filename} (no --resume).')
+def warmup_ends(schedulers, epoch_length: int) -> List[tuple]:
+    """Where the LR warm-ups of a ``param_scheduler`` config end.
+
+    Args:
+        schedulers (dict | list): The ``param_scheduler`` config value.
+        epoch_length (int): Iterations per epoch, for warm-ups counted in
+            epochs (``by_epoch=True``).
+
+    Returns:
+        list[tuple[str, int, int]]: ``(type, begin, end)`` per warm-up, in
+        iterations; the LR is the scheduled one from ``end`` on.
+    """
+    ends = []
+    for cfg in scheduler_configs(schedulers):
+        name = str(cfg['type']).split('.')[-1]
+        end = cfg.get('end', SCHEDULER_INF)
+        if name not in _WARMUPS or not _WARMUPS[name](cfg) or (
+                end == SCHEDULER_INF):
+            continue
+        scale = epoch_length if cfg.get('by_epoch', True) else 1
+        ends.append((cfg['type'], cfg.get('begin', 0) * scale, end * scale))
+    return ends
+
+
+# Iteration-valued keys of mmengine's scheduler configs (by_epoch=False):
+# the bounds, MultiStepLR/StepLR steps, CosineAnnealingLR's T_max,
+# OneCycleLR's total_steps, CosineRestartLR's periods.
+_SCALAR_KEYS = ('begin', 'end', 'T_max', 'step_size', 'total_steps')
+_LIST_KEYS = ('milestones', 'periods')
+
+
+def schedule_ratio(loader_batch: int, world_size: int,
+                   accumulative_counts: int, base_batch_size: int,
+                   base_accumulative_counts: Optional[int] = None) -> float:
+    """Images per runner iteration of the run over those of the recipe.
+
+    With the recipe's accumulation (the default) this is effective batch /
+    ``base_batch_size``, the ratio detectron2 divides its counts by.
+
+    Args:
+        loader_batch (int): ``train_dataloader.batch_size``.
+        world_size (int): Processes.
+        accumulative_counts (int): K of the run.
+        base_batch_size (int): Images per optimizer step the recipe's
+            iteration counts were written for.
+        base_accumulative_counts (int, optional): K the recipe was written
+            with; None for the run's K.
+
+    Returns:
+        float: r; iteration counts are divided by it.
+
+    Raises:
+        ValueError: Unless ``base_batch_size`` and
+            ``base_accumulative_counts`` are integers >= 1.
+    """
+    base_k = (accumulative_counts if base_accumulative_counts is None else
+              base_accumulative_counts)
+    for name, value in (('base_batch_size', base_batch_size),
+                        ('base_accumulative_counts', base_k)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f'auto_scale_schedule.{name}={value!r}: expected '
+                             f'an integer >= 1, e.g. {name}=16')
+    return loader_batch * world_size * base_k / base_batch_size
+
+
+def rescale_iterations(value: int, ratio: float, minimum: int = 1) -> int:
+    """``round(value / ratio)``, at least ``minimum`` (0 stays 0)."""
+    if value == 0:
+        return 0
+    return max(minimum, int(round(value / ratio)))
+
+
+def rescale_schedulers(schedulers, ratio: float
+                       ) -> Tuple[object, List[str]]:
+    """The ``param_scheduler`` config with its iteration counts / ratio.
+
+    Only ``by_epoch=False`` schedulers change: ``begin``, ``end`` (unless
+    to the end of training), ``milestones``, ``T_max``, ``step_size``,
+    ``total_steps``, ``periods``.
+
+    Args:
+        schedulers (dict | list): The ``param_scheduler`` config.
+        ratio (float): From :func:`schedule_ratio`.
+
+    Returns:
+        tuple: The rescaled copy, and one ``'<type>.<key> a -> b'`` line per
+        changed value.
+    """
+    scaled = copy.deepcopy(schedulers)
+    changes = []
+    for cfg in scheduler_configs(scaled):
+        if cfg.get('by_epoch', True):
+            continue
+        old = {k: cfg[k] for k in _SCALAR_KEYS + _LIST_KEYS if k in cfg}
+        for key in _SCALAR_KEYS:
+            if cfg.get(key) not in (None, SCHEDULER_INF):
+                cfg[key] = rescale_iterations(cfg[key], ratio,
+                                              0 if key == 'begin' else 1)
+        for key in _LIST_KEYS:
+            if cfg.get(key):
+                cfg[key] = [rescale_iterations(v, ratio) for v in cfg[key]]
+        begin, end = cfg.get('begin', 0), cfg.get('end', SCHEDULER_INF)
+        if end != SCHEDULER_INF and end <= begin:
+            cfg['end'] = begin + 1  # a schedule needs one step at least
+        changes += [f"{cfg['type']}.{key} {value} -> {cfg[key]}"
+                    for key, value in old.items() if cfg[key] != value]
+    return scaled, changes

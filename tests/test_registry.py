@@ -18,6 +18,9 @@ def test_child_registries_of_mmengine():
     ('mmdet', 'OPTIM_WRAPPER_CONSTRUCTORS',
      "dict(type='mmext.AGVMOptimWrapperConstructor', optim_wrapper_cfg="
      "dict(optimizer=dict(type='SGD', lr=0.1)))"),
+    ('mmseg', 'PARAM_SCHEDULERS',
+     "dict(type='mmext.ExpWarmupLR', end=5, optimizer=__import__('torch')"
+     ".optim.SGD([__import__('torch').zeros(1, requires_grad=True)], lr=1))"),
 ])
 def test_fresh_process_builds_from_locations(scope, registry_name, cfg):
     """Nothing of mmext imported: the ``mmext.`` prefix and the registries'

@@ -7,6 +7,7 @@ import pytest
 import torch
 from mmengine.config import Config
 from mmengine.dataset import BaseDataset
+from mmengine.hooks import Hook
 from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
 from mmengine.runner import Runner as MMEngineRunner
@@ -240,7 +241,6 @@ def test_registered_resume_guard_runs_before_any_state(tmp_path):
 
 
 def test_a_hook_that_remaps_the_schedulers_silences_the_warning(tmp_path):
-    from mmengine.hooks import Hook
 
     class Remaps(Hook):
         remaps_param_schedulers = True
@@ -318,3 +318,146 @@ def test_resume_onto_another_effective_batch_warns(tmp_path):
         warnings.simplefilter('always')
         same.train()
     assert not [w for w in caught if 'effective batch' in str(w.message)]
+
+
+@MODELS.register_module(force=True)
+class RunnerNormEvalToy(RunnerToyModel):
+    """RunnerToyModel with a BN in its backbone that ``norm_eval`` keeps in
+    eval mode while training (as mmdet's ResNet does)."""
+
+    def __init__(self, backbone=dict(norm_eval=False)):
+        super().__init__()
+        self.norm_eval = backbone['norm_eval']
+        self.backbone = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4))
+
+    def train(self, mode=True):
+        super().train(mode)
+        if mode and self.norm_eval:
+            self.backbone[1].eval()
+        return self
+
+
+@pytest.mark.parametrize('norm_eval', [True, False])
+def test_runner_warns_about_bn_in_eval_mode_without_weights(tmp_path,
+                                                            norm_eval):
+    runner = build_runner(_cfg(
+        tmp_path, model=dict(type='RunnerNormEvalToy',
+                             backbone=dict(norm_eval=norm_eval)),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1))))
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        runner.train()
+    frozen = [str(w.message) for w in caught if 'BN layers' in str(w.message)]
+    if not norm_eval:
+        assert frozen == []
+        return
+    assert frozen == [
+        'model.backbone: 1 of 1 BN layers stay in eval mode while training '
+        '(their running mean and variance never update), but no weights are '
+        'loaded into it (no Pretrained init_cfg, no load_from), so they keep '
+        'their random initialisation. Set by model.backbone.norm_eval=True. '
+        'Train them with model.backbone.norm_eval=False, or load pretrained '
+        "weights (init_cfg=dict(type='Pretrained', checkpoint=...) or "
+        'load_from).'
+    ]
+
+
+def _scheduler_bounds(runner):
+    return [(type(s).__name__, s.begin, s.end,
+             sorted(getattr(s, 'milestones', {})))
+            for s in runner.param_schedulers]
+
+
+def test_auto_scale_schedule_on_an_iteration_based_recipe(tmp_path):
+    """Loader batch 2 x K 2 = 4 images per step against a recipe written for
+    1: every iteration count / 4 (warm-up, milestones, end, checkpoints,
+    AGVM's window), as detectron2's REFERENCE_WORLD_SIZE does."""
+    cfg = _cfg(
+        tmp_path,
+        train_cfg=dict(type='IterBasedTrainLoop', max_iters=64,
+                       val_interval=32),
+        param_scheduler=[
+            dict(type='LinearLR', start_factor=0.25, by_epoch=False,
+                 begin=0, end=16),
+            dict(type='MultiStepLR', by_epoch=False, milestones=[32, 48],
+                 gamma=0.5)],
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook',
+                                           by_epoch=False, interval=32)),
+        optim_wrapper=dict(AGVM_WRAPPER, start_iter=20,
+                           clip_grad=dict(max_norm=10.0),
+                           clip_grad_window=(4, 20)),
+        auto_scale_schedule=dict(enable=True, base_batch_size=1))
+    cfg.train_dataloader.sampler = dict(type='InfiniteSampler', shuffle=False)
+    runner = build_runner(cfg)
+    lrs = []
+    runner.register_hook(_LrRecorder(lrs))
+    runner.train()
+    assert runner.iter == 16
+    warmup, steps = _scheduler_bounds(runner)
+    assert warmup == ('LinearLR', 0, 4, []) and steps[3] == [8, 12]
+    # LR per iteration: linear warm-up over 4 iterations, halved at 8, 12.
+    expected = ([0.1 * (0.25 + 0.75 * t / 3) for t in range(4)] +
+                [0.1] * 4 + [0.05] * 4 + [0.025] * 4)
+    assert lrs == pytest.approx(expected)
+    schedule = runner.optim_wrapper.schedule
+    assert (schedule.start_iter, schedule.clip_grad_window) == (5, (1, 5))
+    assert sorted(osp.basename(p) for p in glob_ckpts(tmp_path)) == [
+        'iter_16.pth', 'iter_8.pth']
+    log = open(glob_log(tmp_path)).read()
+    assert ('auto_scale_schedule: iteration counts / 4 (2 images per runner '
+            "iteration; the recipe's: base_batch_size 1 / "
+            'base_accumulative_counts 2): train_cfg.max_iters 64 -> 16; '
+            'train_cfg.val_interval [32] -> [8]; CheckpointHook.interval 32 '
+            '-> 8; optim_wrapper.start_iter 20 -> 5; '
+            'optim_wrapper.clip_grad_window (4, 20) -> (1, 5); param '
+            'schedulers when built') in log
+    assert ('auto_scale_schedule: param_scheduler LinearLR.end 16 -> 4; '
+            'MultiStepLR.milestones [32, 48] -> [8, 12]') in log
+
+
+def test_auto_scale_schedule_on_an_epoch_based_recipe(tmp_path):
+    """An epoch-based recipe with an iteration-counted warm-up (mmdet's 1x
+    form): the warm-up shrinks, epochs and epoch milestones stay."""
+    runner = build_runner(_cfg(
+        tmp_path, train_cfg=dict(by_epoch=True, max_epochs=2),
+        param_scheduler=[
+            dict(type='LinearLR', start_factor=0.25, by_epoch=False,
+                 begin=0, end=8),
+            dict(type='MultiStepLR', by_epoch=True, milestones=[1],
+                 gamma=0.5)],
+        auto_scale_lr=dict(enable=False, base_batch_size=2),
+        auto_scale_schedule=dict(enable=True)))
+    lrs = []
+    runner.register_hook(_LrRecorder(lrs))
+    runner.train()
+    # Effective batch 4 / base 2: warm-up 8 -> 4 iterations; 2 epochs of 8.
+    assert runner.epoch == 2 and runner.iter == 16
+    assert _scheduler_bounds(runner)[0] == ('LinearLR', 0, 4, [])
+    expected = ([0.1 * (0.25 + 0.75 * t / 3) for t in range(4)] +
+                [0.1] * 4 + [0.05] * 8)
+    assert lrs == pytest.approx(expected)
+
+
+def test_auto_scale_schedule_needs_a_base_batch(tmp_path):
+    runner = build_runner(_cfg(tmp_path,
+                               auto_scale_schedule=dict(enable=True)))
+    with pytest.raises(ValueError, match='auto_scale_schedule.enable=True '
+                       'needs auto_scale_schedule.base_batch_size'):
+        runner.train()
+
+
+def glob_ckpts(work_dir):
+    import glob
+    return glob.glob(osp.join(str(work_dir), '*.pth'))
+
+
+class _LrRecorder(Hook):
+    """Records the LR of the first param group at each iteration."""
+    priority = 'LOWEST'
+
+    def __init__(self, lrs):
+        self.lrs = lrs
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        self.lrs.append(runner.optim_wrapper.optimizer.param_groups[0]['lr'])

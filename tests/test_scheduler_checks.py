@@ -1,6 +1,10 @@
 """mmext.scheduler_checks: what of a param_scheduler a run cannot honour."""
-from mmext.scheduler_checks import (resumed_batch_mismatch, scheduler_configs,
-                                    scheduler_states, unused_scheduler_values)
+import pytest
+
+from mmext.scheduler_checks import (rescale_iterations, rescale_schedulers,
+                                    resumed_batch_mismatch, schedule_ratio,
+                                    scheduler_configs, scheduler_states,
+                                    unused_scheduler_values, warmup_ends)
 
 
 def test_scheduler_configs_of_every_form():
@@ -72,3 +76,67 @@ def test_a_cosine_longer_than_the_run_is_not_called_a_warm_up():
         'param_scheduler CosineAnnealingLR ends at epoch 10, after the end '
         'of training (4 epochs): it is cut short (it never reaches its '
         'final value).']
+
+
+def test_warmup_ends_in_iterations():
+    """The LR-raising schedulers only, counted in iterations; a LinearLR
+    that decays, a ConstantLR at factor 1 and a step schedule are none."""
+    schedulers = [
+        dict(type='mmext.ExpWarmupLR', by_epoch=False, begin=0, end=460),
+        dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=1,
+             end=2),
+        dict(type='ConstantLR', by_epoch=False, end=30),
+        dict(type='LinearLR', start_factor=1.0, end_factor=0.0,
+             by_epoch=False, end=1000),
+        dict(type='ConstantLR', factor=1.0, by_epoch=False, end=50),
+        dict(type='LinearLR', start_factor=0.1, by_epoch=False),
+        dict(type='MultiStepLR', by_epoch=True, milestones=[12, 14]),
+    ]
+    assert warmup_ends(schedulers, epoch_length=100) == [
+        ('mmext.ExpWarmupLR', 0, 460), ('LinearLR', 100, 200),
+        ('ConstantLR', 0, 30)]
+
+
+def test_schedule_ratio_is_effective_batch_over_base():
+    # 64 GPUs x 4 images against mmdet's 16: r = 16.
+    assert schedule_ratio(4, 64, 1, 16) == 16
+    # Accumulation as the recipe's (default): still effective / base.
+    assert schedule_ratio(4, 32, 2, 16) == 16
+    # Accumulation added to a recipe written for K=1: images per iteration
+    # 128 against 16.
+    assert schedule_ratio(4, 32, 2, 16, base_accumulative_counts=1) == 8
+    with pytest.raises(ValueError, match=r"base_batch_size='16': expected "
+                       r'an integer >= 1, e.g. base_batch_size=16'):
+        schedule_ratio(4, 1, 1, '16')
+
+
+def test_rescaled_mmdet_1x_schedule_as_detectron2():
+    """mmdet's 1x (500-iteration linear warm-up, steps at epochs 8 and 11)
+    and an iteration-based poly schedule, at 16x the batch: iteration counts
+    / 16, rounded (detectron2: int(round(x / scale))), epochs unchanged."""
+    schedulers = [
+        dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0,
+             end=500),
+        dict(type='MultiStepLR', by_epoch=True, begin=0, end=12,
+             milestones=[8, 11], gamma=0.1),
+        dict(type='PolyLR', by_epoch=False, begin=500, end=90000),
+        dict(type='MultiStepLR', by_epoch=False, milestones=[60000, 80000]),
+        dict(type='CosineAnnealingLR', by_epoch=False, T_max=1000, begin=8,
+             end=9),
+    ]
+    scaled, changes = rescale_schedulers(schedulers, 16)
+    assert scaled == [
+        dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0,
+             end=31),
+        schedulers[1],
+        dict(type='PolyLR', by_epoch=False, begin=31, end=5625),
+        dict(type='MultiStepLR', by_epoch=False, milestones=[3750, 5000]),
+        dict(type='CosineAnnealingLR', by_epoch=False, T_max=62, begin=0,
+             end=1),
+    ]
+    assert changes[:3] == ['LinearLR.end 500 -> 31', 'PolyLR.begin 500 -> 31',
+                           'PolyLR.end 90000 -> 5625']
+    assert schedulers[0]['end'] == 500  # the input is left alone
+    # A smaller batch stretches the schedule.
+    assert rescale_schedulers(schedulers[:1], 0.5)[0][0]['end'] == 1000
+    assert rescale_iterations(1, 16) == 1 and rescale_iterations(0, 16) == 0

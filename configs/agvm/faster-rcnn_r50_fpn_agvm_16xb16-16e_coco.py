@@ -8,8 +8,8 @@ warmup_iters = 920
 agvm_start = warmup_iters + 100
 
 param_scheduler = [
-    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0,
-         end=warmup_iters),
+    dict(type='mmext.ExpWarmupLR', start_factor=0.001, by_epoch=False,
+         begin=0, end=warmup_iters),
     dict(type='MultiStepLR', begin=0, end=16, by_epoch=True,
          milestones=[12, 14], gamma=0.1)
 ]

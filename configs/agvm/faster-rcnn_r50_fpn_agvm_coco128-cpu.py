@@ -14,6 +14,8 @@ optim_wrapper = dict(
     start_iter=10,
     clip_grad=dict(max_norm=10.0),
     clip_grad_window=(0, 10))
+# Stop at the first non-finite loss or gradient, naming it (mmext.NaNGuardHook).
+custom_hooks = [dict(type='mmext.NaNGuardHook')]
 # mmext.Runner (also with the toolboxes' own tools/train.py): auto_scale_lr by
 # the effective batch (loader x world size x accumulative_counts), mmext's
 # resume checks.

@@ -85,6 +85,8 @@ default_hooks = dict(
     logger=dict(type='LoggerHook', interval=5, log_metric_by_epoch=False),
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=40))
 log_processor = dict(by_epoch=False)
+# Stop at the first non-finite loss or gradient, naming it (mmext.NaNGuardHook).
+custom_hooks = [dict(type='mmext.NaNGuardHook')]
 # mmext.Runner (also with the toolboxes' own tools/train.py): auto_scale_lr by
 # the effective batch (loader x world size x accumulative_counts), mmext's
 # resume checks.

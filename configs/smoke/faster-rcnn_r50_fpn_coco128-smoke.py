@@ -9,8 +9,10 @@ image_scale = (320, 320)
 
 # An untrained detector scores about 1/81 per class, under the stock 0.05
 # threshold: keep all boxes so the COCO metric is computed from the first epoch.
+# No pretrained weights, so every BN layer and stage trains (mmdet's
+# norm_eval=True / frozen_stages=1 assume ImageNet weights).
 model = dict(
-    backbone=dict(init_cfg=None),
+    backbone=dict(init_cfg=None, norm_eval=False, frozen_stages=-1),
     test_cfg=dict(rcnn=dict(score_thr=0.0)))
 
 train_pipeline = [

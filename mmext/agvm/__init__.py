@@ -12,8 +12,11 @@ Glue to mmengine and torch.distributed:
 
 * :mod:`.exchange`: the two halves' statistics (DDP ranks or accumulated
   micro-batches);
-* :mod:`.optim_wrapper`: ``mmext.AGVMOptimWrapper`` / ``AGVMAmpOptimWrapper``;
+* :mod:`.optim_wrapper`: ``mmext.AGVMOptimWrapper``; :mod:`.amp`:
+  ``mmext.AGVMAmpOptimWrapper``; :mod:`.summary`: its start-of-run log;
 * :mod:`.constructor`: ``mmext.AGVMOptimWrapperConstructor``;
+* :mod:`.runner_checks`: the resume guard and start checks it registers
+  with ``mmext.Runner`` (warm-up, EMA interval);
 * :mod:`.diagnostic`: d_i of a model for two given halves, without training
   (``tools/analysis/agvm_variance.py``).
 """
@@ -25,17 +28,23 @@ from .exchange import AccumulationHalves, DistributedHalves
 from .layout import GradientLayout, adam_precondition
 from .modules import (OTHERS, assign_parameters, default_module_names,
                       resolve_module_names)
+from .amp import AGVMAmpOptimWrapper
 from .optim_wrapper import (SCALAR_ESTIMATE, SCALAR_FACTOR, SCALAR_VARIANCE,
-                            AGVMAmpOptimWrapper, AGVMOptimWrapper)
-from .schedule import AGVMSchedule
+                            AGVMOptimWrapper)
+from .runner_checks import agvm_start_checks, ema_interval_messages
+from .schedule import AGVMSchedule, check_iteration
 from .statistics import (DEFAULT_RATIO_RANGE, HalfStatistics, ModulationEMA,
-                         check_ratio_range, gradient_variance,
-                         half_dot_from_norms, modulation_factors, split_ranks)
+                         check_ema_momentum, check_ratio_range,
+                         gradient_variance, half_dot_from_norms,
+                         modulation_factors, option_error, split_ranks)
+from .summary import halves_description, run_summary
 
 __all__ = [
     'OTHERS', 'assign_parameters', 'default_module_names',
-    'resolve_module_names', 'AGVMSchedule', 'DEFAULT_RATIO_RANGE',
-    'check_ratio_range', 'HalfStatistics', 'ModulationEMA',
+    'resolve_module_names', 'AGVMSchedule', 'check_iteration',
+    'DEFAULT_RATIO_RANGE', 'check_ratio_range', 'check_ema_momentum',
+    'option_error', 'HalfStatistics', 'halves_description', 'run_summary',
+    'agvm_start_checks', 'ema_interval_messages', 'ModulationEMA',
     'gradient_variance', 'half_dot_from_norms', 'modulation_factors',
     'split_ranks', 'GradientLayout', 'adam_precondition',
     'DistributedHalves', 'AccumulationHalves', 'AGVMOptimWrapper',

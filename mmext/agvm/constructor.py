@@ -216,6 +216,9 @@ class AGVMOptimWrapperConstructor:
                 f"optim_wrapper.type={wrapper_cfg['type']!r}; set "
                 f"type='mmext.AGVMOptimWrapper' (or drop the constructor for "
                 f'a plain optimizer wrapper)')
+        # Options are checked before the recipe's optimizer and groups are
+        # built.
+        wrapper_type.check_options(wrapper_cfg)
         self.wrapper_cfg = wrapper_cfg
         self.paramwise_cfg = paramwise_cfg
 

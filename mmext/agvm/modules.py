@@ -6,6 +6,7 @@ every trainable parameter to one of them, or to the unmodulated ``others``
 group, so no parameter is ever left out of the optimizer (the reference
 implementation's optimizer constructor dropped such parameters).
 """
+import warnings
 from typing import Dict, List, Optional, Sequence
 
 from torch import nn
@@ -22,13 +23,57 @@ def _has_trainable(module: nn.Module) -> bool:
     return any(p.requires_grad for p in module.parameters())
 
 
+# Heads of a RoI head that the reference implementation modulates apart
+# when both exist (Sense-X/AGVM ``GroupOptimizerConstructor``: a component
+# with a ``mask_head`` gives its ``bbox_head`` and ``mask_head`` one param
+# group each).
+SPLIT_HEADS = ('bbox_head', 'mask_head')
+
+
 def default_module_names(model: nn.Module) -> List[str]:
-    """The model's top-level children that have trainable parameters.
+    """The model's top-level children that have trainable parameters, with a
+    child that holds both a trainable ``bbox_head`` and ``mask_head`` (Mask
+    R-CNN's ``roi_head``) replaced by those two, as in the reference.
 
     For mmdet two-stage detectors this is ``backbone, neck, rpn_head,
-    roi_head``; for mmseg ``backbone, [neck], decode_head, auxiliary_head``.
+    roi_head`` (Mask R-CNN: ``..., roi_head.bbox_head,
+    roi_head.mask_head``); for mmseg ``backbone, [neck], decode_head,
+    auxiliary_head``.
     """
-    return [n for n, m in model.named_children() if _has_trainable(m)]
+    names = []
+    for name, child in model.named_children():
+        if not _has_trainable(child):
+            continue
+        heads = [
+            head for head in SPLIT_HEADS
+            if isinstance(getattr(child, head, None), nn.Module)
+            and _has_trainable(getattr(child, head))
+        ]
+        names += ([f'{name}.{head}' for head in heads]
+                  if len(heads) == len(SPLIT_HEADS) else [name])
+    return names
+
+
+def _warn_if_anchor_moved(model: nn.Module, names: Sequence[str]) -> None:
+    """Warn when the default anchor is not the model's first module.
+
+    The first child with parameters (the backbone) is the anchor the paper
+    means; if it has no trainable parameter (``frozen_stages`` covering
+    every stage, ``requires_grad=False``) the defaults silently start with
+    the next module.
+    """
+    first = next((n for n, m in model.named_children()
+                  if next(m.parameters(), None) is not None), None)
+    if first is None or not names or names[0].split('.')[0] == first:
+        return
+    warnings.warn(
+        f"AGVM's anchor (module 0, whose gradient variance every factor is "
+        f'relative to) is {names[0]!r}, not the model\'s first module '
+        f'{first!r}: {first!r} has no trainable parameters (frozen, e.g. by '
+        f'frozen_stages covering all its stages or requires_grad=False), so '
+        f"the default module_names start with {names[0]!r}. Unfreeze "
+        f'{first!r}, or set optim_wrapper.module_names with the anchor you '
+        f'mean first.')
 
 
 def resolve_module_names(model: nn.Module,
@@ -47,15 +92,20 @@ def resolve_module_names(model: nn.Module,
         ValueError: If a name is not a submodule, is listed twice or is
             ``'others'``, if the list is empty, or if the anchor has no
             trainable parameters.
+
+    Warns:
+        UserWarning: With the default names, if the model's first module has
+        no trainable parameters (the anchor is then the next one).
     """
     if module_names is None:
         names = default_module_names(model)
+        _warn_if_anchor_moved(model, names)
     elif isinstance(module_names, str):
         raise ValueError('module_names must be a list of module names, got '
                          f'the string {module_names!r}')
     else:
         names = list(module_names)
-    available = default_module_names(model)
+    available = [n for n, m in model.named_children() if _has_trainable(m)]
     if not names:
         if module_names is not None:
             raise ValueError('module_names is empty; list the modules to '

@@ -1,6 +1,7 @@
-"""AGVM optimizer wrappers for mmengine (fp32 and CUDA mixed precision)."""
-import inspect
+"""AGVM's optimizer wrapper for mmengine (the CUDA mixed-precision variant is
+in :mod:`mmext.agvm.amp`)."""
 import logging
+import math
 import warnings
 from contextlib import ExitStack, contextmanager
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -8,29 +9,27 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from mmengine.dist import get_rank, get_world_size
 from mmengine.logging import print_log
-from mmengine.optim import AmpOptimWrapper, BaseOptimWrapper, OptimWrapper
+from mmengine.optim import OptimWrapper
 from mmengine.visualization import Visualizer
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from mmext.compat import (drop_logged_scalar, grad_clipping_off,
                           initial_value, optim_wrapper_counts)
-from mmext.lr_scaling import check_auto_scale_lr, optim_wrappers, scaled_lrs
+from mmext.lr_scaling import check_auto_scale_lr, scaled_lrs
 from mmext.registry import OPTIM_WRAPPERS
-from mmext.runner import register_resume_guard, restart_hint
 from .exchange import AccumulationHalves, DistributedHalves
 from .layout import GradientLayout, adam_precondition
+from .options import STATISTICS, check_wrapper_options
 from .schedule import AGVMSchedule
 from .statistics import (DEFAULT_RATIO_RANGE, HalfStatistics, ModulationEMA,
-                         check_ratio_range, gradient_variance,
-                         modulation_factors)
+                         gradient_variance, modulation_factors)
+from .summary import halves_description, run_summary
 
 __all__ = [
-    'AGVMOptimWrapper', 'AGVMAmpOptimWrapper', 'SCALAR_FACTOR',
-    'SCALAR_VARIANCE', 'SCALAR_ESTIMATE'
+    'AGVMOptimWrapper', 'SCALAR_FACTOR', 'SCALAR_VARIANCE', 'SCALAR_ESTIMATE'
 ]
 
-STATISTICS = ('grad', 'adam')
 # Logged scalars, one per module (``<prefix>/<module name>``): the factor
 # applied at every optimizer step (through the message hub, so at the
 # logger's interval as ``train/agvm_mu/...``), and, at each re-estimate,
@@ -109,7 +108,11 @@ class AGVMOptimWrapper(OptimWrapper):
                  statistic: str = 'grad',
                  clip_grad_window: Optional[Tuple[int, int]] = None,
                  **kwargs):
-        self._check_wrapper_kwargs(kwargs)
+        self.check_options(dict(
+            kwargs, module_names=module_names, update_interval=update_interval,
+            ema_momentum=ema_momentum, ratio_range=ratio_range,
+            start_iter=start_iter, end_iter=end_iter, statistic=statistic,
+            clip_grad_window=clip_grad_window))
         super().__init__(optimizer=optimizer, **kwargs)
         if not module_names:
             raise ValueError(
@@ -117,10 +120,7 @@ class AGVMOptimWrapper(OptimWrapper):
                 "constructor='mmext.AGVMOptimWrapperConstructor' (and move "
                 "the recipe's own optim_wrapper.constructor, if any, to "
                 'optim_wrapper.base_constructor)')
-        self.ratio_range = check_ratio_range(ratio_range)
-        if statistic not in STATISTICS:
-            raise ValueError(f'statistic must be one of {STATISTICS}, got '
-                             f'{statistic!r}')
+        self.ratio_range = tuple(ratio_range)
         if statistic == 'adam' and 'betas' not in optimizer.defaults:
             raise ValueError(
                 f"statistic='adam' preconditions with Adam's second moment, "
@@ -135,6 +135,7 @@ class AGVMOptimWrapper(OptimWrapper):
                 'optim_wrapper.clip_grad (e.g. dict(max_norm=1.0)) or remove '
                 'clip_grad_window')
         self.statistic = statistic
+        self._clipping = bool(kwargs.get('clip_grad'))
         # The LRs as configured, before any runner scaled them
         # (auto_scale_lr): what the accumulation check compares with.
         self._configured_lrs = [g['lr'] for g in optimizer.param_groups]
@@ -150,21 +151,17 @@ class AGVMOptimWrapper(OptimWrapper):
         self._warned_no_takeover = False
 
     @classmethod
-    def _check_wrapper_kwargs(cls, kwargs: dict) -> None:
-        """Name a misspelled option here instead of in mmengine's TypeError.
+    def check_options(cls, options: dict) -> None:
+        """Check an ``optim_wrapper`` config's AGVM options by name, type and
+        range (:func:`mmext.agvm.options.check_wrapper_options`); the
+        constructor and :class:`mmext.runner.Runner` call it before any model
+        is built, the wrapper again when it is built.
 
         Raises:
-            ValueError: For a key no wrapper class in the MRO accepts.
+            ValueError: Naming the option, the value, what is expected and an
+                example; for an unknown option, all valid names.
         """
-        known = set()
-        for klass in cls.__mro__:
-            if issubclass(klass, OptimWrapper) and '__init__' in vars(klass):
-                known |= set(inspect.signature(klass.__init__).parameters)
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
-            options = sorted(known - {'self', 'kwargs', 'optimizer'})
-            raise ValueError(f'{cls.__name__} got unknown options {unknown}; '
-                             f'its options are {options}')
+        check_wrapper_options(cls, options)
 
     def _build_halves(self):
         world_size = get_world_size()
@@ -186,7 +183,7 @@ class AGVMOptimWrapper(OptimWrapper):
         """mmengine's set-up of the counters, then checks against the run.
 
         The train loop calls it once its length is known (after resuming).
-        Window values that the run cannot honour warn, naming the value
+        It logs :meth:`summary`. Window values that the run cannot honour warn, naming the value
         (:meth:`AGVMSchedule.unused_values`). LRs that a runner other than
         ``mmext.Runner`` scaled (mmengine's ``auto_scale_lr``, which leaves
         out ``accumulative_counts``) raise
@@ -201,11 +198,47 @@ class AGVMOptimWrapper(OptimWrapper):
             ValueError: From :func:`mmext.lr_scaling.check_auto_scale_lr`.
         """
         super().initialize_count_status(model, init_counts, max_counts)
+        print_log(self.summary(max_counts), logger='current',
+                  level=logging.INFO)
         for message in self.schedule.unused_values(max_counts):
             warnings.warn(message)
         ratio = self._runner_lr_scale()
         check_auto_scale_lr(self.message_hub, ratio != 1.0, self._counts[1],
                             ratio)
+
+    def rescale_iterations(self, scale) -> List[str]:
+        """Rescale the runner-iteration options (``start_iter``,
+        ``end_iter``, ``clip_grad_window``) with ``scale(iterations)``, as
+        ``mmext.Runner``'s ``auto_scale_schedule`` does to the recipe's
+        other iteration counts; ``update_interval`` counts optimizer steps
+        and stays.
+
+        Returns:
+            list[str]: ``'optim_wrapper.<option> a -> b'`` per change.
+        """
+        old = self.schedule
+        window = old.clip_grad_window and tuple(
+            scale(v) for v in old.clip_grad_window)
+        end = None if old.end_iter == math.inf else scale(old.end_iter)
+        self.schedule = AGVMSchedule(old.update_interval,
+                                     scale(old.start_iter), end,
+                                     old.accumulative_counts, window)
+        return [
+            f'optim_wrapper.{name} {a} -> {b}' for name, a, b in (
+                ('start_iter', old.start_iter, self.schedule.start_iter),
+                ('end_iter', old.end_iter, self.schedule.end_iter),
+                ('clip_grad_window', old.clip_grad_window, window))
+            if a != b
+        ]
+
+    def summary(self, max_iters: Optional[int] = None) -> str:
+        """What AGVM will do in this run, one log block
+        (:func:`mmext.agvm.summary.run_summary`)."""
+        world_size = self.halves.world_size if self.distributed else 1
+        return run_summary(
+            self.module_names, [hi - lo for lo, hi in self.layout.bounds],
+            halves_description(world_size, self._counts[1]), self.schedule,
+            self._clipping, self.statistic, max_iters)
 
     def _runner_lr_scale(self) -> float:
         """The factor by which the runner scaled the configured LRs.
@@ -448,50 +481,3 @@ class AGVMOptimWrapper(OptimWrapper):
         self.last_variance = torch.as_tensor(
             agvm['last_variance'], dtype=torch.float64, device='cpu').clone()
         super().load_state_dict(state_dict)
-
-
-@register_resume_guard
-def _agvm_checkpoint_needs_the_wrapper(runner, checkpoint: dict,
-                                       filename: str,
-                                       resume_optimizer: bool) -> None:
-    """Refuse to resume AGVM optimizer state into another wrapper.
-
-    Raises:
-        ValueError: Naming the AGVM wrapper to use, or to start from the
-            weights.
-    """
-    saved = (checkpoint.get('optimizer') or {}) if resume_optimizer else {}
-    if 'param_groups' in saved:
-        saved = {'': saved}
-    for name, wrapper in optim_wrappers(runner.optim_wrapper).items():
-        agvm = (saved.get(name) or {}).get('agvm')
-        if (agvm is not None and isinstance(wrapper, BaseOptimWrapper)
-                and not isinstance(wrapper, AGVMOptimWrapper)):
-            raise ValueError(
-                f'{filename} comes from an AGVM run (module_names '
-                f"{list(agvm['module_names'])}): its optimizer param "
-                f'groups are split by module, which the config\'s '
-                f'{type(wrapper).__name__} cannot map. Resume with that '
-                f"run's AGVM optim_wrapper (type='mmext.AGVMOptimWrapper',"
-                f" constructor='mmext.AGVMOptimWrapperConstructor'), " +
-                restart_hint(filename))
-
-
-@OPTIM_WRAPPERS.register_module()
-class AGVMAmpOptimWrapper(AGVMOptimWrapper, AmpOptimWrapper):
-    """:class:`AGVMOptimWrapper` with mmengine's CUDA mixed precision.
-
-    The MRO puts AGVM's steps around ``AmpOptimWrapper``'s: the forward runs
-    under autocast, the backward scales the loss, and the halves are measured
-    on the scaled gradients (the cosine does not depend on the loss scale);
-    the loss scaler unscales, skips non-finite steps and updates as usual.
-    ``tools/train.py --amp`` switches ``mmext.AGVMOptimWrapper`` to it.
-
-    Args:
-        loss_scale (str | float | dict): As in ``AmpOptimWrapper``.
-        dtype (str | torch.dtype, optional): As in ``AmpOptimWrapper``.
-        **kwargs: The options of :class:`AGVMOptimWrapper`.
-
-    Raises:
-        AssertionError: Without CUDA (raised by ``AmpOptimWrapper``).
-    """

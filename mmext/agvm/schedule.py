@@ -5,9 +5,30 @@ inner count, equal to ``runner.iter``), so it survives ``--resume`` (the
 runner restores the counter) and needs no state of its own.
 """
 import math
+import numbers
 from typing import List, Optional, Sequence, Tuple
 
-__all__ = ['AGVMSchedule']
+from .statistics import option_error
+
+__all__ = ['AGVMSchedule', 'check_iteration']
+
+
+def _is_int(value, minimum: int) -> bool:
+    """An integer (not a bool, str or float) >= ``minimum``."""
+    return (isinstance(value, numbers.Integral)
+            and not isinstance(value, bool) and value >= minimum)
+
+
+def check_iteration(name: str, value, minimum: int, example) -> int:
+    """Validate an integer option (iterations, steps, micro-batches).
+
+    Raises:
+        ValueError: Unless an integer (not a bool, str or float) >=
+            ``minimum`` (:func:`mmext.agvm.statistics.option_error`).
+    """
+    if not _is_int(value, minimum):
+        raise option_error(name, value, f'an integer >= {minimum}', example)
+    return int(value)
 
 
 class AGVMSchedule:
@@ -35,9 +56,12 @@ class AGVMSchedule:
             ``[begin, end)`` in which ``clip_grad`` applies; None for all.
 
     Raises:
-        ValueError: If ``update_interval < 1``, ``start_iter < 0``,
-            ``end_iter <= start_iter``, ``accumulative_counts < 1`` or
-            ``clip_grad_window`` is not ``(begin, end)`` with begin < end.
+        ValueError: Naming the option, the value, what is expected and an
+            example, unless ``update_interval`` is an integer >= 1,
+            ``start_iter`` one >= 0, ``end_iter`` None or one >
+            ``start_iter``, ``accumulative_counts`` one >= 1 and
+            ``clip_grad_window`` None or ``(begin, end)`` integers with 0 <=
+            begin < end.
     """
 
     def __init__(self,
@@ -46,24 +70,27 @@ class AGVMSchedule:
                  end_iter: Optional[int] = None,
                  accumulative_counts: int = 1,
                  clip_grad_window: Optional[Sequence[int]] = None):
-        if int(update_interval) != update_interval or update_interval < 1:
-            raise ValueError('update_interval must be an integer >= 1, got '
-                             f'{update_interval}')
-        if start_iter < 0:
-            raise ValueError(f'start_iter must be >= 0, got {start_iter}')
-        if end_iter is not None and end_iter <= start_iter:
-            raise ValueError(f'end_iter ({end_iter}) must be greater than '
-                             f'start_iter ({start_iter}), or None')
-        if accumulative_counts < 1:
-            raise ValueError('accumulative_counts must be >= 1')
-        if clip_grad_window is not None and (
-                len(clip_grad_window) != 2
-                or clip_grad_window[0] >= clip_grad_window[1]):
-            raise ValueError('clip_grad_window must be (begin, end) with '
-                             f'begin < end, got {clip_grad_window}')
+        update_interval = check_iteration('update_interval',
+                                          update_interval, 1, 10)
+        start_iter = check_iteration('start_iter', start_iter, 0, 560)
+        if end_iter is not None and not _is_int(end_iter, start_iter + 1):
+            raise option_error(
+                'end_iter', end_iter, f'None (to the end of training) or an '
+                f'integer > start_iter ({start_iter})', None)
+        accumulative_counts = check_iteration('accumulative_counts',
+                                              accumulative_counts, 1, 2)
+        if clip_grad_window is not None and not (
+                isinstance(clip_grad_window, (list, tuple))
+                and len(clip_grad_window) == 2
+                and _is_int(clip_grad_window[0], 0)
+                and _is_int(clip_grad_window[1], clip_grad_window[0] + 1)):
+            raise option_error(
+                'clip_grad_window', clip_grad_window,
+                '(begin, end): runner iterations, integers with 0 <= begin < '
+                'end, or None (clip always)', (360, 560))
         self.clip_grad_window: Optional[Tuple[int, int]] = (
             None if clip_grad_window is None else tuple(clip_grad_window))
-        self.update_interval = int(update_interval)
+        self.update_interval = update_interval
         self.start_iter = start_iter
         self.end_iter = math.inf if end_iter is None else end_iter
         self.accumulative_counts = accumulative_counts
@@ -134,3 +161,30 @@ class AGVMSchedule:
                     f'after the end of training (max_iters={max_iters}); '
                     f'gradients are clipped to the end.')
         return messages
+
+    def inside_warmup(self, warmups: Sequence[Tuple[str, int, int]]
+                      ) -> List[str]:
+        """A message for each LR warm-up that ``start_iter`` falls inside.
+
+        The paper starts AGVM after the warm-up (the released recipes 100
+        iterations after its end, clipping gradients in the 200 before),
+        and the reference implementation (``AgvmOptimizerHook``) warns when
+        ``lr_update_start_iter < warmup_iters``.
+
+        Args:
+            warmups (Sequence[tuple[str, int, int]]): ``(type, begin, end)``
+                per warm-up in runner iterations
+                (:func:`mmext.scheduler_checks.warmup_ends`).
+
+        Returns:
+            list[str]: The messages.
+        """
+        return [
+            f'AGVM start_iter={self.start_iter} lies inside the LR warm-up '
+            f'({kind}, iterations [{begin}, {end})): the factors would be '
+            f'estimated and applied while the LR still rises. The paper '
+            f'starts AGVM after the warm-up (the released recipes 100 '
+            f'iterations after its end), and the reference implementation '
+            f'warns the same. Set optim_wrapper.start_iter to {end} or later.'
+            for kind, begin, end in warmups if begin <= self.start_iter < end
+        ]

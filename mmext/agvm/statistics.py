@@ -12,13 +12,15 @@ d_i = 1 - cos(G_A^(i), G_B^(i)), mu_i = sqrt(clamp(d_0 / d_i, lo, hi)),
 s_i <- alpha * s_i + (1 - alpha) * mu_i with s_i = 1 at the start.
 """
 import math
+import numbers
 from typing import Dict, NamedTuple, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 __all__ = [
-    'DEFAULT_RATIO_RANGE', 'check_ratio_range', 'HalfStatistics',
+    'DEFAULT_RATIO_RANGE', 'option_error', 'is_number', 'check_ratio_range',
+    'check_ema_momentum', 'HalfStatistics',
     'half_dot_from_norms', 'gradient_variance', 'modulation_factors',
     'ModulationEMA', 'split_ranks'
 ]
@@ -32,7 +34,25 @@ DEFAULT_RATIO_RANGE = (0.5, 10.0)
 _ZERO_VARIANCE = 1e-12
 
 
-def check_ratio_range(ratio_range: Sequence[float]) -> Tuple[float, float]:
+def option_error(name: str, value, expected: str, example) -> ValueError:
+    """The error of a bad AGVM option: the option, the value given, what is
+    expected and an example (``example`` is written as the config value).
+
+    Returns:
+        ValueError: e.g. ``optim_wrapper.ratio_range=10 (int): expected (lo,
+        hi) with 0 < lo <= hi, e.g. ratio_range=(0.5, 10.0)``.
+    """
+    return ValueError(f'optim_wrapper.{name}={value!r} '
+                      f'({type(value).__name__}): expected {expected}, e.g. '
+                      f'{name}={example!r}')
+
+
+def is_number(value) -> bool:
+    """A real number that is not a bool (``True`` is an int in Python)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_ratio_range(ratio_range) -> Tuple[float, float]:
     """Validate a clamp range of d_anchor / d_i.
 
     Args:
@@ -42,12 +62,27 @@ def check_ratio_range(ratio_range: Sequence[float]) -> Tuple[float, float]:
         tuple[float, float]: ``(lo, hi)``.
 
     Raises:
-        ValueError: Unless ``0 < lo <= hi``.
+        ValueError: Unless a pair of numbers with ``0 < lo <= hi``
+            (:func:`option_error`).
     """
-    if len(ratio_range) != 2 or not 0 < ratio_range[0] <= ratio_range[1]:
-        raise ValueError('ratio_range must be (lo, hi) with 0 < lo <= '
-                         f'hi, got {ratio_range}')
+    if not (isinstance(ratio_range, (list, tuple)) and len(ratio_range) == 2
+            and all(is_number(v) for v in ratio_range)
+            and 0 < ratio_range[0] <= ratio_range[1]):
+        raise option_error('ratio_range', ratio_range,
+                           '(lo, hi) with 0 < lo <= hi', DEFAULT_RATIO_RANGE)
     return tuple(ratio_range)
+
+
+def check_ema_momentum(momentum) -> float:
+    """Validate alpha of the factors' EMA.
+
+    Raises:
+        ValueError: Unless a number in [0, 1) (:func:`option_error`).
+    """
+    if not (is_number(momentum) and 0 <= momentum < 1):
+        raise option_error('ema_momentum', momentum, 'a number in [0, 1)',
+                           0.97)
+    return momentum
 
 
 class HalfStatistics(NamedTuple):
@@ -160,13 +195,12 @@ class ModulationEMA:
         momentum (float): alpha in [0, 1).
 
     Raises:
-        ValueError: If ``momentum`` is outside [0, 1) or ``num_modules < 1``.
+        ValueError: If ``momentum`` is not a number in [0, 1)
+            (:func:`check_ema_momentum`) or ``num_modules < 1``.
     """
 
     def __init__(self, num_modules: int, momentum: float = 0.97):
-        if not 0 <= momentum < 1:
-            raise ValueError(
-                f'ema_momentum must be in [0, 1), got {momentum}')
+        check_ema_momentum(momentum)
         if num_modules < 1:
             raise ValueError('AGVM needs at least one module')
         self.momentum = momentum

@@ -38,7 +38,88 @@ def test_all_configs_found():
             'fpn_r50_agvm_16xb8-20k_ade20k-512x512.py',
             'fpn_r18_agvm_camvid-cpu.py',
             'faster-rcnn_r50_fpn_agvm_coco128-cpu.py',
-            'faster-rcnn_r18_fpn_agvm_demo-det.py'} <= names
+            'faster-rcnn_r18_fpn_agvm_demo-det.py',
+            'faster-rcnn_r50_fpn_align_agvm_16xb16-16e_coco.py',
+            'faster-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py',
+            'mask-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py'} <= names
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
+def test_configs_turn_the_nan_guard_on(path):
+    hooks = Config.fromfile(path).get('custom_hooks', [])
+    assert dict(type='mmext.NaNGuardHook') in hooks
+
+
+PAPER = [c for c in CONFIGS if c.endswith('_coco.py')
+         or c.endswith('ade20k-512x512.py')]
+
+
+@pytest.mark.parametrize('path', PAPER, ids=osp.basename)
+def test_paper_recipes_warm_up_exponentially_and_start_after_it(path):
+    """mmcv's warmup='exp' from 0.001 as released; AGVM starts after the
+    warm-up (100 iterations later) and clips in the 200 before."""
+    from mmext.agvm import AGVMSchedule
+    from mmext.scheduler_checks import warmup_ends
+    cfg = Config.fromfile(path)
+    warmup = cfg.param_scheduler[0]
+    assert (warmup.type, warmup.start_factor, warmup.by_epoch) == (
+        'mmext.ExpWarmupLR', 0.001, False)
+    wrapper = cfg.optim_wrapper
+    assert wrapper.start_iter == warmup.end + 100
+    assert wrapper.clip_grad_window == (warmup.end - 100, warmup.end + 100)
+    assert AGVMSchedule(start_iter=wrapper.start_iter).inside_warmup(
+        warmup_ends(cfg.param_scheduler, 1000)) == []
+
+
+def test_mask_rcnn_recipe_modulates_box_and_mask_heads_apart():
+    cfg = Config.fromfile(osp.join(
+        ROOT, 'configs', 'agvm', 'mask-rcnn_r50_fpn_agvm_32xb16-16e_coco.py'))
+    assert cfg.optim_wrapper.module_names == [
+        'backbone', 'neck', 'rpn_head', 'roi_head.bbox_head',
+        'roi_head.mask_head']
+
+
+@pytest.mark.parametrize('arch', ['faster-rcnn', 'mask-rcnn'])
+def test_align_variants_change_what_the_reference_model_does(arch):
+    """The reference's *_align model against mmdet 3.x's stock one, and a
+    training forward of it (softmax RPN) on one small image."""
+    import numpy as np
+    import torch
+    from mmdet.structures import DetDataSample
+    from mmdet.structures.mask import BitmapMasks
+    from mmengine.structures import InstanceData
+    name = f'{arch}_r50_fpn_%sagvm_32xb16-16e_coco.py'
+    stock, align = (Config.fromfile(osp.join(ROOT, 'configs', 'agvm',
+                                             name % v)).model
+                    for v in ('', 'align_'))
+    assert stock.rpn_head.loss_cls.use_sigmoid is True
+    assert align.rpn_head.loss_cls.use_sigmoid is False
+    assert (align.rpn_head.loss_bbox.type,
+            align.rpn_head.loss_bbox.beta) == ('SmoothL1Loss', 1 / 9)
+    assert (align.roi_head.bbox_head.loss_bbox.type,
+            align.roi_head.bbox_head.loss_bbox.beta) == ('SmoothL1Loss', 1.0)
+    assert align.train_cfg.rpn_proposal.max_per_img == 2000
+    assert align.test_cfg.rcnn.score_thr == 0.0
+    box_ratio = align.roi_head.bbox_roi_extractor.roi_layer.sampling_ratio
+    assert box_ratio == (2 if arch == 'faster-rcnn' else 0)
+    if arch == 'mask-rcnn':
+        assert align.roi_head.mask_roi_extractor.roi_layer.sampling_ratio == 2
+    init_default_scope('mmdet')
+    _cpu_norm(align)
+    align.backbone.update(depth=18, init_cfg=None)
+    align.neck.in_channels = [64, 128, 256, 512]
+    model = MODELS.build(align)
+    sample = DetDataSample(metainfo=dict(img_shape=(64, 64),
+                                         pad_shape=(64, 64)))
+    sample.gt_instances = InstanceData(
+        bboxes=torch.tensor([[8., 8., 40., 48.]]),
+        labels=torch.tensor([3]),
+        masks=BitmapMasks(np.ones((1, 64, 64), dtype=np.uint8), 64, 64))
+    losses = model.loss(torch.randn(1, 3, 64, 64), [sample])
+    assert {'loss_rpn_cls', 'loss_rpn_bbox', 'loss_cls', 'loss_bbox'} <= set(
+        losses)
+    assert all(torch.isfinite(sum(v) if isinstance(v, list) else v)
+               for v in losses.values())
 
 
 @pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)

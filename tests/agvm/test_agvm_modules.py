@@ -20,8 +20,66 @@ def _detector():
 
 
 def test_default_names_are_the_trainable_children():
-    assert default_module_names(_detector()) == ['backbone', 'neck',
-                                                 'roi_head']
+    """A child with both a bbox_head and a mask_head gives two modules, as
+    the reference's GroupOptimizerConstructor does."""
+    assert default_module_names(_detector()) == [
+        'backbone', 'neck', 'roi_head.bbox_head', 'roi_head.mask_head']
+    model = _detector()
+    del model.roi_head.mask_head
+    assert default_module_names(model) == ['backbone', 'neck', 'roi_head']
+    model = _detector()
+    model.roi_head.mask_head.requires_grad_(False)
+    assert default_module_names(model) == ['backbone', 'neck', 'roi_head']
+
+
+def test_mask_rcnn_heads_get_their_own_factors():
+    """mmdet's Mask R-CNN: roi_head's bbox_head and mask_head (its RoI
+    extractors have no parameters); Faster R-CNN keeps roi_head."""
+    import os.path as osp
+
+    import mmdet
+    from mmengine.config import Config
+    from mmengine.registry import MODELS, init_default_scope
+    init_default_scope('mmdet')
+    models = osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs',
+                      '_base_', 'models')
+    names = {}
+    for arch in ('mask-rcnn', 'faster-rcnn'):
+        cfg = Config.fromfile(osp.join(models, f'{arch}_r50_fpn.py'))
+        cfg.model.backbone.update(depth=18, init_cfg=None)
+        cfg.model.neck.in_channels = [64, 128, 256, 512]
+        model = MODELS.build(cfg.model)
+        names[arch] = resolve_module_names(model, None)
+        owners = assign_parameters(model, names[arch])
+        assert OTHERS not in owners.values()
+    assert names == {
+        'mask-rcnn': ['backbone', 'neck', 'rpn_head', 'roi_head.bbox_head',
+                      'roi_head.mask_head'],
+        'faster-rcnn': ['backbone', 'neck', 'rpn_head', 'roi_head']}
+
+
+def test_frozen_first_module_moves_the_default_anchor_with_a_warning():
+    """mmdet's ResNet with frozen_stages=4 has no trainable parameter: the
+    default anchor would silently be the neck."""
+    model = _detector()
+    model.backbone.requires_grad_(False)
+    with pytest.warns(UserWarning) as caught:
+        names = resolve_module_names(model, None)
+    assert names[0] == 'neck'
+    assert str(caught[0].message) == (
+        "AGVM's anchor (module 0, whose gradient variance every factor is "
+        "relative to) is 'neck', not the model's first module 'backbone': "
+        "'backbone' has no trainable parameters (frozen, e.g. by "
+        'frozen_stages covering all its stages or requires_grad=False), so '
+        "the default module_names start with 'neck'. Unfreeze 'backbone', or "
+        'set optim_wrapper.module_names with the anchor you mean first.')
+
+
+def test_default_anchor_at_the_first_module_does_not_warn():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert resolve_module_names(_detector(), None)[0] == 'backbone'
 
 
 def test_longest_listed_prefix_owns_a_parameter():

@@ -1,12 +1,12 @@
 """mmext.agvm.optim_wrapper: AGVMOptimWrapper in one process (accumulation
-halves) and its AMP variant."""
+halves)."""
 import math
 import warnings
 
 import pytest
 import torch
 from agvm_toy import ToyModel, build_wrapper, toy_batches, train_accumulated
-from helpers import CUDA_MARKS, DEVICES
+from helpers import DEVICES
 from mmengine.logging import MessageHub
 from mmengine.optim import build_optim_wrapper
 from torch import nn
@@ -238,7 +238,7 @@ def test_adam_statistic_uses_preconditioned_gradient(device):
     (dict(accumulative_counts=3), 'even number >= 2'),
     (dict(module_names=['backbone', 'nope']), "'nope' is not a submodule"),
     (dict(module_names=['frozen', 'head']), 'anchor module'),
-    (dict(module_names='backbone'), 'list of module names'),
+    (dict(module_names='backbone'), 'a list of submodule names'),
     (dict(ratio_range=(0, 10)), 'ratio_range'),
     (dict(statistic='lamb'), 'statistic'),
     (dict(update_interval=0), 'update_interval'),
@@ -313,33 +313,41 @@ def test_clip_grad_window_without_clip_grad_raises():
                       clip_grad_window=(0, 10))
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason='CUDA present')
-def test_amp_variant_runs_mmengine_amp_set_up():
-    """AmpOptimWrapper's own construction runs (and refuses a CPU-only
-    machine), after AGVM has named a misspelled option."""
-    with pytest.raises(AssertionError, match='only available training on '
-                       'gpu'):
-        build_wrapper(ToyModel(), type='mmext.AGVMAmpOptimWrapper',
-                      accumulative_counts=2)
-    with pytest.raises(ValueError, match=r"unknown options \['loss_scal'\]"):
-        build_wrapper(ToyModel(), type='mmext.AGVMAmpOptimWrapper',
-                      accumulative_counts=2, loss_scal='dynamic')
+@pytest.mark.parametrize('bad', [math.nan, math.inf])
+@pytest.mark.parametrize('module', ['neck', 'backbone'])
+def test_non_finite_gradient_never_enters_the_factors(visualizer, module,
+                                                      bad):
+    """A NaN/inf in one half's gradient of a module leaves that module's
+    factor where it was (the anchor's: every factor), finite."""
+    model = KnownGradients()
+    wrapper = build_optim_wrapper(model, _agvm_cfg())
+    half_b = dict(HALF_B, **{module: [bad, 1.]})
+    for half in (HALF_A, half_b):
+        with wrapper.optim_context(model):
+            loss = model({m: torch.tensor(v) for m, v in half.items()})
+        wrapper.update_params(loss)
+    factors = wrapper.ema.factors
+    assert torch.isfinite(factors).all()
+    if module == 'backbone':
+        assert factors.tolist() == [1.0, 1.0, 1.0]
+        assert wrapper.ema.num_updates == 0
+        # The other modules' d_i are measured (and logged), not used.
+        assert math.isnan(wrapper.last_variance[0])
+    else:
+        # neck keeps 1; backbone (mu 1) and head (cos -1: mu sqrt(0.5))
+        # are updated as without the NaN.
+        assert factors.tolist() == pytest.approx(
+            [1.0, 1.0, 0.97 + 0.03 * math.sqrt(0.5)])
+        assert math.isnan(wrapper.last_variance[1])
 
 
-@pytest.mark.parametrize('device', [pytest.param('cuda', marks=CUDA_MARKS)])
-def test_amp_training_updates_factors(device):
-    model = ToyModel().to(device)
-    wrapper = build_wrapper(model, type='mmext.AGVMAmpOptimWrapper',
-                            accumulative_counts=2, loss_scale='dynamic')
-    for parts in toy_batches(3, 2):
-        for x, y, use_aux in parts:
-            with wrapper.optim_context(model):
-                loss = model(x.to(device), y.to(device), use_aux)
-            wrapper.update_params(loss)
-    assert wrapper.ema.num_updates == 3
-    # fp16 gradients move d_i a little, not the factors' direction.
-    _, _, fp32 = train_accumulated(toy_batches(3, 2), device)
-    torch.testing.assert_close(wrapper.ema.factors, fp32[-1], rtol=0,
-                               atol=0.05)
-    assert 'loss_scaler' in wrapper.state_dict()
-    assert 'agvm' in wrapper.state_dict()
+def test_summary_is_logged_when_training_starts(monkeypatch):
+    logged = []
+    monkeypatch.setattr('mmext.agvm.optim_wrapper.print_log',
+                        lambda msg, **kwargs: logged.append(msg))
+    model = KnownGradients()
+    wrapper = build_optim_wrapper(model, _agvm_cfg(start_iter=4))
+    wrapper.initialize_count_status(model, 0, 10)
+    assert logged == [wrapper.summary(10)]
+    assert logged[0].splitlines()[0] == (
+        "AGVM: 3 modulated modules, anchor (module 0) 'backbone':")

@@ -52,3 +52,18 @@ def test_clip_window_is_half_open():
 ])
 def test_values_the_run_cannot_honour(kwargs, max_iters, expected):
     assert AGVMSchedule(**kwargs).unused_values(max_iters) == expected
+
+
+def test_start_inside_a_warmup_is_named():
+    schedule = AGVMSchedule(start_iter=300)
+    assert schedule.inside_warmup([('mmext.ExpWarmupLR', 0, 460)]) == [
+        'AGVM start_iter=300 lies inside the LR warm-up (mmext.ExpWarmupLR, '
+        'iterations [0, 460)): the factors would be estimated and applied '
+        'while the LR still rises. The paper starts AGVM after the warm-up '
+        '(the released recipes 100 iterations after its end), and the '
+        'reference implementation warns the same. Set optim_wrapper.'
+        'start_iter to 460 or later.']
+    assert AGVMSchedule(start_iter=460).inside_warmup(
+        [('LinearLR', 0, 460)]) == []
+    assert AGVMSchedule(start_iter=10).inside_warmup(
+        [('LinearLR', 100, 200)]) == []

@@ -1,0 +1,249 @@
+"""``mmext.NaNGuardHook``: stop (or skip the step) at a non-finite loss or
+gradient, saying where and why.
+
+Without it a single non-finite value (mmdet's box losses on a zero-size box,
+a diverging LR) poisons the weights, and the run goes on printing ``loss:
+nan`` to the end. mmdet's ``CheckInvalidLossHook`` asserts a finite total
+loss every ``interval`` iterations, after the optimizer step (so the weights
+are already corrupted), without the loss terms or the gradients, and only
+in mmdet's scope; this hook is for any mmengine recipe (both mmext methods)
+and checks before the step:
+
+* the total loss of every micro-batch, as the optimizer wrapper receives it
+  (``update_params`` of each wrapper, wrapped on the instance while
+  training runs);
+* before every optimizer step (a ``torch.optim.Optimizer`` step pre-hook),
+  the gradients: one fused norm of all of them (one device sync per step,
+  as gradient clipping costs);
+* after every iteration, every loss term of ``outputs`` (the model's
+  ``parse_losses`` log variables), for the message.
+
+An optimizer step whose accumulation window saw a non-finite loss, or whose
+gradients are non-finite, is never taken: the gradients are dropped, so the
+optimizer skips every parameter (a non-finite loss may leave finite but
+meaningless gradients: mmdet's box loss on a zero-size box does). Then
+``action='stop'`` raises ``FloatingPointError`` naming the iteration, the
+loss terms, the parameters with non-finite gradients and a hint, and
+``action='skip'`` warns with the same message and goes on.
+The hint names degenerate boxes (zero width or height) of the batch's
+``gt_instances`` (mmdet data samples, read by duck typing). With mixed
+precision, non-finite gradients are the loss scaler's business (it skips
+those steps itself and never calls the optimizer); the loss check remains.
+In DDP the verdict is all-reduced, so every rank stops or skips together.
+"""
+import logging
+import math
+from typing import Dict, List, Optional
+
+import torch
+from mmengine.dist import all_reduce, get_world_size
+from mmengine.hooks import Hook
+from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
+
+from .lr_scaling import optim_wrappers
+from .registry import HOOKS
+
+__all__ = ['NaNGuardHook', 'degenerate_boxes']
+
+ACTIONS = ('stop', 'skip')
+
+
+def _boxes(sample):
+    """The ground-truth boxes (N, 4) of an mmdet data sample, or None."""
+    instances = getattr(sample, 'gt_instances', None)
+    boxes = getattr(instances, 'bboxes', None) if instances is not None \
+        else None
+    boxes = getattr(boxes, 'tensor', boxes)  # mmdet's HorizontalBoxes
+    return boxes if isinstance(boxes, torch.Tensor) and boxes.ndim == 2 \
+        else None
+
+
+def degenerate_boxes(data_batch) -> List[str]:
+    """Ground-truth boxes of zero (or negative) width or height.
+
+    Args:
+        data_batch (dict): A train batch (``data_samples`` of mmdet).
+
+    Returns:
+        list[str]: e.g. ``'BloodImage_00343.jpg: box [181, 329, 181, 329]
+        (label 0)'``, in the image's original pixels where the sample's
+        ``scale_factor`` tells them.
+    """
+    samples = data_batch.get('data_samples') if isinstance(
+        data_batch, dict) else None
+    found = []
+    for sample in samples or []:
+        boxes = _boxes(sample)
+        if boxes is None or not len(boxes):
+            continue
+        bad = ((boxes[:, 2] <= boxes[:, 0]) |
+               (boxes[:, 3] <= boxes[:, 1])).nonzero().flatten().tolist()
+        meta = getattr(sample, 'metainfo', {})
+        name = str(meta.get('img_path', meta.get('img_id', '?')))
+        scale = meta.get('scale_factor', (1.0, 1.0))
+        labels = getattr(sample.gt_instances, 'labels', None)
+        for i in bad:
+            x1, y1, x2, y2 = boxes[i].tolist()
+            box = [round(x1 / scale[0], 1), round(y1 / scale[1], 1),
+                   round(x2 / scale[0], 1), round(y2 / scale[1], 1)]
+            label = '' if labels is None else f' (label {int(labels[i])})'
+            found.append(f'{name}: box {box}{label}')
+    return found
+
+
+def _hint(data_batch, loss_terms: Dict[str, float]) -> str:
+    boxes = degenerate_boxes(data_batch)
+    if boxes:
+        return (f'the batch has boxes of zero width or height, which '
+                f"mmdet's box-regression targets divide by: "
+                f"{'; '.join(boxes)}. Drop them from the annotations, or "
+                f"filter them in the train pipeline (dict(type="
+                f"'FilterAnnotations', min_gt_bbox_wh=(1, 1)) after "
+                f'LoadAnnotations).')
+    return ('no degenerate box in the batch. Usual causes: an LR too high '
+            'for the batch (the loss grows before it breaks: lower the LR, '
+            'lengthen the warm-up or clip gradients with optim_wrapper.'
+            'clip_grad), a log or division of zero in a loss, or corrupt '
+            'input data.')
+
+
+@HOOKS.register_module()
+class NaNGuardHook(Hook):
+    """Stop (or skip the step) at a non-finite loss or gradient.
+
+    Config: ``custom_hooks = [dict(type='mmext.NaNGuardHook')]``.
+
+    Args:
+        action (str): ``'stop'`` (raise ``FloatingPointError`` at the
+            iteration) or ``'skip'`` (drop that optimizer step, warn, go on).
+            Defaults to ``'stop'``.
+        check_grads (bool): Also check the gradients before each optimizer
+            step. Defaults to True.
+
+    Raises:
+        ValueError: For an unknown ``action``.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self, action: str = 'stop', check_grads: bool = True):
+        if action not in ACTIONS:
+            raise ValueError(f'NaNGuardHook action={action!r}: expected one '
+                             f"of {list(ACTIONS)}, e.g. action='stop'")
+        self.action = action
+        self.check_grads = check_grads
+        self.skipped = 0
+        self._handles = []
+        self._param_names: Dict[int, str] = {}
+        self._wrappers = []
+        self._bad_grads: Optional[List[str]] = None
+        self._bad_loss = False  # a non-finite loss in the current window
+
+    def before_train(self, runner) -> None:
+        """Watch every optimizer wrapper's losses and optimizer's steps."""
+        model = runner.model.module if is_model_wrapper(
+            runner.model) else runner.model
+        self._param_names = {id(p): n for n, p in model.named_parameters()}
+        self._wrappers = list(optim_wrappers(runner.optim_wrapper).values())
+        for wrapper in self._wrappers:
+            wrapper.update_params = self._watch_loss(wrapper.update_params)
+            self._handles.append(
+                wrapper.optimizer.register_step_pre_hook(self._pre_step))
+
+    def after_train(self, runner) -> None:
+        for handle in self._handles:
+            handle.remove()
+        for wrapper in self._wrappers:
+            del wrapper.update_params  # the class's method again
+        self._handles, self._wrappers = [], []
+
+    def _watch_loss(self, update_params):
+        """``update_params`` that first notes a non-finite loss."""
+
+        def watched(loss, *args, **kwargs):
+            if not bool(torch.isfinite(loss.detach()).all()):
+                self._bad_loss = True
+            return update_params(loss, *args, **kwargs)
+
+        return watched
+
+    def _pre_step(self, optimizer, args, kwargs) -> None:
+        """Drop every gradient of a step with a non-finite loss in its
+        window or a non-finite gradient (the optimizer then skips every
+        parameter), naming the culprits; the same verdict on every rank."""
+        params = [p for group in optimizer.param_groups
+                  for p in group['params'] if p.grad is not None]
+        bad_loss, self._bad_loss = self._bad_loss, False
+        bad_grads = False
+        if params and self.check_grads:
+            total = torch.nn.utils.get_total_norm([p.grad for p in params])
+            bad_grads = not bool(torch.isfinite(total))
+        if get_world_size() > 1:
+            device = params[0].device if params else 'cpu'
+            shared = torch.tensor([bad_loss], dtype=torch.float32,
+                                  device=device)
+            all_reduce(shared, op='sum')
+            bad_loss = bool(shared.item() > 0)
+        if not (bad_loss or bad_grads):
+            return
+        self._bad_grads = [
+            self._param_names.get(id(p), f'<{tuple(p.shape)} tensor>')
+            for p in params if not bool(torch.isfinite(p.grad).all())
+        ]
+        for param in params:
+            param.grad = None
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
+                         outputs: Optional[dict] = None) -> None:
+        """Check the loss terms and the step's gradients of the iteration.
+
+        Raises:
+            FloatingPointError: With ``action='stop'``, at a non-finite one.
+        """
+        terms = {k: float(v) if not isinstance(v, torch.Tensor) else
+                 float(v.detach().float().mean())
+                 for k, v in (outputs or {}).items()
+                 if isinstance(v, (torch.Tensor, float, int))}
+        bad_terms = [k for k, v in terms.items() if not math.isfinite(v)]
+        bad_grads, self._bad_grads = self._bad_grads, None
+        flags = [bool(bad_terms), bad_grads is not None]
+        if get_world_size() > 1:
+            device = next((v.device for v in (outputs or {}).values()
+                           if isinstance(v, torch.Tensor)), 'cpu')
+            shared = torch.tensor(flags, dtype=torch.float32, device=device)
+            all_reduce(shared, op='sum')
+            flags = [bool(v > 0) for v in shared.tolist()]
+        if not any(flags):
+            return
+        message = self._message(runner.iter + 1, terms, bad_terms, bad_grads,
+                                flags[1], data_batch)
+        if self.action == 'stop':
+            raise FloatingPointError(message)
+        self.skipped += 1
+        print_log(message, logger='current', level=logging.WARNING)
+
+    def _message(self, iteration: int, terms: Dict[str, float],
+                 bad_terms: List[str], bad_grads: Optional[List[str]],
+                 step_dropped: bool, data_batch) -> str:
+        what = []
+        if bad_terms:
+            what.append(f'loss terms {bad_terms}')
+        if bad_grads:
+            names = bad_grads[:5] + (['...'] if len(bad_grads) > 5 else [])
+            what.append(f'gradients of {len(bad_grads)} parameters '
+                        f'({", ".join(names)})')
+        elif step_dropped and not bad_terms:
+            what.append('loss (on another rank)')
+        values = ', '.join(f'{k}={v:.4g}' for k, v in terms.items())
+        done = ('its optimizer step was not taken' if step_dropped else
+                'the optimizer step of its accumulation window will not be '
+                'taken')
+        verdict = ('Stopped (NaNGuardHook action=\'stop\'; '
+                   "action='skip' drops such steps and goes on)"
+                   if self.action == 'stop' else
+                   f'Skipped ({self.skipped} so far, NaNGuardHook '
+                   f"action='skip')")
+        return (f"Non-finite {' and '.join(what)} at iteration {iteration} "
+                f'({done}). Loss terms: {values or "none logged"}. Hint: '
+                f'{_hint(data_batch, terms)} {verdict}.')
