@@ -19,10 +19,13 @@ Glue to mmengine/mmaction2:
 * :mod:`.model_checks`: a recognizer checked against a plan;
 * :mod:`.data`: the shape-aware dataset wrapper and short-cycle batch
   sampler;
-* :mod:`.hook`: ``mmext.MultigridHook``.
+* :mod:`.hook`: ``mmext.MultigridHook``;
+* :mod:`.memory_format`: ``mmext.ChannelsLastHook`` (channels_last_3d
+  training, with or without multigrid).
 """
 from .hook import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN, SCALAR_CROP_SIZE,
                    SCALAR_PRECISE_BN, MultigridHook)
+from .memory_format import ChannelsLastHook
 from .options import MultigridOptions, is_multigrid_hook
 from .plan import MultigridPlan, ShapeIterations
 from .report import describe, summary
@@ -38,5 +41,5 @@ __all__ = [
     'total_flops_ratio', 'MultigridOptions', 'is_multigrid_hook',
     'MultigridPlan', 'ShapeIterations', 'describe', 'summary',
     'MultigridHook', 'SCALAR_BATCH_SIZE', 'SCALAR_CLIP_LEN',
-    'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN'
+    'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN', 'ChannelsLastHook'
 ]

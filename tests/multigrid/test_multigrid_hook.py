@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 from mg_helpers import PIPE, ROOT, STATS, TINY, load_random_stats
 from mmcv.transforms import BaseTransform
+from mmengine.hooks import Hook
 from mmengine.optim import OptimWrapper
 
 import mmext  # noqa: F401
@@ -387,3 +388,61 @@ def test_shape_changes_and_precise_bn_reach_the_visualizer(
     assert shapes == [(0, 16, 8, 40), (9, 4, 16, 56)]
     assert [(r['step'], r[SCALAR_PRECISE_BN]) for r in records
             if SCALAR_PRECISE_BN in r] == [(9, 2), (27, 2)]
+
+
+class _SplitRecorder(Hook):
+    """Per training iteration: the batch and whether every block of
+    ``size`` consecutive clips was normalised on its own by the first BN
+    layer that trains (its output, less the affine transform, has mean 0
+    and biased variance 1 per channel over the block)."""
+
+    priority = 'LOWEST'
+
+    def __init__(self, size):
+        self.size = size
+        self.records = []
+        self._handle = None
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        bn = runner.model.backbone.conv1.bn  # looked up anew every time
+
+        def record(module, args, out):
+            z = (out - module.bias.view(-1, 1, 1, 1)) / module.weight.view(
+                -1, 1, 1, 1)
+            blocks = z.detach().split(self.size)
+            ok = all(
+                torch.allclose(b.mean((0, 2, 3, 4)), torch.zeros(1),
+                               atol=1e-4)
+                and torch.allclose(b.var((0, 2, 3, 4), unbiased=False),
+                                   torch.ones(1), atol=1e-2)
+                for b in blocks)
+            self.records.append((len(out), ok))
+
+        self._handle = bn.register_forward_hook(record)
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        self._handle.remove()
+
+
+def test_sub_bn_keeps_bn_base_size_clips_per_split_at_every_iteration(
+        tmp_path):
+    """Issue 18: splits were set once per long-cycle stage, so the short
+    cycle's 32-clip batches had 8 clips per split and the base stage's
+    16-clip batch none; now every iteration has 4 per split."""
+    os.chdir(ROOT)
+    cfg = load_run_config(TINY, dict(
+        default_hooks=dict(checkpoint=dict(interval=100, save_last=False))),
+        str(tmp_path))
+    cfg.train_cfg.update(max_epochs=2, val_begin=100)
+    cfg.param_scheduler[1].update(end=2, milestones=[1])
+    cfg.custom_hooks[0].update(precise_bn_iters=0)
+    runner = build_runner(cfg)
+    recorder = _SplitRecorder(size=4)
+    runner.register_hook(recorder)
+    runner.train()
+    batches = [n for n, _ in recorder.records]
+    # Long cycle (T/2) then base, each with its short cycle.
+    assert sorted(set(batches)) == [4, 8, 16, 32]
+    assert len(batches) == runner.iter
+    assert [ok for _, ok in recorder.records] == [True] * len(batches)
