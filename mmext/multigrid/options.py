@@ -37,8 +37,8 @@ class MultigridOptions:
     Raises:
         ValueError: For a negative ``bn_base_size``, a ``precise_bn_iters``
             that is not an int >= 0, a non-bool ``skip_broken_clips``, a
-            ``data_wait_threshold`` outside [0, 1] or a ``data_wait_iters``
-            that is not an int >= 1.
+            ``data_wait_threshold`` outside [0, 1], a ``data_wait_iters``
+            that is not an int >= 1 or a non-bool ``keep_cpu_memory``.
     """
     long_cycle: bool = True
     short_cycle: bool = True
@@ -53,6 +53,7 @@ class MultigridOptions:
     skip_broken_clips: bool = False
     data_wait_threshold: Optional[float] = DATA_WAIT_THRESHOLD
     data_wait_iters: int = 10
+    keep_cpu_memory: bool = True
 
     SCHEDULE_FIELDS = ('long_cycle', 'short_cycle', 'epoch_factor',
                        'long_cycle_factors', 'short_cycle_factors',
@@ -88,6 +89,9 @@ class MultigridOptions:
         if not isinstance(watch, int) or watch < 1:
             raise ValueError(f'data_wait_iters must be an int >= 1, got '
                              f'{watch}')
+        if not isinstance(self.keep_cpu_memory, bool):
+            raise ValueError(f'keep_cpu_memory must be True or False, got '
+                             f'{self.keep_cpu_memory!r}')
 
     @classmethod
     def names(cls) -> Tuple[str, ...]:
