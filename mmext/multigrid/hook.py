@@ -18,6 +18,7 @@ from mmext.compat import reset_to_initial_values, set_train_loop_length
 from mmext.lr_scaling import check_runner_lr_scaling, scale_lrs
 from mmext.registry import HOOKS
 from mmext.runner import register_resume_guard, restart_hint
+from .allocator import keep_freed_memory_for
 from .bn import disable_sub_bn, enable_sub_bn, update_precise_bn
 from .data import MultigridDataset, ShortCycleBatchSampler
 from .model_checks import check_run
@@ -113,6 +114,12 @@ class MultigridHook(Hook):
             share it logs one warning per run that the run is data-bound
             (see :mod:`mmext.multigrid.monitor`). 0 or None: no warning.
         data_wait_iters (int): Iterations measured after each shape change.
+        keep_cpu_memory (bool): When the model trains on the CPU and the C
+            library is glibc, make the process keep freed memory for reuse
+            (:mod:`mmext.multigrid.allocator`; logged once); the short
+            cycle's changing sizes otherwise map and unmap the activations
+            at every iteration. No effect on CUDA runs. False leaves malloc
+            alone.
 
     Raises:
         ValueError: At construction for a negative ``bn_base_size`` or
@@ -169,6 +176,10 @@ class MultigridHook(Hook):
         self._dataset = loop.dataloader.dataset
         model = _unwrap(runner.model)
         check_run(self.plan, model)
+        if self.options.keep_cpu_memory:
+            message = keep_freed_memory_for(model)
+            if message:
+                print_log(f'Multigrid: {message}', logger='current')
         if max(self.plan.sub_bn_splits(s) for s in self.plan.stages) > 1:
             # Once, before mmengine compiles the model: the layers split
             # every batch at forward time.
