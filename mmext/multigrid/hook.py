@@ -19,6 +19,7 @@ from mmext.lr_scaling import check_runner_lr_scaling, scale_lrs
 from mmext.registry import HOOKS
 from mmext.runner import register_resume_guard, restart_hint
 from .allocator import keep_freed_memory_for
+from .amp import autocasts_to_bf16, float32_head_outputs
 from .bn import disable_sub_bn, enable_sub_bn, update_precise_bn
 from .data import MultigridDataset, ShortCycleBatchSampler
 from .model_checks import check_run
@@ -180,6 +181,11 @@ class MultigridHook(Hook):
             message = keep_freed_memory_for(model)
             if message:
                 print_log(f'Multigrid: {message}', logger='current')
+        if autocasts_to_bf16(runner.optim_wrapper) and float32_head_outputs(
+                model):
+            print_log('Multigrid: bfloat16 autocast: cls_head outputs in '
+                      'float32 (mmaction2 computes its top-k accuracy in '
+                      'numpy, which has no bfloat16)', logger='current')
         if max(self.plan.sub_bn_splits(s) for s in self.plan.stages) > 1:
             # Once, before mmengine compiles the model: the layers split
             # every batch at forward time.
