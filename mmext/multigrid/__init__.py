@@ -21,10 +21,17 @@ Glue to mmengine/mmaction2:
 * :mod:`.transformers`: video transformers at every grid shape;
 * :mod:`.data`: the shape-aware dataset wrapper and short-cycle batch
   sampler;
-* :mod:`.hook`: ``mmext.MultigridHook``.
+* :mod:`.hook`: ``mmext.MultigridHook``;
+* :mod:`.memory_format`: ``mmext.ChannelsLastHook`` (channels_last_3d
+  training, with or without multigrid);
+* :mod:`.amp`: ``mmext.Float32HeadHook`` (class scores in float32 under
+  bfloat16 autocast);
+* :mod:`.allocator`: glibc told to keep freed memory (CPU training).
 """
 from .hook import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN, SCALAR_CROP_SIZE,
                    SCALAR_PRECISE_BN, MultigridHook)
+from .amp import Float32HeadHook
+from .memory_format import ChannelsLastHook
 from .options import MultigridOptions, is_multigrid_hook
 from .plan import MultigridPlan, ShapeIterations
 from .report import describe, summary
@@ -40,5 +47,6 @@ __all__ = [
     'total_flops_ratio', 'MultigridOptions', 'is_multigrid_hook',
     'MultigridPlan', 'ShapeIterations', 'describe', 'summary',
     'MultigridHook', 'SCALAR_BATCH_SIZE', 'SCALAR_CLIP_LEN',
-    'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN'
+    'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN', 'ChannelsLastHook',
+    'Float32HeadHook'
 ]

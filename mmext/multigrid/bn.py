@@ -1,42 +1,215 @@
 """Sub-batch BN and precise BN for multigrid (paper Sec. 3.3).
 
 BN statistics are kept over a fixed number of clips per split
-(``bn_base_size``) whatever the per-device batch: larger batches run
-mmaction2's :class:`~mmaction.models.common.SubBatchNorm3D` with
-``num_splits = batch / bn_base_size`` (PySlowFast ``update_long_cycle``).
-Swapped modules share the ``weight``/``bias`` Parameter objects with the
-original BN layer, so the optimizer and DDP keep training the same tensors,
-and checkpoints are written with the original layer's keys.
+(``bn_base_size``) whatever the per-device batch: a training forward pass
+over ``N`` clips normalises ``N // bn_base_size`` splits separately
+(PySlowFast ``NUM_SPLITS``), decided at every forward pass from the batch it
+gets, so the short cycle's 2x/4x batches and a long-cycle batch alike keep
+``bn_base_size`` clips per split. Split ``k`` holds clips ``k * bn_base_size
+... (k + 1) * bn_base_size - 1`` of the batch (contiguous along the batch
+dimension, so every split is a dense view in any memory format, e.g.
+``channels_last_3d``).
+
+Layers are not replaced: :func:`enable_sub_bn` changes the class of each BN
+layer that trains to a subclass of its own kind (``SubBatchNorm3d``,
+``SubSyncBatchNorm``, ``SubBatchNormXd``; ``torch.nn.utils.parametrize``
+changes classes the same way), so parameters, buffers, state-dict keys, the
+optimizer's and DDP's references and forward hooks stay what they were.
+The running statistics are the layer's own buffers and are those a plain
+BN over the whole per-device batch tracks: each step's split statistics are
+merged by the law of total variance (mean of the split means; mean of the
+split variances plus the variance of the split means; torch's unbiased
+correction over all ``N * T * H * W`` values) before the momentum update.
+Evaluation, precise BN and checkpoints therefore see a plain BN layer: no
+statistics to aggregate, checkpoints load into the recipe model, and resume
+is exact. (mmaction2's ``SubBatchNorm3D`` keeps per-split running
+statistics and merges them only before evaluation, over split counts fixed
+per long-cycle stage.)
 
 BN kinds. ``BatchNorm3d``, ``SyncBatchNorm`` (mmcv's ``SyncBN``) and
 mmengine's BatchNormXd (``SyncBN`` after ``revert_sync_batchnorm`` in a
-non-distributed run) are split; the split statistics are kept in a layer of
-the same kind, so a ``SyncBatchNorm`` stays synchronised over its process
-group: split ``k`` of every rank is normalised together. A recipe that syncs
-BN over ``W`` ranks of ``B`` clips therefore keeps BN over ``W *
-bn_base_size`` clips at every multigrid shape, the fixed BN batch the method
-asks for (with ``bn_base_size = B``, exactly the recipe's). Other kinds with
-batch statistics (``BatchNorm1d``/``2d``, mmcv's ``MMSyncBN``) cannot be
-split, because their batch dimension need not be the clips; layers that the
-recipe keeps in eval mode (``norm_eval``, ``frozen_stages``) do not depend on
-the batch and are left alone. GroupNorm/LayerNorm need nothing.
+non-distributed run) are split. A ``SyncBatchNorm`` stays synchronised over
+its process group: split ``k`` of every rank is normalised together, so a
+recipe that syncs BN over ``W`` ranks keeps BN over ``W * bn_base_size``
+clips at every shape (with ``bn_base_size = B``, exactly the recipe's), and
+its running statistics are those of the whole synchronised batch. Other
+kinds with batch statistics (``BatchNorm1d``/``2d``, mmcv's ``MMSyncBN``,
+mmaction2's own ``SubBatchNorm3D``) cannot be split, because their batch
+dimension need not be the clips; layers that the recipe keeps in eval mode
+(``norm_eval``, ``frozen_stages``) do not depend on the batch and are left
+alone. GroupNorm/LayerNorm need nothing.
+
+Mixed precision. Under autocast the split statistics come out of torch's
+batch-norm kernel in float32 (its accumulation type for half inputs), the
+buffers and affine parameters stay float32, and the output has the input's
+dtype, as with a plain BN layer.
 """
-from typing import Callable, Dict, Iterable, List, Set, Tuple
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, List, Set, Tuple
 
 import torch
+import torch.distributed as torch_dist
 import torch.nn as nn
 from mmaction.models.common import SubBatchNorm3D
 from mmengine.dist import all_reduce_params
 from mmext.compat import BatchNormBase, InstanceNormBase, batch_norm_xd_type
+from .plan import sub_bn_splits
 
 __all__ = [
-    'SPLITTABLE_BN_TYPES', 'set_sub_bn_splits', 'aggregate_sub_bn_stats',
-    'to_plain_bn_state_dict', 'update_precise_bn', 'unsplittable_bn_layers',
-    'bn_layers_in_training', 'modules_training_in_train_mode'
+    'SPLITTABLE_BN_TYPES', 'SubBatchNorm', 'SubBatchNorm3d',
+    'SubSyncBatchNorm', 'SubBatchNormXd', 'enable_sub_bn', 'disable_sub_bn',
+    'update_precise_bn', 'unsplittable_bn_layers', 'bn_layers_in_training',
+    'modules_training_in_train_mode'
 ]
 
 # Exact types: a subclass may take other constructor arguments.
 SPLITTABLE_BN_TYPES = (nn.BatchNorm3d, nn.SyncBatchNorm, batch_norm_xd_type())
+
+
+class SubBatchNorm:
+    """Sub-batch BN behaviour mixed into a BN layer of a splittable kind.
+
+    In training, a batch of ``N > bn_base_size`` clips is normalised in
+    ``N // bn_base_size`` splits of ``bn_base_size`` consecutive clips, each
+    with its own batch statistics and the layer's affine parameters; the
+    running statistics get the whole batch's statistics (see the module
+    docstring). Otherwise (eval mode, ``N <= bn_base_size``) the layer's own
+    ``forward`` runs unchanged.
+
+    Attributes:
+        bn_base_size (int): Clips per split (set by :func:`enable_sub_bn`).
+        plain_type (type): The BN kind this class extends.
+    """
+
+    bn_base_size: int
+    plain_type: type
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x`` of shape ``(N, C, T, H, W)`` (any memory format).
+
+        Raises:
+            ValueError: In training, for ``N > bn_base_size`` not a multiple
+                of ``bn_base_size``.
+        """
+        if not self.training:
+            return super().forward(x)
+        n, base = x.shape[0], self.bn_base_size
+        if n > base and n % base:
+            raise ValueError(
+                f'Sub-batch BN (bn_base_size={base}) cannot '
+                f'split a batch of {n} clips into equal splits: '
+                f'batches above bn_base_size must be multiples of it.')
+        splits = sub_bn_splits(n, base)
+        if splits == 1:
+            return super().forward(x)
+        if self._synchronised():
+            return self._synchronised_forward(x, splits)
+        outs, means, invstds = [], [], []
+        for chunk in x.chunk(splits):
+            # torch's own kernel: one fused pass, float32 statistics.
+            out, mean, invstd = torch.native_batch_norm(
+                chunk, self.weight, self.bias, None, None, True, 0.0,
+                self.eps)
+            outs.append(out)
+            means.append(mean)
+            invstds.append(invstd)
+        if self.track_running_stats:
+            with torch.no_grad():
+                means = torch.stack(means)
+                variances = torch.stack(invstds).pow(-2) - self.eps
+                mean = means.mean(0)
+                variance = variances.mean(0) + (means - mean).pow(2).mean(0)
+                self._track(mean, variance, x.numel() // x.shape[1])
+        return torch.cat(outs)
+
+    def _synchronised(self) -> bool:
+        """Whether this is a SyncBatchNorm that syncs (as its forward)."""
+        if not isinstance(self, nn.SyncBatchNorm) or not (
+                torch_dist.is_available() and torch_dist.is_initialized()):
+            return False
+        return torch_dist.get_world_size(self._group()) > 1
+
+    def _group(self):
+        return self.process_group or torch_dist.group.WORLD
+
+    def _synchronised_forward(self, x: torch.Tensor,
+                              splits: int) -> torch.Tensor:
+        """Split ``k`` of every rank normalised together (SyncBatchNorm's
+        own synchronised pass per split); the running statistics are the
+        whole synchronised batch's."""
+        outs = []
+        with _untracked(self):
+            for chunk in x.chunk(splits):
+                outs.append(super().forward(chunk))
+        if self.track_running_stats:
+            with torch.no_grad():
+                dims = [0] + list(range(2, x.dim()))
+                variance, mean = torch.var_mean(x.float(), dim=dims,
+                                                correction=0)
+                count = x.numel() // x.shape[1]
+                moments = torch.cat([
+                    mean * count, (variance + mean**2) * count,
+                    mean.new_full((1, ), count)
+                ]).double()
+                torch_dist.all_reduce(moments, group=self._group())
+                c = mean.numel()
+                total = moments[-1]
+                mean = moments[:c] / total
+                variance = moments[c:2 * c] / total - mean**2
+                self._track(mean, variance, int(total.item()))
+        return torch.cat(outs)
+
+    def _track(self, mean: torch.Tensor, variance: torch.Tensor,
+               count: int) -> None:
+        """Momentum update of the running statistics, as torch's BN.
+
+        Args:
+            mean (Tensor): ``(C,)`` batch mean.
+            variance (Tensor): ``(C,)`` biased batch variance.
+            count (int): Values per channel the statistics cover.
+        """
+        self.num_batches_tracked.add_(1)
+        dtype = self.running_mean.dtype
+        factor = self.momentum
+        if factor is None:  # cumulative average (precise BN)
+            factor = 1.0 / self.num_batches_tracked.to(dtype)
+        self.running_mean.lerp_(mean.to(dtype), factor)
+        self.running_var.lerp_(
+            (variance * (count / max(count - 1, 1))).to(dtype), factor)
+
+    def extra_repr(self) -> str:
+        return f'{super().extra_repr()}, bn_base_size={self.bn_base_size}'
+
+
+@contextmanager
+def _untracked(bn: BatchNormBase) -> Iterator[None]:
+    """Run ``bn`` on batch statistics without updating its buffers."""
+    tracked = bn.track_running_stats
+    bn.track_running_stats = False
+    try:
+        yield
+    finally:
+        bn.track_running_stats = tracked
+
+
+class SubBatchNorm3d(SubBatchNorm, nn.BatchNorm3d):
+    """``BatchNorm3d`` with sub-batch BN (see :class:`SubBatchNorm`)."""
+    plain_type = nn.BatchNorm3d
+
+
+class SubSyncBatchNorm(SubBatchNorm, nn.SyncBatchNorm):
+    """``SyncBatchNorm`` with sub-batch BN (see :class:`SubBatchNorm`)."""
+    plain_type = nn.SyncBatchNorm
+
+
+class SubBatchNormXd(SubBatchNorm, batch_norm_xd_type()):
+    """mmengine's reverted ``SyncBN`` with sub-batch BN (see
+    :class:`SubBatchNorm`)."""
+    plain_type = batch_norm_xd_type()
+
+
+_SUB_TYPES = {t.plain_type: t
+              for t in (SubBatchNorm3d, SubSyncBatchNorm, SubBatchNormXd)}
 
 
 def modules_training_in_train_mode(model: nn.Module) -> Set[nn.Module]:
@@ -72,7 +245,8 @@ def _has_batch_stats(module: nn.Module) -> bool:
 
 
 def _bn_layers(model: nn.Module) -> Iterable:
-    """``(name, module)`` of BN layers, sub-BN modules counting as one."""
+    """``(name, module)`` of BN layers; an mmaction2 ``SubBatchNorm3D`` of
+    the recipe counts as one."""
     inner = set()
     for name, module in model.named_modules():
         if module in inner:
@@ -87,8 +261,9 @@ def _bn_layers(model: nn.Module) -> Iterable:
 def bn_layers_in_training(model: nn.Module) -> List[Tuple[str, nn.Module]]:
     """``(name, module)`` of the BN layers that ``model.train()`` trains.
 
-    Layers with batch statistics (a ``SubBatchNorm3D`` counts as one) in
-    training mode under ``model.train()``, i.e. not frozen by the recipe.
+    Layers with batch statistics (an mmaction2 ``SubBatchNorm3D`` counts as
+    one) in training mode under ``model.train()``, i.e. not frozen by the
+    recipe.
     """
     training = modules_training_in_train_mode(model)
     return [(n, m) for n, m in _bn_layers(model) if m in training]
@@ -111,132 +286,54 @@ def unsplittable_bn_layers(model: nn.Module) -> List[str]:
 def _unsplittable(layers: List[Tuple[str, nn.Module]]) -> List[str]:
     return [
         f'{name} ({type(m).__name__})' for name, m in layers
-        if not isinstance(m, SubBatchNorm3D)
+        if not isinstance(m, SubBatchNorm)
         and type(m) not in SPLITTABLE_BN_TYPES
     ]
 
 
-def _like(bn: BatchNormBase, num_features: int) -> BatchNormBase:
-    """A non-affine BN layer of ``bn``'s kind, device and dtype."""
-    stats = bn.running_mean if bn.running_mean is not None else bn.weight
-    kwargs = dict(eps=bn.eps, momentum=bn.momentum, affine=False,
-                  track_running_stats=bn.track_running_stats)
-    if stats is not None:
-        kwargs.update(device=stats.device, dtype=stats.dtype)
-    if isinstance(bn, nn.SyncBatchNorm):
-        kwargs['process_group'] = bn.process_group
-    return type(bn)(num_features, **kwargs)
+def enable_sub_bn(model: nn.Module, bn_base_size: int) -> int:
+    """Give every BN layer that trains sub-batch BN of ``bn_base_size``.
 
-
-def _make_bn(old: nn.Module, num_splits: int) -> nn.Module:
-    """A BN module with ``num_splits`` splits taking over ``old``'s state.
-
-    Created directly on ``old``'s device and dtype; every split starts from
-    the (aggregated) statistics of ``old``.
-    """
-    bn = old.bn if isinstance(old, SubBatchNorm3D) else old
-    if num_splits == 1:
-        new = _like(bn, bn.num_features)
-        targets = [(new, 1)]
-    else:
-        # Its own BatchNorm3d layers are placeholders (on meta, no memory)
-        # for ones of bn's kind; affine=False: it would allocate weight/bias.
-        new = SubBatchNorm3D(bn.num_features, num_splits=num_splits,
-                             affine=False, device='meta')
-        new.bn = _like(bn, bn.num_features)
-        new.split_bn = _like(bn, bn.num_features * num_splits)
-        targets = [(new.bn, 1), (new.split_bn, num_splits)]
-    for target, repeat in targets:
-        for name, buf in bn.named_buffers(recurse=False):
-            getattr(target, name).copy_(
-                buf.repeat(repeat) if buf.dim() else buf)
-    new.affine = old.affine
-    if old.affine:
-        new.weight, new.bias = old.weight, old.bias
-    new.train(old.training)
-    return new
-
-
-def set_sub_bn_splits(model: nn.Module, num_splits: int) -> int:
-    """Split the BN layers that train into ``num_splits`` sub-batches.
-
-    Sub-BN statistics are aggregated first, so no running statistics are
-    lost; ``num_splits == 1`` restores layers of the original kind. Layers in
-    eval mode under ``model.train()`` (frozen by the recipe) stay as they are.
+    Layers in eval mode under ``model.train()`` (frozen by the recipe) stay
+    as they are; layers already converted take the new ``bn_base_size``.
 
     Args:
-        model (nn.Module): Unwrapped model, edited in place.
-        num_splits (int): Splits of the per-device batch ``N`` of
-            ``(N, C, T, H, W)`` inputs; ``N`` must be divisible by it.
+        model (nn.Module): Unwrapped model, edited in place (the modules'
+            classes, nothing else).
+        bn_base_size (int): Clips per split (>= 1).
 
     Returns:
-        int: Number of modules replaced.
+        int: Number of layers with sub-batch BN.
 
     Raises:
-        ValueError: For ``num_splits > 1`` if a BN layer that trains is of a
-            kind that cannot be split (see :func:`unsplittable_bn_layers`).
+        ValueError: If a BN layer that trains is of a kind that cannot be
+            split (see :func:`unsplittable_bn_layers`); nothing is changed
+            then.
     """
-    aggregate_sub_bn_stats(model)
-    if num_splits > 1:
-        layers = bn_layers_in_training(model)
-        bad = _unsplittable(layers)
-        if bad:
-            raise ValueError(
-                f'Sub-batch BN cannot split the BN layers {bad}: only '
-                f'{[t.__name__ for t in SPLITTABLE_BN_TYPES]} are split.')
-        trained = {m for _, m in layers}
-        swaps = [(n, m) for n, m in _bn_layers(model)
-                 if getattr(m, 'num_splits', 1) != num_splits and (
-                     isinstance(m, SubBatchNorm3D) or m in trained)]
-    else:
-        swaps = [(n, m) for n, m in _bn_layers(model)
-                 if isinstance(m, SubBatchNorm3D)]
-    for name, module in swaps:
-        parent_name, _, child = name.rpartition('.')
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, _make_bn(module, num_splits))
-    return len(swaps)
+    layers = bn_layers_in_training(model)
+    bad = _unsplittable(layers)
+    if bad:
+        raise ValueError(
+            f'Sub-batch BN cannot split the BN layers {bad}: only '
+            f'{[t.__name__ for t in SPLITTABLE_BN_TYPES]} are split.')
+    for _, module in layers:
+        if not isinstance(module, SubBatchNorm):
+            module.__class__ = _SUB_TYPES[type(module)]
+        module.bn_base_size = int(bn_base_size)
+    return len(layers)
 
 
-def aggregate_sub_bn_stats(model: nn.Module) -> int:
-    """Merge the split statistics of every ``SubBatchNorm3D`` into its BN.
-
-    Uses mmaction2's ``SubBatchNorm3D.aggregate_stats``: mean of the split
-    means and, by the law of total variance for equal splits,
-    ``Var = mean(Var_k) + mean((mu_k - mu)^2)``.
+def disable_sub_bn(model: nn.Module) -> int:
+    """Give every sub-batch BN layer of ``model`` back its plain kind.
 
     Returns:
-        int: Number of aggregated modules (those tracking statistics).
+        int: Number of layers changed back.
     """
-    subs = [m for m in model.modules() if isinstance(m, SubBatchNorm3D)
-            and m.split_bn.track_running_stats]
-    for m in subs:
-        m.aggregate_stats()
+    subs = [m for m in model.modules() if isinstance(m, SubBatchNorm)]
+    for module in subs:
+        module.__class__ = module.plain_type
+        del module.bn_base_size
     return len(subs)
-
-
-def to_plain_bn_state_dict(model: nn.Module,
-                           state_dict: Dict[str, torch.Tensor]) -> None:
-    """Rewrite sub-BN entries of ``state_dict`` as the original BN's keys.
-
-    Call after :func:`aggregate_sub_bn_stats`; ``prefix.bn.running_mean``
-    becomes ``prefix.running_mean`` and ``prefix.split_bn.*`` is dropped, so
-    the checkpoint loads into the unmodified recipe model.
-
-    Args:
-        model (nn.Module): The model the state dict was taken from (unwrapped).
-        state_dict (dict): Edited in place.
-    """
-    for name, module in _bn_layers(model):
-        if not isinstance(module, SubBatchNorm3D):
-            continue
-        prefix = f'{name}.' if name else ''
-        for key in list(state_dict):
-            if key.startswith(prefix + 'split_bn.'):
-                del state_dict[key]
-            elif key.startswith(prefix + 'bn.'):
-                state_dict[prefix + key[len(prefix) + 3:]] = \
-                    state_dict.pop(key)
 
 
 @torch.no_grad()
@@ -246,14 +343,15 @@ def update_precise_bn(model: nn.Module, batches: Iterable,
 
     Precise BN (PySlowFast ``calculate_and_update_precise_bn``, fvcore
     ``update_bn_stats``): with ``momentum=None`` torch keeps the cumulative
-    average of the batch statistics, i.e. their exact mean over the batches.
-    The passes run in the mode ``model.train()`` gives, so layers the recipe
-    keeps in eval mode (``norm_eval``, ``frozen_stages``) normalise with, and
-    keep bit for bit, their own statistics; as in fvcore only layers in
-    training mode are updated. Sub-BN statistics are aggregated afterwards
-    and, with several processes, the updated statistics are averaged across
-    ranks (one coalesced all-reduce per dtype on the buffers' own device;
-    mmengine moves it to the backend's device if that differs).
+    average of the batch statistics, i.e. their exact mean over the batches
+    (sub-batch BN layers average their whole-batch statistics the same
+    way). The passes run in the mode ``model.train()`` gives, so layers the
+    recipe keeps in eval mode (``norm_eval``, ``frozen_stages``) normalise
+    with, and keep bit for bit, their own statistics; as in fvcore only
+    layers in training mode are updated. With several processes the updated
+    statistics are averaged across ranks (one coalesced all-reduce per dtype
+    on the buffers' own device; mmengine moves it to the backend's device if
+    that differs).
 
     Args:
         model (nn.Module): Unwrapped model; its modes are restored after.
@@ -281,9 +379,9 @@ def update_precise_bn(model: nn.Module, batches: Iterable,
         count += 1
     for m, momentum in zip(bns, momenta):
         m.momentum = momentum
-    updated = set(bns)
     for m in model.modules():
-        if isinstance(m, SubBatchNorm3D) and m.split_bn in updated:
+        # A recipe's own mmaction2 SubBatchNorm3D evaluates with its bn.
+        if isinstance(m, SubBatchNorm3D) and m.split_bn in bns:
             m.aggregate_stats()
     all_reduce_params(
         [buf for m in bns for buf in (m.running_mean, m.running_var)],

@@ -18,8 +18,9 @@ from mmext.compat import reset_to_initial_values, set_train_loop_length
 from mmext.lr_scaling import check_runner_lr_scaling, scale_lrs
 from mmext.registry import HOOKS
 from mmext.runner import register_resume_guard, restart_hint
-from .bn import (aggregate_sub_bn_stats, set_sub_bn_splits,
-                 to_plain_bn_state_dict, update_precise_bn)
+from .allocator import keep_freed_memory_for
+from .amp import autocasts_to_bf16, float32_head_outputs
+from .bn import disable_sub_bn, enable_sub_bn, update_precise_bn
 from .data import MultigridDataset, ShortCycleBatchSampler
 from .model_checks import check_run
 from .monitor import DataWaitWatch
@@ -79,10 +80,11 @@ class MultigridHook(Hook):
     epoch axis. At each shape change (only then) it rebuilds the train loader
     from the same dataset object; it multiplies the LR by the long-cycle batch
     factor during each iteration, runs sub-batch BN for per-device batches
-    above ``bn_base_size`` (BN layers the recipe trains: ``BatchNorm3d``,
-    ``SyncBN`` and its reverted form; see :mod:`mmext.multigrid.bn`), precise
-    BN of those layers at the end of each long-cycle shape, and writes
-    checkpoints with the recipe's BN keys. The stage is
+    above ``bn_base_size`` (``bn_base_size`` clips per split at every
+    iteration; BN layers the recipe trains: ``BatchNorm3d``, ``SyncBN`` and
+    its reverted form; see :mod:`mmext.multigrid.bn`), precise BN of those
+    layers at the end of each long-cycle shape, and writes checkpoints with
+    the recipe's BN keys. The stage is
     derived from ``runner.epoch``, so resuming is exact.
 
     Args:
@@ -114,6 +116,12 @@ class MultigridHook(Hook):
             share it logs one warning per run that the run is data-bound
             (see :mod:`mmext.multigrid.monitor`). 0 or None: no warning.
         data_wait_iters (int): Iterations measured after each shape change.
+        keep_cpu_memory (bool): When the model trains on the CPU and the C
+            library is glibc, make the process keep freed memory for reuse
+            (:mod:`mmext.multigrid.allocator`; logged once); the short
+            cycle's changing sizes otherwise map and unmap the activations
+            at every iteration. No effect on CUDA runs. False leaves malloc
+            alone.
 
     Raises:
         ValueError: At construction for a negative ``bn_base_size`` or
@@ -172,6 +180,19 @@ class MultigridHook(Hook):
         check_run(self.plan, model, self._pipeline)
         for line in shape_adapters(model):
             print_log(f'Multigrid: shape adapter: {line}', logger='current')
+        if self.options.keep_cpu_memory:
+            message = keep_freed_memory_for(model)
+            if message:
+                print_log(f'Multigrid: {message}', logger='current')
+        if autocasts_to_bf16(runner.optim_wrapper) and float32_head_outputs(
+                model):
+            print_log('Multigrid: bfloat16 autocast: cls_head outputs in '
+                      'float32 (mmaction2 computes its top-k accuracy in '
+                      'numpy, which has no bfloat16)', logger='current')
+        if max(self.plan.sub_bn_splits(s) for s in self.plan.stages) > 1:
+            # Once, before mmengine compiles the model: the layers split
+            # every batch at forward time.
+            enable_sub_bn(model, self.options.bn_base_size)
         set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
         if self.plan.param_scheduler:
             self._rebuild_schedulers(runner)
@@ -196,7 +217,7 @@ class MultigridHook(Hook):
 
     # ------------------------------------------------------------ epochs
     def before_train_epoch(self, runner) -> None:
-        """Swap in the loader and BN splits of the epoch's stage."""
+        """Swap in the loader of the epoch's stage."""
         start = time.perf_counter()
         self._last_iter_end = None
         stage = self.plan.stage_at(runner.epoch)
@@ -206,9 +227,6 @@ class MultigridHook(Hook):
             return
         runner.train_loop.dataloader = self.build_loader(runner, stage)
         self._loader_stage = stage
-        if self.options.bn_base_size:
-            set_sub_bn_splits(_unwrap(runner.model),
-                              self.plan.sub_bn_splits(stage))
         sizes = self.plan.batch_sizes(stage)
         runner.visualizer.add_scalars(
             {SCALAR_BATCH_SIZE: sizes[-1],
@@ -299,15 +317,8 @@ class MultigridHook(Hook):
                       f'the warnings name the files)',
                       logger='current', level=logging.WARNING)
 
-    def before_val_epoch(self, runner) -> None:
-        """Merge sub-BN statistics for evaluation."""
-        aggregate_sub_bn_stats(_unwrap(runner.model))
-
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        """Save the recipe's BN keys (loadable by the recipe model)."""
-        model = _unwrap(runner.model)
-        aggregate_sub_bn_stats(model)
-        to_plain_bn_state_dict(model, checkpoint['state_dict'])
+        """Record the schedule (the BN keys are the recipe's already)."""
         checkpoint.setdefault('meta', {})[CHECKPOINT_KEY] = (
             resume_signature(self.plan))
 
@@ -324,7 +335,7 @@ class MultigridHook(Hook):
     def after_train(self, runner) -> None:
         """Leave the recipe's plain BN modules (and no shape adapters) in
         the trained model."""
-        set_sub_bn_splits(_unwrap(runner.model), 1)
+        disable_sub_bn(_unwrap(runner.model))
         remove_shape_adapters(_unwrap(runner.model))
 
     # ------------------------------------------------------------ iterations

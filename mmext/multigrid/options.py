@@ -81,6 +81,7 @@ class MultigridOptions:
     skip_broken_clips: bool = False
     data_wait_threshold: Optional[float] = DATA_WAIT_THRESHOLD
     data_wait_iters: int = 10
+    keep_cpu_memory: bool = True
 
     SCHEDULE_FIELDS = ('long_cycle', 'short_cycle', 'epoch_factor',
                        'long_cycle_factors', 'short_cycle_factors',
@@ -98,7 +99,8 @@ class MultigridOptions:
 
     def _check_types(self) -> None:
         """Raise for a value of the wrong type, before anything uses it."""
-        for name in ('long_cycle', 'short_cycle', 'skip_broken_clips'):
+        for name in ('long_cycle', 'short_cycle', 'skip_broken_clips',
+                     'keep_cpu_memory'):
             if not isinstance(getattr(self, name), bool):
                 _fail(name, getattr(self, name), 'True or False', 'False')
         if not _is_number(self.epoch_factor):

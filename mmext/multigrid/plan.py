@@ -30,7 +30,9 @@ class ShapeIterations(NamedTuple):
         stage (MultigridStage): The stage.
         shape (GridShape): One of ``stage.short_cycle``.
         batch_size (int): Clips per process of the shape.
-        sub_bn_splits (int): Sub-BN splits its iterations use.
+        sub_bn_splits (int): Sub-BN splits its iterations use
+            (:func:`sub_bn_splits` of its batch: ``bn_base_size`` clips per
+            split).
         iters (int): Its iterations over the whole stage (iteration ``i`` of
             an epoch has short-cycle shape ``i % len(stage.short_cycle)``,
             see :class:`~mmext.multigrid.data.ShortCycleBatchSampler`).
@@ -247,9 +249,14 @@ class MultigridPlan:
         return [self.base_batch * s.batch_factor for s in shapes]
 
     def sub_bn_splits(self, stage: MultigridStage) -> int:
-        """Sub-BN splits of ``stage``'s long-cycle batch."""
-        return sub_bn_splits(self.base_batch * stage.shape.batch_factor,
-                             self.options.bn_base_size)
+        """The most sub-BN splits of an iteration of ``stage``.
+
+        Sub-batch BN splits every batch at forward time (``bn_base_size``
+        clips per split, see :mod:`mmext.multigrid.bn`), so the short
+        cycle's larger batches have more splits than the long-cycle one.
+        """
+        return max(sub_bn_splits(b, self.options.bn_base_size)
+                   for b in self.batch_sizes(stage))
 
     def is_shape_end(self, epoch: int) -> bool:
         """Whether ``epoch`` is the last of a long-cycle shape (precise BN).
@@ -274,12 +281,13 @@ class MultigridPlan:
         for stage in self.stages:
             n = self.iters_per_epoch(stage)
             cycle = stage.short_cycle
-            splits = self.sub_bn_splits(stage)
             for k, (shape, batch) in enumerate(
                     zip(cycle, self.batch_sizes(stage))):
                 per_epoch = n // len(cycle) + (k < n % len(cycle))
-                out.append(ShapeIterations(stage, shape, batch, splits,
-                                           per_epoch * stage.num_epochs))
+                out.append(ShapeIterations(
+                    stage, shape, batch,
+                    sub_bn_splits(batch, self.options.bn_base_size),
+                    per_epoch * stage.num_epochs))
         return out
 
     def precise_bn_stages(self) -> List[MultigridStage]:
@@ -421,11 +429,8 @@ class MultigridPlan:
         if not base:
             return
         for stage in self.stages:
-            batch = self.base_batch * stage.shape.batch_factor
-            splits = self.sub_bn_splits(stage)
             sizes = self.batch_sizes(stage)
-            if (batch > base and batch % base) or [
-                    b for b in sizes if b % splits]:
+            if [b for b in sizes if b > base and b % base]:
                 raise ValueError(
                     f'Sub-batch BN cannot split per-device batches {sizes} '
                     f'(epochs {stage.start_epoch}-{stage.end_epoch}) into '

@@ -2,6 +2,7 @@
 data (real loader)."""
 import json
 import logging
+import math
 import os
 import os.path as osp
 import subprocess
@@ -10,8 +11,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn as nn
+from helpers import CUDA_MARKS
 from mg_helpers import PIPE, ROOT, STATS, TINY, load_random_stats
 from mmcv.transforms import BaseTransform
+from mmengine.hooks import Hook
 from mmengine.optim import OptimWrapper
 
 import mmext  # noqa: F401
@@ -19,6 +22,7 @@ from mmext.cli import build_runner, load_run_config
 from mmext.multigrid import (MultigridHook, MultigridPlan,
                              build_multigrid_schedule, iterations_per_epoch)
 from mmext.testing import find_free_port
+from mmext.testing.timing import RunRecorder
 
 pytestmark = pytest.mark.usefixtures('repo_demo_data')
 
@@ -387,3 +391,130 @@ def test_shape_changes_and_precise_bn_reach_the_visualizer(
     assert shapes == [(0, 16, 8, 40), (9, 4, 16, 56)]
     assert [(r['step'], r[SCALAR_PRECISE_BN]) for r in records
             if SCALAR_PRECISE_BN in r] == [(9, 2), (27, 2)]
+
+
+class _SplitRecorder(Hook):
+    """Per training iteration: the batch and whether every block of
+    ``size`` consecutive clips was normalised on its own by the first BN
+    layer that trains (its output, less the affine transform, has mean 0
+    and biased variance 1 per channel over the block)."""
+
+    priority = 'LOWEST'
+
+    def __init__(self, size):
+        self.size = size
+        self.records = []
+        self._handle = None
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        bn = runner.model.backbone.conv1.bn  # looked up anew every time
+
+        def record(module, args, out):
+            z = (out - module.bias.view(-1, 1, 1, 1)) / module.weight.view(
+                -1, 1, 1, 1)
+            blocks = z.detach().split(self.size)
+            ok = all(
+                torch.allclose(b.mean((0, 2, 3, 4)), torch.zeros(1),
+                               atol=1e-4)
+                and torch.allclose(b.var((0, 2, 3, 4), unbiased=False),
+                                   torch.ones(1), atol=1e-2)
+                for b in blocks)
+            self.records.append((len(out), ok))
+
+        self._handle = bn.register_forward_hook(record)
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        self._handle.remove()
+
+
+def test_sub_bn_keeps_bn_base_size_clips_per_split_at_every_iteration(
+        tmp_path):
+    """Issue 18: splits were set once per long-cycle stage, so the short
+    cycle's 32-clip batches had 8 clips per split and the base stage's
+    16-clip batch none; now every iteration has 4 per split."""
+    os.chdir(ROOT)
+    cfg = load_run_config(TINY, dict(
+        default_hooks=dict(checkpoint=dict(interval=100, save_last=False))),
+        str(tmp_path))
+    cfg.train_cfg.update(max_epochs=2, val_begin=100)
+    cfg.param_scheduler[1].update(end=2, milestones=[1])
+    cfg.custom_hooks[0].update(precise_bn_iters=0)
+    runner = build_runner(cfg)
+    recorder = _SplitRecorder(size=4)
+    runner.register_hook(recorder)
+    runner.train()
+    batches = [n for n, _ in recorder.records]
+    # Long cycle (T/2) then base, each with its short cycle.
+    assert sorted(set(batches)) == [4, 8, 16, 32]
+    assert len(batches) == runner.iter
+    assert [ok for _, ok in recorder.records] == [True] * len(batches)
+
+
+class _AmpRecorder(Hook):
+    """Dtypes inside training iterations: the first convolution's output
+    (autocast) and every BN buffer and parameter after each step."""
+
+    priority = 'LOWEST'
+
+    def __init__(self):
+        self.conv_dtypes, self.bn_dtypes = set(), set()
+
+    def before_run(self, runner):
+        runner.model.backbone.conv1.conv.register_forward_hook(
+            lambda m, args, out: self.conv_dtypes.add(
+                (m.training, out.dtype)))
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        from mmext.compat import BatchNormBase
+        for m in runner.model.modules():
+            if isinstance(m, BatchNormBase):
+                self.bn_dtypes.update(
+                    t.dtype for t in (m.running_mean, m.running_var,
+                                      m.weight))
+
+
+@pytest.mark.parametrize('device,dtype', [
+    ('cpu', 'bfloat16'),
+    pytest.param('cuda', 'float16', marks=CUDA_MARKS),
+    pytest.param('cuda', 'bfloat16', marks=CUDA_MARKS),
+])
+def test_amp_multigrid_run(device, dtype, full_run, tmp_path, monkeypatch):
+    """AmpOptimWrapper across the long and short cycle: the same shapes and
+    LRs (schedule x long-cycle batch factor) per iteration as the float32
+    run, the forward in the AMP dtype, sub-BN statistics and parameters in
+    float32, finite losses, a checkpoint of the recipe model."""
+    if device == 'cpu':
+        if torch.cuda.is_available():
+            pytest.skip('the runner trains on CUDA when it is visible; the '
+                        'cuda cases run AMP there')
+        # mmengine's AmpOptimWrapper asserts an accelerator; its autocast
+        # and the rest of the path run on the CPU with bfloat16 (torch's
+        # GradScaler disables itself there, bf16 needs no loss scaling).
+        from mmengine.optim.optimizer import amp_optimizer_wrapper
+        monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available',
+                            lambda: True)
+    os.chdir(ROOT)
+    cfg = load_run_config(TINY, dict(optim_wrapper=dict(
+        type='AmpOptimWrapper', dtype=dtype, loss_scale='dynamic')),
+        str(tmp_path))
+    runner = build_runner(cfg)
+    recorder, times = _AmpRecorder(), RunRecorder()
+    runner.register_hook(recorder)
+    runner.register_hook(times)
+    runner.train()
+    with open(osp.join(tmp_path, 'shapes_rank0.json')) as f:
+        records = json.load(f)
+    assert records == full_run
+    assert recorder.conv_dtypes >= {(True, getattr(torch, dtype))}
+    assert recorder.bn_dtypes == {torch.float32}
+    losses = [r.loss for r in times.iters]
+    assert len(losses) == len(full_run) and all(map(math.isfinite, losses))
+    from mmaction.registry import MODELS
+    from mmengine.config import Config
+    model = MODELS.build(Config.fromfile(TINY).model)
+    state = torch.load(osp.join(tmp_path, 'epoch_6.pth'), map_location='cpu',
+                       weights_only=False)['state_dict']
+    model.load_state_dict(state, strict=True)
+    assert all(v.dtype in (torch.float32, torch.int64) for v in state.values())

@@ -40,7 +40,7 @@ def test_model_check_names_unsplittable_bn_layers():
     with pytest.raises(ValueError) as info:
         check_run(plan, model)
     assert str(info.value) == (
-        'Sub-batch BN (bn_base_size=4) splits per-device batches of up to 32 '
+        'Sub-batch BN (bn_base_size=4) splits per-device batches of up to 64 '
         'clips into groups of 4, but cannot split these BN layers, which '
         'would normalise over the whole per-device batch: cls_head.0 '
         "(BatchNorm1d). Only layers of the kinds ['BatchNorm3d', "
@@ -48,9 +48,9 @@ def test_model_check_names_unsplittable_bn_layers():
         'without DDP) are split. Use one of those kinds for them, keep them '
         'in eval mode (norm_eval), or set bn_base_size=None to train every '
         'BN layer on the whole per-device batch.')
-    # Long-cycle batches 8 x 4 = 32 at most: no splits, no error.
+    # Short-cycle batches 8 x 4 x 2 = 64 at most: no splits, no error.
     check_run(MultigridPlan(PIPE, 8, 4, [STEP], options=MultigridOptions(
-        bn_base_size=32, long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)])),
+        bn_base_size=64, long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)])),
         model)
 
 

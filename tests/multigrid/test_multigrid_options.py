@@ -14,6 +14,13 @@ def test_skip_option_is_validated():
         MultigridHook(skip_broken_clips='yes')
 
 
+def test_keep_cpu_memory_option_is_validated():
+    assert MultigridOptions().keep_cpu_memory is True
+    with pytest.raises(ValueError, match=r'keep_cpu_memory=1 \(int\): '
+                       'expected True or False'):
+        MultigridHook(keep_cpu_memory=1)
+
+
 @pytest.mark.parametrize('options, match', [
     (dict(bn_base_size=-4), 'bn_base_size'),
     (dict(precise_bn_iters=-1), 'precise_bn_iters'),

@@ -66,10 +66,11 @@ def test_projection_arithmetic(tmp_path):
     assert (base['iters'], mg['iters']) == (1200, 420)
     assert out['iteration_saving'] == pytest.approx(1200 / 420)
     rows = {(*r['timed_shape'], r['sub_bn_splits']): r for r in out['shapes']}
+    # bn_base_size 4: every batch has batch / 4 sub-BN splits, so a shape
+    # of two stages is one row (64 clips: 48 + 44 iterations).
     assert {k: r['iters'] for k, r in rows.items()} == {
-        (64, 8, 56, 8): 48, (32, 8, 79, 8): 72, (64, 8, 56, 4): 44,
-        (32, 8, 79, 4): 44, (16, 8, 112, 4): 44, (32, 16, 56, 2): 56,
-        (16, 16, 79, 2): 56, (8, 16, 112, 2): 56}
+        (64, 8, 56, 16): 92, (32, 8, 79, 8): 116, (16, 8, 112, 4): 44,
+        (32, 16, 56, 8): 56, (16, 16, 79, 4): 56, (8, 16, 112, 2): 56}
     # Precise BN (4 batches) at the end of each long-cycle shape: epochs 19,
     # 36, 44, 49, 54 and 60 (the LR drops at 56 and 58 keep the shape).
     ends = [(32, 8, 79, 8), (16, 8, 112, 4), (8, 16, 112, 2)] * 2

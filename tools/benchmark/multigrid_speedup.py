@@ -39,7 +39,8 @@ from collections import OrderedDict
 from mmengine.config import DictAction
 
 from mmext.cli import build_runner, load_run_config
-from mmext.multigrid import MultigridPlan, describe, is_multigrid_hook
+from mmext.multigrid import (MultigridOptions, MultigridPlan, describe,
+                             is_multigrid_hook)
 from mmext.multigrid.monitor import DATA_WAIT_THRESHOLD, bound_by, \
     data_wait_share
 from mmext.multigrid.pipeline import parse_grid_shape, resize_pipeline
@@ -248,11 +249,16 @@ def _time_shapes(cfg, shapes, device, iters):
     from mmaction.utils import register_all_modules
     from mmengine.optim import build_optim_wrapper
 
-    from mmext.multigrid.bn import set_sub_bn_splits
+    from mmext.multigrid.bn import disable_sub_bn, enable_sub_bn
 
     register_all_modules()
     model = MODELS.build(cfg.model).to(device)
     model.train()
+    base_size = MultigridOptions.from_hook_config(next(
+        h for h in cfg.custom_hooks if is_multigrid_hook(h))).bn_base_size
+    if max(key[3] for key in shapes) > 1:
+        # As the hook: every batch is split at forward time.
+        enable_sub_bn(model, base_size)
     wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
     classes = cfg.model.cls_head.num_classes
 
@@ -286,13 +292,11 @@ def _time_shapes(cfg, shapes, device, iters):
     alone, forwards = [], {}
     for round_ in range(iters + 1):
         for key in shapes:
-            set_sub_bn_splits(model, key[3])
             seconds = timed(lambda: model.train_step(data[key], wrapper))
             if round_:
                 steps[key].append(seconds)
             elif key not in forwards:
                 forwards[key] = timed(lambda: forward(data[key]))
-        set_sub_bn_splits(model, base[3])
         repeated = [timed(lambda: model.train_step(data[base], wrapper))
                     for _ in range(2)]
         if round_:
@@ -306,7 +310,7 @@ def _time_shapes(cfg, shapes, device, iters):
     alone = statistics.median(alone)
     print(f'  timed the base shape after itself: {alone:.3f} s/iter '
           f'(median of {iters})')
-    set_sub_bn_splits(model, 1)
+    disable_sub_bn(model)
     return out, alone
 
 
