@@ -11,7 +11,7 @@ PYTEST_ARGS ?= -m "not slow"
 
 install: $(STAMP)
 
-$(STAMP): tools/setup_env.sh setup.py requirements/stack.txt requirements/runtime.txt requirements/tests.txt
+$(STAMP): tools/setup_env.sh tools/install_stubs.sh $(shell find tools/stubs -type f) setup.py requirements/stack.txt requirements/runtime.txt requirements/tests.txt
 	bash tools/setup_env.sh $(VENV)
 	touch $@
 

@@ -12,21 +12,36 @@ Checkpoint loading is relaxed only inside :func:`trusted_checkpoint_loading`.
 """
 import os.path as osp
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, List
 
 import torch
 from mmengine.config import utils as config_utils
+from mmengine.optim.scheduler.param_scheduler import INF
 from mmengine.runner import CheckpointLoader
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
 
 __all__ = [
-    'MMENGINE_CHECKED', 'register_config_package', 'set_train_loop_length',
-    'optim_wrapper_counts', 'set_optim_wrapper_max_counts',
-    'random_other_index', 'train_loader_batch_size',
-    'trusted_checkpoint_loading', 'trust_runner_checkpoints',
-    'batch_norm_xd_type'
+    'MMENGINE_CHECKED', 'SCHEDULER_INF', 'BatchNormBase', 'InstanceNormBase', 'register_config_package',
+    'set_train_loop_length', 'optim_wrapper_counts',
+    'set_optim_wrapper_max_counts', 'random_other_index',
+    'train_loader_batch_size', 'trusted_checkpoint_loading',
+    'trust_runner_checkpoints', 'batch_norm_xd_type', 'drop_logged_scalar',
+    'grad_clipping_off', 'reset_to_initial_values', 'initial_value',
+    'shadow_tensor', 'clear_shadow', 'registered_tensor'
 ]
 
 MMENGINE_CHECKED = '0.10.7'
+
+# torch's base classes of every BatchNorm (1d/2d/3d, SyncBatchNorm, mmengine's
+# BatchNormXd) and InstanceNorm layer, what mmcv and mmengine test against
+# too; torch has no public name for them.
+BatchNormBase = _BatchNorm
+InstanceNormBase = _InstanceNorm
+
+# The default ``end`` of mmengine's param schedulers ("to the end of
+# training"), a constant of its scheduler module.
+SCHEDULER_INF = INF
 
 
 def register_config_package(name: str) -> None:
@@ -67,6 +82,88 @@ def set_optim_wrapper_max_counts(wrapper, max_counts: int) -> None:
     a loop whose length changed.
     """
     wrapper._max_counts = int(max_counts)
+
+
+def drop_logged_scalar(message_hub, key: str) -> None:
+    """Remove ``key`` (e.g. ``'train/grad_norm'``) from a message hub.
+
+    The hub keeps the last value it was given and the logger hook writes it
+    at every log interval; a component that stopped producing the value
+    removes it, so no stale value is logged. The hub has no public removal.
+    """
+    message_hub.log_scalars.pop(key, None)
+
+
+@contextmanager
+def grad_clipping_off(wrapper) -> Iterator[bool]:
+    """Skip an OptimWrapper's ``clip_grad`` inside the context.
+
+    ``OptimWrapper.step`` clips when its ``clip_grad_kwargs`` (set from the
+    ``clip_grad`` option) are non-empty; there is no public switch.
+
+    Yields:
+        bool: Whether clipping was configured (and is now off).
+    """
+    kwargs = wrapper.clip_grad_kwargs
+    wrapper.clip_grad_kwargs = {}
+    try:
+        yield bool(kwargs)
+    finally:
+        wrapper.clip_grad_kwargs = kwargs
+
+
+def reset_to_initial_values(param_groups: List[dict]) -> None:
+    """Undo what built param schedulers did to the groups' values.
+
+    A scheduler stores each group's value before its first step as
+    ``initial_<param>`` (e.g. ``initial_lr``) and may change the value at
+    construction (``LinearLR``'s start factor); schedulers built again from
+    these groups would compound that. Each ``<param>`` is set back to its
+    ``initial_<param>``.
+    """
+    for group in param_groups:
+        for key in [k for k in group if k.startswith('initial_')]:
+            group[key[len('initial_'):]] = group[key]
+
+
+def initial_value(group: dict, name: str = 'lr') -> float:
+    """A param group's ``name`` value before the param schedulers acted
+    (``initial_<name>``, which the first scheduler built records), or its
+    current value where no scheduler touched the group."""
+    return group.get(f'initial_{name}', group[name])
+
+
+def shadow_tensor(module: torch.nn.Module, name: str,
+                  value: torch.Tensor) -> None:
+    """Make ``module.<name>`` read ``value``; the registered tensor stays.
+
+    ``nn.Module`` keeps parameters and buffers in ``_parameters`` /
+    ``_buffers`` and finds them through ``__getattr__``, which Python calls
+    only when the instance ``__dict__`` has no such entry; its
+    ``__setattr__`` would replace the registered tensor. An entry written
+    straight into ``__dict__`` is therefore what the module's own code reads
+    (``self.pos_embed``), while ``parameters()``, ``state_dict()``, ``.to()``
+    and the optimizer keep the registered tensor, and gradients reach it
+    when ``value`` is computed from it. :func:`clear_shadow` removes it.
+    """
+    vars(module)[name] = value
+
+
+def clear_shadow(module: torch.nn.Module, name: str) -> None:
+    """Undo :func:`shadow_tensor` (nothing if ``name`` is not shadowed)."""
+    vars(module).pop(name, None)
+
+
+def registered_tensor(module: torch.nn.Module, name: str) -> torch.Tensor:
+    """The parameter or buffer ``name`` of ``module``, shadowed or not
+    (``get_parameter``/``get_buffer`` read the attribute, i.e. the shadow).
+
+    Raises:
+        KeyError: If ``module`` has no such parameter or buffer.
+    """
+    tensors = dict(module.named_parameters(recurse=False))
+    tensors.update(module.named_buffers(recurse=False))
+    return tensors[name]
 
 
 def random_other_index(dataset) -> int:

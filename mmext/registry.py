@@ -20,20 +20,20 @@ __all__ = [
     'TRANSFORMS'
 ]
 
-HOOKS = Registry(
-    'hook', parent=MMENGINE_HOOKS, scope='mmext',
-    locations=['mmext.multigrid'])
-OPTIM_WRAPPERS = Registry(
-    'optim_wrapper', parent=MMENGINE_OPTIM_WRAPPERS, scope='mmext',
-    locations=['mmext.agvm'])
-OPTIM_WRAPPER_CONSTRUCTORS = Registry(
-    'optimizer wrapper constructor',
-    parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, scope='mmext',
-    locations=['mmext.agvm'])
-RUNNERS = Registry(
-    'runner', parent=MMENGINE_RUNNERS, scope='mmext',
-    locations=['mmext.runner'])
+
+def _child(name: str, parent: Registry, *locations: str) -> Registry:
+    """A child of mmengine's ``parent`` in scope ``mmext``, filled by the
+    modules ``locations``."""
+    return Registry(name, parent=parent, scope='mmext',
+                    locations=list(locations))
+
+
+HOOKS = _child('hook', MMENGINE_HOOKS, 'mmext.multigrid')
+OPTIM_WRAPPERS = _child('optim_wrapper', MMENGINE_OPTIM_WRAPPERS, 'mmext.agvm')
+OPTIM_WRAPPER_CONSTRUCTORS = _child('optimizer wrapper constructor',
+                                    MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS,
+                                    'mmext.agvm')
+RUNNERS = _child('runner', MMENGINE_RUNNERS, 'mmext.runner')
 # Benchmark stand-ins for video decoding (random in-memory clips).
-TRANSFORMS = Registry(
-    'transform', parent=MMENGINE_TRANSFORMS, scope='mmext',
-    locations=['mmext.testing.synthetic'])
+TRANSFORMS = _child('transform', MMENGINE_TRANSFORMS,
+                    'mmext.testing.synthetic')

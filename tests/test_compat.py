@@ -116,29 +116,183 @@ def test_batch_norm_xd_type_is_what_reverted_sync_bn_becomes():
                       nn.modules.batchnorm._BatchNorm)
 
 
-def test_train_loader_batch_size():
-    from types import SimpleNamespace
-    runner = SimpleNamespace(_train_dataloader=dict(batch_size=3))
+def _real_runner(tmp_path, batch_size):
+    from mmengine.dataset import BaseDataset
+    from mmengine.model import BaseModel
+    from mmengine.runner import Runner
+
+    class Model(BaseModel):
+
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Linear(1, 1)
+
+        def forward(self, inputs, mode='tensor', **kwargs):
+            out = self.w(torch.stack(inputs))
+            return dict(loss=out.sum()) if mode == 'loss' else out
+
+    class Data(BaseDataset):
+
+        def load_data_list(self):
+            return [dict(inputs=torch.ones(1)) for _ in range(8)]
+
+    return Runner(
+        model=Model(), work_dir=str(tmp_path),
+        train_dataloader=dict(
+            dataset=Data(serialize_data=False),
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            collate_fn=dict(type='pseudo_collate'), batch_size=batch_size),
+        train_cfg=dict(by_epoch=True, max_epochs=1),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)))
+
+
+def test_train_loader_batch_size(tmp_path):
+    """Read from the config until the loader is built, then from it."""
+    runner = _real_runner(tmp_path, 3)
     assert compat.train_loader_batch_size(runner) == 3
-    runner._train_dataloader = torch.utils.data.DataLoader([0] * 8,
-                                                           batch_size=5)
-    assert compat.train_loader_batch_size(runner) == 5
+    runner.train()
+    assert not isinstance(runner.train_dataloader, dict)
+    assert compat.train_loader_batch_size(runner) == 3
 
 
-def test_no_private_mmengine_use_outside_compat():
-    """Underscore attributes of mmengine objects appear in compat only."""
+def test_drop_logged_scalar():
+    from mmengine.logging import MessageHub
+    hub = MessageHub.get_instance('compat_drop_logged_scalar')
+    hub.update_scalar('train/grad_norm', 2.0)
+    compat.drop_logged_scalar(hub, 'train/grad_norm')
+    assert 'train/grad_norm' not in hub.log_scalars
+    compat.drop_logged_scalar(hub, 'train/grad_norm')  # absent: no error
+
+
+def _clipped_grad(wrapper, model):
+    wrapper.update_params((model(torch.ones(1, 2)) * 100).sum())
+    return model.weight.detach().clone()
+
+
+def test_grad_clipping_off():
+    torch.manual_seed(0)
+    model = nn.Linear(2, 1, bias=False)
+    start = model.weight.detach().clone()
+    wrapper = OptimWrapper(torch.optim.SGD(model.parameters(), lr=1.0),
+                           clip_grad=dict(max_norm=1.0))
+    clipped = _clipped_grad(wrapper, model) - start
+    assert clipped.norm().item() == pytest.approx(1.0)
+    with compat.grad_clipping_off(wrapper) as was_on:
+        before = model.weight.detach().clone()
+        unclipped = _clipped_grad(wrapper, model) - before
+    assert was_on and unclipped.norm().item() == pytest.approx(
+        100 * 2**0.5)
+    assert wrapper.clip_grad_kwargs == dict(max_norm=1.0)
+
+
+def test_reset_to_initial_values_and_initial_value():
+    from mmengine.optim.scheduler import LinearLR
+    optimizer = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.2)
+    group = optimizer.param_groups[0]
+    assert compat.initial_value(group) == 0.2  # no scheduler yet
+    scheduler = LinearLR(optimizer, start_factor=0.1, end=4)
+    assert group['lr'] == pytest.approx(0.02)
+    assert compat.initial_value(group) == 0.2
+    compat.reset_to_initial_values(optimizer.param_groups)
+    assert group['lr'] == 0.2
+    assert scheduler.end == 4
+
+
+def test_scheduler_inf_is_the_default_end():
+    from mmengine.optim.scheduler import ConstantLR
+    optimizer = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.2)
+    assert ConstantLR(optimizer).end == compat.SCHEDULER_INF
+
+
+def test_norm_base_types():
+    for layer in (nn.BatchNorm1d(2), nn.BatchNorm3d(2), nn.SyncBatchNorm(2)):
+        assert isinstance(layer, compat.BatchNormBase)
+    assert isinstance(nn.InstanceNorm2d(2), compat.InstanceNormBase)
+    assert not isinstance(nn.InstanceNorm2d(2), compat.BatchNormBase)
+
+
+def test_shadow_tensor_reads_value_and_keeps_the_registered_tensor():
+    layer = nn.Linear(3, 2)
+    layer.register_buffer('table', torch.arange(4.))
+    weight, table = layer.weight, layer.table
+    doubled = weight * 2
+    compat.shadow_tensor(layer, 'weight', doubled)
+    compat.shadow_tensor(layer, 'table', torch.zeros(2))
+    assert layer.weight is doubled and layer.table.tolist() == [0, 0]
+    assert compat.registered_tensor(layer, 'weight') is weight
+    assert compat.registered_tensor(layer, 'table') is table
+    with pytest.raises(KeyError):
+        compat.registered_tensor(layer, 'missing')
+    # The registered tensors stay what the module saves, moves and trains.
+    assert dict(layer.named_parameters())['weight'] is weight
+    assert list(layer.state_dict()) == ['weight', 'bias', 'table']
+    assert layer.state_dict()['table'].tolist() == [0, 1, 2, 3]
+    layer.to(torch.float64)
+    assert dict(layer.named_parameters())['weight'].dtype == torch.float64
+    layer.to(torch.float32)
+    weight = dict(layer.named_parameters())['weight']
+    compat.shadow_tensor(layer, 'weight', weight * 2)
+    layer(torch.ones(1, 3)).sum().backward()
+    assert weight.grad.tolist() == [[2., 2., 2.], [2., 2., 2.]]
+    compat.clear_shadow(layer, 'weight')
+    compat.clear_shadow(layer, 'table')
+    compat.clear_shadow(layer, 'table')
+    assert layer.weight is weight and layer.table.tolist() == [0, 1, 2, 3]
+
+
+# mmengine internals with public-looking names: attributes and keys that
+# mmengine documents nowhere, used by mmext through compat only.
+_INTERNAL_NAMES = ('clip_grad_kwargs', 'log_scalars', 'MODULE2PACKAGE',
+                   'INF')
+
+
+def _private_uses(path):
+    """``obj._name`` (``self``/``cls``/``super()`` excepted), imports of
+    ``_names`` from other packages, and :data:`_INTERNAL_NAMES` in a file."""
+    import ast
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute):
+            value = node.value
+            if node.attr in _INTERNAL_NAMES:
+                found.append((node.lineno, ast.unparse(node)))
+            elif (node.attr.startswith('_') and not node.attr.endswith('__')
+                  and not (isinstance(value, ast.Name)
+                           and value.id in ('self', 'cls'))
+                  and not (isinstance(value, ast.Call)
+                           and getattr(value.func, 'id', '') == 'super')):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found += [(node.lineno, f'import {a.name}') for a in node.names
+                      if a.name.startswith('_') or a.name in _INTERNAL_NAMES]
+        elif isinstance(node, ast.Constant) and isinstance(
+                node.value, str) and node.value.startswith('initial_'):
+            found.append((node.lineno, repr(node.value)))
+    return found
+
+
+def test_private_use_scan_finds_each_kind(tmp_path):
+    path = tmp_path / 'offender.py'
+    path.write_text(
+        'from mmengine.model.utils import _BatchNormXd\n'
+        'from mmengine.optim.scheduler.param_scheduler import INF\n'
+        'def f(runner, wrapper, group, self):\n'
+        '    runner._train_dataloader\n'
+        '    wrapper.clip_grad_kwargs = {}\n'
+        "    group['initial_lr']\n"
+        '    self._fine, super()._fine\n')
+    assert [line for line, _ in _private_uses(path)] == [1, 2, 4, 5, 6]
+
+
+def test_no_private_api_use_outside_compat():
+    """The package and its tools use private attributes of other objects,
+    private names of other packages and mmengine's undocumented internals in
+    compat only."""
     import pathlib
-    import re
-    root = pathlib.Path(compat.__file__).parent
-    private = re.compile(
-        r'\._(max_iters|max_epochs|inner_count|accumulative_counts|'
-        r'max_counts|clip_grad|rand_another|schemes|locations|module_dict|'
-        r'train_dataloader)'
-        r'\b|MODULE2PACKAGE|_BatchNormXd')
+    root = pathlib.Path(compat.__file__).parent.parent
     offenders = [
-        f'{p.relative_to(root)}:{n}'
-        for p in root.rglob('*.py') if p.name != 'compat.py'
-        for n, line in enumerate(p.read_text().splitlines(), 1)
-        if private.search(line)
+        f'{p.relative_to(root)}:{line}: {text}'
+        for folder in ('mmext', 'tools') for p in (root / folder).rglob('*.py')
+        if p.name != 'compat.py' for line, text in _private_uses(p)
     ]
     assert offenders == []

@@ -21,10 +21,6 @@ def _read(path):
         return f.read()
 
 
-def test_readme_is_short():
-    assert len(_read(DOCS[0]).splitlines()) <= 200
-
-
 @pytest.mark.parametrize('doc', DOCS, ids=lambda p: osp.relpath(p, ROOT))
 def test_relative_links_resolve(doc):
     links = re.findall(r'\]\(([^)#\s]+)(?:#[^)]*)?\)', _read(doc))
@@ -81,13 +77,14 @@ def test_multigrid_quick_start_plans_and_checks(tmp_path):
     from mmengine.registry import MODELS, init_default_scope
 
     from mmext.multigrid import MultigridPlan
+    from mmext.multigrid.model_checks import check_model
     path = tmp_path / 'mg.py'
     path.write_text(_quick_start('Quick start: multigrid'))
     cfg = Config.fromfile(str(path))
     init_default_scope('mmaction')
     plan = MultigridPlan.from_config(cfg)
     cfg.model.backbone.pretrained = None
-    plan.check_model(MODELS.build(cfg.model))
+    check_model(plan, MODELS.build(cfg.model))
     # Every LR stage runs the whole default long cycle (4 shapes).
     shapes_per_stage = {}
     for stage in plan.stages[:-2]:

@@ -1,3 +1,4 @@
+"""mmext.registry: child registries of mmengine's, found from any scope."""
 import pytest
 from mmengine.registry import DefaultScope
 

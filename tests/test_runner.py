@@ -1,11 +1,10 @@
-"""mmext.runner: the per-step LR scaling of both methods, and mmext.Runner
-(effective batch, auto_scale_lr, resume checks) on toy runs."""
+"""mmext.runner: mmext.Runner (effective batch, auto_scale_lr, scheduler
+warnings, resume guards, trusted checkpoint loads) on toy runs."""
 import os.path as osp
 import re
 
 import pytest
 import torch
-import torch.distributed as dist
 from mmengine.config import Config
 from mmengine.dataset import BaseDataset
 from mmengine.model import BaseModel
@@ -14,10 +13,8 @@ from mmengine.runner import Runner as MMEngineRunner
 from torch import nn
 
 from mmext.agvm import AGVMOptimWrapper
-from mmext.runner import (EFFECTIVE_BATCH_INFO, Runner, build_runner,
-                          check_auto_scale_lr, finish_distributed, scale_lrs,
-                          scaled_lrs)
-from mmext.testing import run_gloo_processes
+from mmext.cli import build_runner
+from mmext.runner import Runner, register_resume_guard, restart_hint
 
 
 @pytest.fixture(autouse=True)
@@ -28,28 +25,6 @@ def fresh_message_hub():
     import uuid
     from mmengine.logging import MessageHub
     MessageHub.get_instance(f'clean_hub_{uuid.uuid4().hex}')
-
-
-def test_scale_and_restore():
-    groups = [dict(lr=0.1), dict(lr=0.02)]
-    restore = scale_lrs(groups, [2.0, 0.5])
-    assert [g['lr'] for g in groups] == pytest.approx([0.2, 0.01])
-    restore()
-    assert [g['lr'] for g in groups] == [0.1, 0.02]
-
-
-def test_context_restores_on_error():
-    groups = [dict(lr=0.1)]
-    with pytest.raises(RuntimeError):
-        with scaled_lrs(groups, [3.0]):
-            assert groups[0]['lr'] == pytest.approx(0.3)
-            raise RuntimeError('step failed')
-    assert groups[0]['lr'] == 0.1
-
-
-def test_length_mismatch_rejected():
-    with pytest.raises(ValueError, match='2 LR factors for 1 param groups'):
-        scale_lrs([dict(lr=0.1)], [1.0, 2.0])
 
 
 @MODELS.register_module(force=True)
@@ -154,27 +129,23 @@ def test_plain_wrapper_with_accumulation_is_scaled_alike(tmp_path):
 
 
 def test_mmengine_runner_with_accumulation_is_refused(tmp_path):
-    """The toolboxes' tools/train.py builds mmengine's Runner: the AGVM
-    wrapper reads the running config and stops before the first step."""
+    """The toolboxes' tools/train.py builds mmengine's Runner, which scales
+    the LR by loader batch 2 x world size 1 / 8: the AGVM wrapper sees the
+    scaled LRs and stops before the first step."""
     runner = MMEngineRunner.from_cfg(_cfg(tmp_path, auto_scale_lr=AUTO))
     with pytest.raises(ValueError) as err:
         runner.train()
     assert ("accumulative_counts=2, but mmengine's Runner.scale_lr scales "
-            'the LR by loader batch x world size only, 2x too small') in str(
-                err.value)
+            'the LR by loader batch x world size only (it applied x0.25), '
+            '2x too small') in str(err.value)
     assert "Set runner_type='mmext.Runner'" in str(err.value)
     assert runner.iter == 0
 
 
-@pytest.mark.parametrize('auto, counts, info', [
-    (None, 2, None), (dict(enable=False, base_batch_size=8), 2, None),
-    (AUTO, 1, None), (AUTO, 2, {'': 4})])
-def test_auto_scale_lr_check_passes(auto, counts, info):
-    from mmengine.logging import MessageHub
-    hub = MessageHub.get_instance(f'check_auto_scale_lr_{counts}_{info}')
-    if info is not None:
-        hub.update_info(EFFECTIVE_BATCH_INFO, info)
-    check_auto_scale_lr(hub, auto, counts)
+def test_mmengine_runner_without_auto_scale_lr_trains_agvm(tmp_path):
+    runner = MMEngineRunner.from_cfg(_cfg(tmp_path))
+    runner.train()
+    assert runner.iter == 8 and _lrs(runner) == [0.1, 0.1]
 
 
 def _train_and_checkpoint(tmp_path, **kwargs):
@@ -233,6 +204,58 @@ def test_resume_with_other_param_groups(tmp_path):
     assert 'base_constructor, paramwise_cfg' in str(err.value)
 
 
+def test_mmext_runner_resumes_without_the_tools(tmp_path):
+    """mmext.Runner built from a config (the toolboxes' train.py) trusts its
+    own checkpoint loads: torch >= 2.6 would refuse the message hub."""
+    ckpt = _train_and_checkpoint(tmp_path)
+    cfg = _cfg(tmp_path / 'second')
+    cfg.train_cfg.max_epochs = 2
+    cfg.resume, cfg.load_from = True, ckpt
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    assert runner.epoch == 2 and runner.iter == 16
+    # The effective batch is this run's: no warning about loading it.
+    log = open(glob_log(tmp_path / 'second')).read()
+    assert 'resumed epoch: 1, iter: 8' in log
+    assert 'effective_batch_size' not in log
+
+
+def test_registered_resume_guard_runs_before_any_state(tmp_path):
+    ckpt = _train_and_checkpoint(tmp_path)
+    seen = []
+
+    @register_resume_guard
+    def refuse(runner, checkpoint, filename, resume_optimizer):
+        if runner.cfg.get('refuse_resume'):
+            seen.append((checkpoint['meta']['epoch'], filename,
+                         resume_optimizer))
+            raise ValueError('refused, ' + restart_hint(filename))
+
+    runner = _resume(tmp_path, ckpt, refuse_resume=True)
+    with pytest.raises(ValueError, match=re.escape(
+            f'refused, or start from its weights with load_from={ckpt} (no '
+            f'--resume).')):
+        runner.train()
+    assert seen == [(1, ckpt, True)] and runner.iter == 0
+
+
+def test_a_hook_that_remaps_the_schedulers_silences_the_warning(tmp_path):
+    from mmengine.hooks import Hook
+
+    class Remaps(Hook):
+        remaps_param_schedulers = True
+
+    runner = build_runner(_cfg(tmp_path, param_scheduler=[dict(
+        type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
+        end=50)]))
+    runner.register_hook(Remaps())
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        runner.train()
+    assert not [w for w in caught if 'param_scheduler' in str(w.message)]
+
+
 def test_mmext_method_configs_use_mmext_runner():
     import glob
     root = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -245,32 +268,6 @@ def test_mmext_method_configs_use_mmext_runner():
         assert Config.fromfile(path).runner_type == 'mmext.Runner', path
 
 
-def test_stock_i3d_schedule_on_a_short_run():
-    """The I3D recipe's MultiStepLR (end 100, milestones [40, 80]) with
-    max_epochs=2, and a 500-iteration warm-up in a 40-iteration run."""
-    from mmext.runner import unused_scheduler_values
-    schedulers = [
-        dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
-             end=500),
-        dict(type='MultiStepLR', begin=0, end=100, by_epoch=True,
-             milestones=[1, 40, 80], gamma=0.1),
-        dict(type='CosineAnnealingLR', begin=5, by_epoch=True),
-    ]
-    assert unused_scheduler_values(schedulers, 2, 40) == [
-        'param_scheduler LinearLR ends at iteration 500, after the end of '
-        'training (40 iterations): it is cut short (a warm-up never reaches '
-        'its target LR).',
-        'param_scheduler MultiStepLR ends at epoch 100, after the end of '
-        'training (2 epochs): it is cut short (a warm-up never reaches its '
-        'target LR).',
-        'param_scheduler MultiStepLR milestones [40, 80] lie at or after the '
-        'end of training (2 epochs): those LR steps never happen.',
-        'param_scheduler CosineAnnealingLR begins at epoch 5, not before the '
-        'end of training (2 epochs): it never applies.',
-    ]
-    assert unused_scheduler_values(schedulers[1:2], 100, 4000) == []
-
-
 def test_runner_warns_about_a_warm_up_longer_than_the_run(tmp_path):
     runner = build_runner(_cfg(tmp_path, param_scheduler=[dict(
         type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
@@ -281,15 +278,43 @@ def test_runner_warns_about_a_warm_up_longer_than_the_run(tmp_path):
         runner.train()
 
 
-def _finish_and_report(rank, world_size, out_dir):
-    finish_distributed()
-    with open(osp.join(out_dir, f'rank{rank}'), 'w') as f:
-        f.write(str(dist.is_initialized()))
+WARM_UP = [dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0,
+                end=1, convert_to_iter_based=True),
+           dict(type='MultiStepLR', by_epoch=True, milestones=[1])]
+SGD = dict(optimizer=dict(type='SGD', lr=0.1))
 
 
-def test_finish_distributed_destroys_the_process_group(tmp_path):
-    finish_distributed()  # no process group: nothing to do
-    run_gloo_processes(_finish_and_report, 2, (str(tmp_path), ))
-    assert [(tmp_path / f'rank{r}').read_text() for r in range(2)] == [
-        'False', 'False'
-    ]
+def test_resume_onto_another_effective_batch_warns(tmp_path):
+    """The warm-up converted to iterations at effective batch 2 (8
+    iterations per epoch) is resumed as is by mmengine; at batch 4 an epoch
+    has 4 iterations, so it would last 2 epochs."""
+    from mmext.runner import EFFECTIVE_BATCH_KEY
+    ckpt = _train_and_checkpoint(tmp_path, optim_wrapper=SGD,
+                                 param_scheduler=WARM_UP)
+    assert torch.load(ckpt, weights_only=False)['meta'][
+        EFFECTIVE_BATCH_KEY] == {'': 2}
+    loader = dict(_cfg(tmp_path).train_dataloader, batch_size=4)
+    runner = _resume(tmp_path, ckpt, optim_wrapper=SGD,
+                     param_scheduler=WARM_UP, train_dataloader=loader)
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        runner.train()
+    assert [str(w.message) for w in caught if 'effective batch' in str(
+        w.message)] == [
+        f'{ckpt} was trained with effective batch 2 (loader batch x world '
+        'size x accumulative_counts), this run has 4. Its iteration-based '
+        'param schedulers are resumed with the iteration bounds computed for '
+        'that batch: LinearLR iterations [0, 8); an epoch now has another '
+        'number of iterations, so they end elsewhere in the run than the '
+        'config says (a warm-up of one epoch at twice the batch lasts two). '
+        "Resume with the checkpoint's world size, train_dataloader."
+        'batch_size and accumulative_counts, or start from its weights with '
+        f'load_from={ckpt} (no --resume).']
+    # The same effective batch resumes silently.
+    same = _resume(tmp_path / 'same', ckpt, optim_wrapper=SGD,
+                   param_scheduler=WARM_UP)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        same.train()
+    assert not [w for w in caught if 'effective batch' in str(w.message)]

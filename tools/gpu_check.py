@@ -14,13 +14,22 @@ and exits 1 if any line failed:
 4. ``multigrid``: ``tools/train.py`` on the demo video recipe (sub-batch
    BN, precise BN, shape changes);
 5. ``agvm-overhead``: ``tools/benchmark/agvm_overhead.py --device cuda``;
-6. ``mg-speedup-gpu`` / ``agvm-large-batch-gpu``: the GPU modes of the
-   multigrid speed-up and AGVM large-batch benchmarks, if those scripts
-   offer them (``--help``), else "skipped: not supported".
+6. ``mg-speedup-gpu`` / ``mg-project-gpu`` / ``agvm-large-batch-gpu``: the
+   CUDA modes of the multigrid speed-up and AGVM large-batch benchmarks.
 
 Without CUDA it checks its arguments, the tools and that the configs exist
 and parse (the dry run), says in one line that there is no GPU and exits 0.
 ``--dry-run`` does the same on a GPU machine and prints the plan.
+
+``--bundle DIR`` (``tools/gpu_check.sh --bundle DIR`` installs the bundle of
+``tools/gpu_bundle.sh`` into ``--target`` first, mmcv without its compiled
+ops): the table's ``mmcv-ops-build`` line builds mmcv's ops for the present
+GPU in the background while the lines that need no compiled ops run; the
+others (``needs_ops``) run once the ops are built and load, or are skipped
+with the reason if the build fails or would leave them under
+``OPS_RESERVE`` seconds. The budget (default 570 s) then counts from the
+start of the install. The dry run also imports what the check imports and
+lists what waits for the compiled ops.
 """
 import argparse
 import json
@@ -41,17 +50,25 @@ MULTIGRID_CONFIG = ('configs/smoke/'
 SLOWFAST_CONFIG = ('configs/multigrid/slowfast_r50_multigrid_8xb8-8x8x1-'
                    'steplr-239e_kinetics400-rgb.py')
 BUDGET = 8 * 60  # seconds for all lines together
+# With --bundle: the install, the mmcv ops build and the lines, inside the
+# lent machine's 10-minute command limit with a margin to print the table.
+BUNDLE_BUDGET = 570
+# The ops build is stopped when less is left, for the lines that need it.
+OPS_RESERVE = 120
 DEMO_DATA = 'data/demo'
 
 
 class Line(NamedTuple):
     """One check: ``command`` is run; ``check(output, work_dir)`` returns
-    the detail shown in the table, or raises ``CheckFailed``."""
+    the detail shown in the table, or raises ``CheckFailed``. ``needs_ops``:
+    it imports mmcv's compiled ops (mmdet's detectors, or the test modules
+    that do), which a ``--bundle`` run builds first."""
     name: str
     what: str
-    command: Callable[[str], Optional[List[str]]]
+    command: Callable[[str], List[str]]
     check: Callable[[str, str], str]
     timeout: float
+    needs_ops: bool = False
 
 
 class CheckFailed(Exception):
@@ -86,16 +103,20 @@ def check_agvm_scalars(output: str, work_dir: str) -> str:
     """Factors applied at every logged iteration (``agvm_mu``), re-estimates
     (``agvm_d``/``agvm_s`` records) present, everything finite, the factors
     moved away from 1."""
+    from mmext.agvm import SCALAR_FACTOR, SCALAR_VARIANCE
     records = _scalars(work_dir)
     train = [r for r in records if 'loss' in r]
-    estimates = [r for r in records if any('agvm_d/' in k for k in r)]
+    estimates = [r for r in records
+                 if any(k.startswith(f'{SCALAR_VARIANCE}/') for k in r)]
     if not train:
         raise CheckFailed('no training iteration logged')
-    factors = {k: v for k, v in train[-1].items() if 'agvm_mu/' in k}
+    factors = {k: v for k, v in train[-1].items()
+               if k.startswith(f'{SCALAR_FACTOR}/')}
     if not factors:
-        raise CheckFailed('no agvm_mu/* factor logged')
+        raise CheckFailed(f'no {SCALAR_FACTOR}/* factor logged')
     if not estimates:
-        raise CheckFailed('factors never re-estimated (no agvm_d/* logged)')
+        raise CheckFailed(f'factors never re-estimated (no '
+                          f'{SCALAR_VARIANCE}/* logged)')
     values = [v for r in train + estimates for k, v in r.items()
               if k.startswith('agvm_') or k == 'loss']
     if not all(math.isfinite(v) for v in values):
@@ -128,15 +149,20 @@ def check_ranks(output: str, work_dir: str) -> str:
 
 
 def check_multigrid(output: str, work_dir: str) -> str:
-    """Two or more grid shapes, precise BN, a checkpoint, finite losses."""
-    shapes = set(re.findall(r'Multigrid: epoch \d+: batches (\[[^\]]*\]), '
-                            r'T=(\d+)', output))
-    precise = re.findall(r'precise BN over (\d+) batches', output)
+    """Two or more grid shapes, precise BN, a checkpoint, finite losses,
+    from what ``MultigridHook`` writes to the visualizer (scalars.json)."""
+    from mmext.multigrid import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN,
+                                 SCALAR_CROP_SIZE, SCALAR_PRECISE_BN)
+    records = _scalars(work_dir)
+    shapes = {(r[SCALAR_BATCH_SIZE], r[SCALAR_CLIP_LEN], r[SCALAR_CROP_SIZE])
+              for r in records if SCALAR_CROP_SIZE in r}
+    precise = [r[SCALAR_PRECISE_BN] for r in records
+               if SCALAR_PRECISE_BN in r]
     if len(shapes) < 2:
-        raise CheckFailed(f'expected a shape change, saw {shapes}')
-    if not precise:
+        raise CheckFailed(f'expected a shape change, saw {sorted(shapes)}')
+    if not any(precise):
         raise CheckFailed('precise BN did not run')
-    losses = [r['loss'] for r in _scalars(work_dir) if 'loss' in r]
+    losses = [r['loss'] for r in records if 'loss' in r]
     if not losses or not all(math.isfinite(v) for v in losses):
         raise CheckFailed(f'losses {losses}')
     if not any(name.endswith('.pth') for name in os.listdir(work_dir)):
@@ -165,21 +191,11 @@ def _python() -> str:
     return os.environ.get('PYTHON', sys.executable)
 
 
-def _optional_benchmark(script: str, args: Sequence[str],
-                        short: Sequence[Sequence[str]]):
-    """``script args`` if its ``--help`` lists every flag of ``args``, plus
-    each option of ``short`` (e.g. fewer epochs) that it lists too, and
-    ``--work-dir`` if it takes one; None (skipped) otherwise."""
+def _benchmark(script: str, *args: str):
+    """``script args --work-dir <the line's work dir>``."""
 
-    def command(work_dir: str) -> Optional[List[str]]:
-        proc = subprocess.run([_python(), script, '--help'], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
-        flags = set(re.findall(r'--[a-z][a-z-]*', proc.stdout))
-        if proc.returncode or not {a for a in args if a[:2] == '--'} <= flags:
-            return None
-        extra = [arg for option in short + [['--work-dir', work_dir]]
-                 if option[0] in flags for arg in option]
-        return [_python(), script, *args, *extra]
+    def command(work_dir: str) -> List[str]:
+        return [_python(), script, *args, '--work-dir', work_dir]
 
     return command
 
@@ -205,41 +221,37 @@ def _self(*extra: str):
 LINES = [
     Line('cuda-tests', 'pytest -m cuda',
          lambda _: [_python(), '-m', 'pytest', 'tests', '-m', 'cuda', '-q',
-                    '-p', 'no:cacheprovider'], _check_tests, 180),
+                    '-p', 'no:cacheprovider'], _check_tests, 180, True),
     Line('agvm-fp32', f'tools/train.py {AGVM_CONFIG}', _train(AGVM_CONFIG),
-         check_agvm_scalars, 90),
+         check_agvm_scalars, 90, True),
     Line('agvm-amp', f'tools/train.py {AGVM_CONFIG} --amp',
-         _train(AGVM_CONFIG, '--amp'), check_agvm_scalars, 90),
+         _train(AGVM_CONFIG, '--amp'), check_agvm_scalars, 90, True),
     Line('agvm-2proc', f'2 processes of {AGVM_CONFIG}',
-         _self('--agvm-ranks', '2'), check_ranks, 120),
+         _self('--agvm-ranks', '2'), check_ranks, 120, True),
     Line('multigrid', f'tools/train.py {MULTIGRID_CONFIG}',
          _train(MULTIGRID_CONFIG), check_multigrid, 120),
     Line('agvm-overhead', 'tools/benchmark/agvm_overhead.py --device cuda',
          lambda _: [_python(), 'tools/benchmark/agvm_overhead.py', '--device',
                     'cuda', '--steps', '12', '--warmup', '2',
                     '--update-interval', '10', '--nprocs', '1', '2'],
-         check_table, 150),
+         check_table, 150, True),
     Line('mg-speedup-gpu',
          'tools/benchmark/multigrid_speedup.py --synthetic --device cuda',
-         _optional_benchmark('tools/benchmark/multigrid_speedup.py',
-                             ['--synthetic', '--device', 'cuda'],
-                             [['--epochs', '1']]),
+         _benchmark('tools/benchmark/multigrid_speedup.py', '--synthetic',
+                    '--device', 'cuda', '--epochs', '1'),
          check_last_line, 150),
     Line('mg-project-gpu',
          'tools/benchmark/multigrid_speedup.py --project --device cuda '
          '(SlowFast R50 Kinetics-400 schedule)',
-         _optional_benchmark('tools/benchmark/multigrid_speedup.py',
-                             ['--project', '--device', 'cuda', '--config',
-                              SLOWFAST_CONFIG, '--samples-per-rank', '30055'],
-                             [['--project-iters', '2']]),
+         _benchmark('tools/benchmark/multigrid_speedup.py', '--project',
+                    '--device', 'cuda', '--config', SLOWFAST_CONFIG,
+                    '--samples-per-rank', '30055', '--project-iters', '2'),
          check_last_line, 150),
     Line('agvm-large-batch-gpu',
          'tools/benchmark/agvm_large_batch.py --device cuda',
-         _optional_benchmark('tools/benchmark/agvm_large_batch.py',
-                             ['--device', 'cuda'],
-                             [['--epochs', '2'], ['--warmup-epochs', '1'],
-                              ['--seeds', '0']]),
-         check_last_line, 150),
+         _benchmark('tools/benchmark/agvm_large_batch.py', '--device', 'cuda',
+                    '--epochs', '2', '--warmup-epochs', '1', '--seeds', '0'),
+         check_last_line, 150, True),
 ]
 
 
@@ -255,7 +267,7 @@ def agvm_ranks_worker(rank: int, world_size: int, backend: str,
     import torch
     from mmengine.dist import all_gather_object
 
-    from mmext.runner import build_runner, load_run_config
+    from mmext.cli import build_runner, load_run_config
     device = (torch.device('cuda', torch.cuda.current_device())
               if torch.cuda.is_available() else torch.device('cpu'))
     os.environ['LOCAL_RANK'] = str(rank)  # as torchrun; mmengine reads it
@@ -272,7 +284,7 @@ def agvm_ranks_worker(rank: int, world_size: int, backend: str,
         rank=rank, backend=backend, device=str(device),
         factors=wrapper.ema.factors.tolist(),
         num_updates=wrapper.ema.num_updates,
-        hooked=wrapper._halves.attach(runner.model),
+        hooked=wrapper.uses_comm_hook(runner.model),
         param_sum=sum(p.detach().double().sum().item()
                       for p in model.parameters()))
     ranks = all_gather_object(result)
@@ -355,16 +367,13 @@ def run_line(line: Line, work_root: str, deadline: float) -> tuple:
     start = time.monotonic()
     timeout = min(line.timeout, deadline - start)
     if timeout <= 0:
-        return 'FAIL', 0.0, 'not run: the 8-minute budget is used up'
+        return 'FAIL', 0.0, 'not run: the budget is used up'
     command = line.command(work_dir)
-    if command is None:
-        return 'skipped: not supported', time.monotonic() - start, ''
     log_path = osp.join(work_root, f'{line.name}.log')
     try:
         proc = subprocess.run(
             command, cwd=ROOT, capture_output=True, text=True,
-            timeout=timeout,
-            env=dict(os.environ, PYTHONPATH=ROOT))
+            timeout=timeout, env=_env())
     except subprocess.TimeoutExpired as error:
         output = error.stdout or ''  # bytes despite text=True (CPython)
         if isinstance(output, bytes):
@@ -385,6 +394,13 @@ def run_line(line: Line, work_root: str, deadline: float) -> tuple:
         return 'FAIL', seconds, f'{error} (log {log_path})'
 
 
+def _env() -> dict:
+    """The lines' environment: the checkout first on the path (before a
+    ``--bundle`` target that ``PYTHONPATH`` may hold)."""
+    path = [ROOT] + [p for p in [os.environ.get('PYTHONPATH')] if p]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+
+
 def _write(path: str, text: str) -> None:
     with open(path, 'w') as f:
         f.write(text)
@@ -397,6 +413,202 @@ def print_table(rows: Sequence[tuple]) -> None:
     for name, status, seconds, detail in rows:
         print(f'{name:<{width}}  {status:<{status_width}}  {seconds:>6.1f}  '
               f'{detail}')
+
+
+# ------------------------------------------------------- environment row
+def _cudnn_version(version: Optional[int]) -> str:
+    """torch's integer cuDNN version as x.y.z (cuDNN 9: 91900 = 9.19.0,
+    cuDNN 8: 8906 = 8.9.6)."""
+    if not version:
+        return 'none'
+    major, rest = divmod(version, 10000 if version >= 90000 else 1000)
+    return f'{major}.{rest // 100}.{rest % 100}'
+
+
+def _first_line(command: Sequence[str], pattern: str) -> str:
+    """The first match of ``pattern`` in the output of ``command``, or
+    ``n/a`` (no such tool)."""
+    try:
+        out = subprocess.run(command, capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 'n/a'
+    found = re.search(pattern, out)
+    return found.group(1) if found else 'n/a'
+
+
+def environment() -> str:
+    """Python, torch, CUDA, cuDNN, NCCL, the GPUs, the driver and nvcc, as
+    the table's first row records them."""
+    import platform
+
+    import torch
+    parts = [f'python {platform.python_version()}',
+             f'torch {torch.__version__}', f'CUDA {torch.version.cuda}',
+             f'cuDNN {_cudnn_version(torch.backends.cudnn.version())}']
+    try:
+        parts.append('NCCL ' + '.'.join(map(str, torch.cuda.nccl.version())))
+    except (AttributeError, RuntimeError):  # torch built without NCCL
+        parts.append('NCCL none')
+    if torch.cuda.is_available():
+        gpus = [f'{torch.cuda.get_device_name(i)} (capability '
+                f'{".".join(map(str, torch.cuda.get_device_capability(i)))})'
+                for i in range(torch.cuda.device_count())]
+        parts += [f'{gpus.count(gpu)}x {gpu}' for gpu in sorted(set(gpus))]
+    parts.append('driver ' + _first_line(
+        ['nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader'],
+        r'(\S+)'))
+    parts.append('nvcc ' + _first_line(['nvcc', '--version'],
+                                       r'release ([\d.]+)'))
+    return ', '.join(parts)
+
+
+# --------------------------------------------------------- --bundle runs
+def _manifest(bundle: str) -> dict:
+    with open(osp.join(bundle, 'manifest.json')) as f:
+        return json.load(f)
+
+
+def import_report(modules: Sequence[str]) -> dict:
+    """``{module: error}`` of importing each module in a fresh interpreter
+    of the lines (``''``: it imports)."""
+    code = ('import importlib, json, sys, warnings\n'
+            'warnings.simplefilter("ignore")\n'
+            'errors = {}\n'
+            'for name in sys.argv[1:]:\n'
+            '    try:\n'
+            '        importlib.import_module(name)\n'
+            '        errors[name] = ""\n'
+            '    except Exception as error:\n'
+            '        errors[name] = f"{type(error).__name__}: {error}"\n'
+            'print(json.dumps(errors))\n')
+    proc = subprocess.run([_python(), '-c', code, *modules], cwd=ROOT,
+                          capture_output=True, text=True, env=_env(),
+                          timeout=300)
+    if proc.returncode:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ['']
+        return {name: tail[0] for name in modules}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _waits_for_ops(error: str) -> bool:
+    return 'mmcv._ext' in error
+
+
+def check_bundle_imports() -> tuple:
+    """Import what the check imports (``tools/gpu_bundle.CHECK_IMPORTS``
+    and mmext's modules); ``(problems, summary)``: an import that fails for
+    another reason than the missing compiled ops is a problem."""
+    import pkgutil
+
+    import mmext
+    from tools.gpu_bundle import CHECK_IMPORTS
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # walking imports the subpackages
+        modules = [info.name for info in
+                   pkgutil.walk_packages(mmext.__path__, 'mmext.')]
+    errors = import_report([*CHECK_IMPORTS, *modules])
+    waiting = [name for name, error in errors.items()
+               if _waits_for_ops(error)]
+    problems = [f'import {name}: {error}' for name, error in errors.items()
+                if error and not _waits_for_ops(error)]
+    summary = (f'{len(errors) - len(waiting)} of the {len(errors)} modules '
+               f'the check imports load')
+    if waiting:
+        summary += (f', {len(waiting)} wait for mmcv\'s compiled ops: '
+                    f'{", ".join(waiting)}')
+    return problems, summary
+
+
+def install_detail(args) -> str:
+    """What the install row says about the bundle and its target."""
+    manifest = _manifest(args.bundle)
+    stamp = osp.join(args.target, '.bundle-manifest.json')
+    if osp.getmtime(stamp) < args.started_at:
+        return f'reused {args.target} (installed by an earlier call)'
+    wheels = [f for f in manifest['files'] if f['path'].startswith('wheels/')]
+    return (f'{len(wheels)} wheels + {osp.basename(manifest["mmcv_sdist"])} '
+            f'(no compiled ops) into {args.target}')
+
+
+def _ops_row(seconds: float, detail: str,
+             missing: Optional[str] = None) -> tuple:
+    """``(table row, why the op lines cannot run or None)``."""
+    return ('mmcv-ops-build', 'FAIL' if missing else 'pass', seconds,
+            detail), missing
+
+
+def finish_ops_build(build, target: str, build_deadline: float) -> tuple:
+    """Wait for ``build`` (None: the ops were built by an earlier call)
+    until ``build_deadline``, install its ops and check that they load.
+
+    Returns:
+        tuple: The table row, and None if the op lines can run, else why
+        not.
+    """
+    from tools import mmcv_ops
+    if build is not None:
+        code = build.wait(build_deadline - time.monotonic())
+        if code is None:
+            build.stop()
+            why = f'build not finished after {build.seconds:.0f} s'
+            return _ops_row(build.seconds, f'{why}; stopped, {OPS_RESERVE} '
+                            f's before the budget\'s end (log '
+                            f'{build.log_path})', why)
+        if code != 0:
+            why = f'build failed: {build.reason()}'
+            return _ops_row(build.seconds, f'{why} (log {build.log_path})',
+                            why)
+        ext = build.install()
+        seconds, detail = build.seconds, f'{build.describe()}: {ext}'
+    else:
+        seconds, detail = 0.0, f'reused {mmcv_ops.installed_ext(target)}'
+    error = import_report(['mmcv.ops'])['mmcv.ops']
+    if error:
+        why = f'the built ops do not load: {error[:160]}'
+        return _ops_row(seconds, why, why)
+    return _ops_row(seconds, detail)
+
+
+def ops_build(args, work_root: str):
+    """The build of mmcv's CUDA ops for the visible GPUs from the bundle's
+    sdist (not started), or None where an earlier call built them."""
+    from tools import mmcv_ops
+    if mmcv_ops.installed_ext(args.target):
+        return None
+    # Python's headers from the bundle, used only where python3 lacks its.
+    include = osp.join(args.target, '.python-include', 'include')
+    return mmcv_ops.OpsBuild(
+        osp.join(args.bundle, _manifest(args.bundle)['mmcv_sdist']),
+        args.target, osp.join(work_root, 'mmcv-ops'),
+        mmcv_ops.build_env(True, os.cpu_count(),
+                           include if osp.isdir(include) else None))
+
+
+def run_bundle_lines(lines: Sequence[Line], args, work_root: str,
+                     deadline: float) -> List[tuple]:
+    """The install and ops-build rows and the lines' rows of a ``--bundle``
+    run: the ops build runs beside the lines that need no compiled ops; the
+    others run after it, shortest time limit first so that the most fit, or
+    are skipped with the reason."""
+    rows = [('bundle-install', 'pass', args.install_seconds,
+             install_detail(args))]
+    op_lines = [line for line in lines if line.needs_ops]
+    build = ops_build(args, work_root) if op_lines else None
+    if build:
+        build.start()
+    _ensure_demo_data()
+    results = {line.name: run_line(line, work_root, deadline)
+               for line in lines if not line.needs_ops}
+    if op_lines:
+        row, missing = finish_ops_build(build, args.target,
+                                        deadline - OPS_RESERVE)
+        rows.append(row)
+        for line in sorted(op_lines, key=lambda line: line.timeout):
+            results[line.name] = (
+                ('skipped: needs mmcv CUDA ops', 0.0, missing) if missing
+                else run_line(line, work_root, deadline))
+    return rows + [(line.name, *results[line.name]) for line in lines]
 
 
 def parse_args(argv=None):
@@ -412,13 +624,30 @@ def parse_args(argv=None):
                         help='run only these lines (default: all)')
     parser.add_argument('--work-dir', default='work_dirs/gpu_check',
                         help='logs and work dirs of the lines')
-    parser.add_argument('--budget', type=float, default=BUDGET,
-                        help='seconds for all lines (default: 480)')
+    parser.add_argument('--budget', type=float,
+                        help=f'seconds for all lines (default: {BUDGET}); '
+                        f'with --bundle for the whole call, the install '
+                        f'and the ops build included (default: '
+                        f'{BUNDLE_BUDGET})')
+    parser.add_argument('--bundle', metavar='DIR',
+                        help='the bundle of tools/gpu_bundle.sh that '
+                        'tools/gpu_check.sh --bundle installed into '
+                        '--target: build mmcv\'s ops beside the lines')
+    parser.add_argument('--target', metavar='DIR',
+                        help='where the bundle is installed (with --bundle)')
+    parser.add_argument('--started-at', type=float, default=time.time(),
+                        help=argparse.SUPPRESS)  # the call's start (epoch)
     parser.add_argument('--agvm-ranks', type=int, metavar='N',
                         help=argparse.SUPPRESS)  # line agvm-2proc
     args = parser.parse_args(argv)
+    if args.budget is None:
+        args.budget = BUNDLE_BUDGET if args.bundle else BUDGET
     if args.budget <= 0:
         parser.error(f'--budget must be positive, got {args.budget}')
+    if bool(args.bundle) != bool(args.target):
+        parser.error('--bundle and --target go together '
+                     '(tools/gpu_check.sh --bundle DIR passes both)')
+    args.install_seconds = time.time() - args.started_at
     return args
 
 
@@ -434,7 +663,15 @@ def main(argv=None) -> int:
         print('gpu_check: dry run failed:\n  ' + '\n  '.join(problems))
         return 2
     import torch
-    if not torch.cuda.is_available():
+    cuda = torch.cuda.is_available()
+    if args.bundle and (args.dry_run or not cuda):
+        problems, summary = check_bundle_imports()
+        print(f'gpu_check: bundle {args.bundle}: {install_detail(args)}, '
+              f'{args.install_seconds:.1f} s; {summary}.')
+        if problems:
+            print('gpu_check: dry run failed:\n  ' + '\n  '.join(problems))
+            return 2
+    if not cuda:
         print(f'gpu_check: no CUDA device visible to torch, nothing to run '
               f'(dry run OK: {len(lines)} lines, configs parse).')
         return 0
@@ -442,15 +679,27 @@ def main(argv=None) -> int:
         print(f'gpu_check: dry run OK; would run on '
               f'{torch.cuda.device_count()} GPU(s):')
         for line in lines:
-            print(f'  {line.name:<22} {line.what}')
+            after = ' (after the mmcv ops build)' if (
+                args.bundle and line.needs_ops) else ''
+            print(f'  {line.name:<22} {line.what}{after}')
+        if args.bundle:
+            build = ops_build(args, osp.abspath(args.work_dir))
+            print(f'  {"mmcv-ops-build":<22} ' + (
+                build.describe() + ', beside the lines that need no '
+                'compiled ops' if build else 'reused (built by an earlier '
+                'call)'))
         return 0
     work_root = osp.abspath(args.work_dir)
     os.makedirs(work_root, exist_ok=True)
-    deadline = time.monotonic() + args.budget
-    _ensure_demo_data()
-    rows = []
-    for line in lines:
-        rows.append((line.name, *run_line(line, work_root, deadline)))
+    # With --bundle the install, before this process, counts too.
+    deadline = time.monotonic() + args.budget - args.install_seconds
+    rows = [('environment', 'info', 0.0, environment())]
+    if args.bundle:
+        rows += run_bundle_lines(lines, args, work_root, deadline)
+    else:
+        _ensure_demo_data()
+        rows += [(line.name, *run_line(line, work_root, deadline))
+                 for line in lines]
     print_table(rows)
     return 1 if any(row[1] == 'FAIL' for row in rows) else 0
 

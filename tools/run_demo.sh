@@ -2,7 +2,7 @@
 # `make demo`: train mmext's two demo jobs on the embedded demo data (tools/make_demo_data.py)
 # with tools/train.py, then say where their logs and checkpoints went:
 #   video: multigrid training of a small 3D CNN (long + short cycle, sub-batch BN, precise BN);
-#   det:   Faster R-CNN R50-FPN with the AGVM optimizer wrapper (halves = accumulated micro-batches).
+#   det:   Faster R-CNN R18-FPN with the AGVM optimizer wrapper (halves = accumulated micro-batches).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"

@@ -57,27 +57,15 @@ $PIP -q "$SETUPTOOLS"
 
 # The mmaction2 1.2.0 wheel and sdist lack mmaction/models/localizers/drn/, so
 # `import mmaction.models` fails (open-mmlab/mmaction2#2714). The DRN localizer is irrelevant to
-# mmext: install a stub `drn` package whose DRN raises on use, so everything else imports.
-DRN_DIR=$("$PY" -c "import importlib.util as u, os; \
-print(os.path.join(os.path.dirname(u.find_spec('mmaction').origin), 'models', 'localizers', 'drn'))")
-if [ ! -f "$DRN_DIR/drn.py" ]; then
-    mkdir -p "$DRN_DIR"
-    : > "$DRN_DIR/__init__.py"
-    cat > "$DRN_DIR/drn.py" <<'PY'
-# Stub written by mmext's tools/setup_env.sh: the mmaction2 1.2.0 release omits this package
-# (open-mmlab/mmaction2#2714).
-class DRN:
-    def __init__(self, *args, **kwargs):
-        raise ImportError('mmaction2 1.2.0 ships without the DRN localizer '
-                          '(open-mmlab/mmaction2#2714); install mmaction2 from source to use it.')
-PY
-fi
+# mmext: install the stub `drn` package of tools/stubs/ (its DRN raises on use), so everything
+# else imports.
+SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+bash "$ROOT/tools/install_stubs.sh" "$SITE"
 
 $PIP -q --no-build-isolation --no-deps -e "$ROOT"
 # mmengine's get_installed_path() (behind `_base_ = 'mmext::...'`) assumes the package sits in its
 # distribution's folder, which is site-packages; a PEP 660 editable install leaves it in the
 # project. Link it there so mmext/.mim/configs resolves to this checkout's configs/.
-SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 ln -sfn "$ROOT/mmext" "$SITE/mmext"
 
 "$PY" -c "import mmext, mmdet.models, mmaction.models, mmseg.models, mmcv.ops; print('mmext stack OK')"

@@ -68,6 +68,28 @@ def split_groups_by_module(groups: List[Dict],
     return tagged
 
 
+def _reads_key(name: str):
+    """``dict.<name>(key, ...)`` that marks ``key`` as read."""
+    method = getattr(dict, name)
+
+    def read_one(self, key, *args):
+        self.read.add(key)
+        return method(self, key, *args)
+
+    return read_one
+
+
+def _reads_all(name: str):
+    """``dict.<name>(...)`` that marks every key as read."""
+    method = getattr(dict, name)
+
+    def read_all(self, *args):
+        self.read.update(dict.keys(self))
+        return method(self, *args)
+
+    return read_all
+
+
 class _ReadKeys(dict):
     """A ``paramwise_cfg`` that records which keys its reader looked at.
 
@@ -81,48 +103,22 @@ class _ReadKeys(dict):
         super().__init__(*args, **kwargs)
         self.read = set()
 
-    def __getitem__(self, key):
-        self.read.add(key)
-        return super().__getitem__(key)
-
-    def get(self, key, default=None):
-        self.read.add(key)
-        return super().get(key, default)
-
-    def pop(self, key, *default):
-        self.read.add(key)
-        return super().pop(key, *default)
-
-    def setdefault(self, key, default=None):
-        self.read.add(key)
-        return super().setdefault(key, default)
-
-    def _read_all(self):
-        self.read.update(super().keys())
-
-    def __iter__(self):
-        self._read_all()
-        return super().__iter__()
-
-    def keys(self):
-        self._read_all()
-        return super().keys()
-
-    def items(self):
-        self._read_all()
-        return super().items()
-
-    def values(self):
-        self._read_all()
-        return super().values()
+    __getitem__ = _reads_key('__getitem__')
+    get = _reads_key('get')
+    pop = _reads_key('pop')
+    setdefault = _reads_key('setdefault')
+    __iter__ = _reads_all('__iter__')
+    keys = _reads_all('keys')
+    items = _reads_all('items')
+    values = _reads_all('values')
 
     def copy(self):
-        self._read_all()
-        return dict(super().items())
+        self.read.update(dict.keys(self))
+        return dict(dict.items(self))
 
     def __deepcopy__(self, memo):
-        self._read_all()
-        return copy.deepcopy(dict(super().items()), memo)
+        self.read.update(dict.keys(self))
+        return copy.deepcopy(dict(dict.items(self)), memo)
 
 
 def _warn_unmatched_custom_keys(model: nn.Module, paramwise_cfg: dict,

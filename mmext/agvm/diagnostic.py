@@ -25,9 +25,10 @@ from torch import Tensor, nn
 from torch.optim import SGD
 
 from .constructor import split_groups_by_module
-from .exchange import GradientLayout
+from .layout import GradientLayout
 from .modules import assign_parameters, resolve_module_names
-from .statistics import HalfStatistics, gradient_variance, modulation_factors
+from .statistics import (DEFAULT_RATIO_RANGE, HalfStatistics,
+                         gradient_variance, modulation_factors)
 
 __all__ = [
     'VarianceMeasurement', 'module_layout', 'mmengine_loss',
@@ -166,7 +167,7 @@ def measure_gradient_variance(
         half_a: Sequence,
         half_b: Sequence,
         layout: Optional[GradientLayout] = None,
-        ratio_range: Tuple[float, float] = (0.5, 10.0),
+        ratio_range: Tuple[float, float] = DEFAULT_RATIO_RANGE,
         loss_fn: LossFn = mmengine_loss) -> VarianceMeasurement:
     """d_i between the mean gradients of two halves of a batch, per module.
 
@@ -244,7 +245,7 @@ def variance_by_batch_size(
         batch_sizes: Sequence[int],
         repeats: int,
         layout: GradientLayout,
-        ratio_range: Tuple[float, float] = (0.5, 10.0),
+        ratio_range: Tuple[float, float] = DEFAULT_RATIO_RANGE,
         loss_fn: LossFn = mmengine_loss) -> List[Dict]:
     """d_i, d_anchor / d_i and mu_i against the total batch size N.
 

@@ -8,22 +8,36 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from mmengine.dist import get_rank, get_world_size
 from mmengine.logging import print_log
-from mmengine.optim import AmpOptimWrapper, OptimWrapper
+from mmengine.optim import AmpOptimWrapper, BaseOptimWrapper, OptimWrapper
 from mmengine.visualization import Visualizer
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from mmext.compat import optim_wrapper_counts
+from mmext.compat import (drop_logged_scalar, grad_clipping_off,
+                          initial_value, optim_wrapper_counts)
+from mmext.lr_scaling import check_auto_scale_lr, optim_wrappers, scaled_lrs
 from mmext.registry import OPTIM_WRAPPERS
-from mmext.runner import check_auto_scale_lr, running_config, scaled_lrs
-from .exchange import AccumulationHalves, DistributedHalves, GradientLayout
+from mmext.runner import register_resume_guard, restart_hint
+from .exchange import AccumulationHalves, DistributedHalves
+from .layout import GradientLayout, adam_precondition
 from .schedule import AGVMSchedule
-from .statistics import (HalfStatistics, ModulationEMA, gradient_variance,
+from .statistics import (DEFAULT_RATIO_RANGE, HalfStatistics, ModulationEMA,
+                         check_ratio_range, gradient_variance,
                          modulation_factors)
 
-__all__ = ['AGVMOptimWrapper', 'AGVMAmpOptimWrapper']
+__all__ = [
+    'AGVMOptimWrapper', 'AGVMAmpOptimWrapper', 'SCALAR_FACTOR',
+    'SCALAR_VARIANCE', 'SCALAR_ESTIMATE'
+]
 
 STATISTICS = ('grad', 'adam')
+# Logged scalars, one per module (``<prefix>/<module name>``): the factor
+# applied at every optimizer step (through the message hub, so at the
+# logger's interval as ``train/agvm_mu/...``), and, at each re-estimate,
+# d_i and the factor after the update (straight to the visualizer backends).
+SCALAR_FACTOR = 'agvm_mu'
+SCALAR_VARIANCE = 'agvm_d'
+SCALAR_ESTIMATE = 'agvm_s'
 
 
 @OPTIM_WRAPPERS.register_module()
@@ -89,7 +103,7 @@ class AGVMOptimWrapper(OptimWrapper):
                  module_names: Optional[Sequence[str]] = None,
                  update_interval: int = 10,
                  ema_momentum: float = 0.97,
-                 ratio_range: Tuple[float, float] = (0.5, 10.0),
+                 ratio_range: Tuple[float, float] = DEFAULT_RATIO_RANGE,
                  start_iter: int = 0,
                  end_iter: Optional[int] = None,
                  statistic: str = 'grad',
@@ -103,9 +117,7 @@ class AGVMOptimWrapper(OptimWrapper):
                 "constructor='mmext.AGVMOptimWrapperConstructor' (and move "
                 "the recipe's own optim_wrapper.constructor, if any, to "
                 'optim_wrapper.base_constructor)')
-        if len(ratio_range) != 2 or not 0 < ratio_range[0] <= ratio_range[1]:
-            raise ValueError('ratio_range must be (lo, hi) with 0 < lo <= '
-                             f'hi, got {ratio_range}')
+        self.ratio_range = check_ratio_range(ratio_range)
         if statistic not in STATISTICS:
             raise ValueError(f'statistic must be one of {STATISTICS}, got '
                              f'{statistic!r}')
@@ -114,31 +126,27 @@ class AGVMOptimWrapper(OptimWrapper):
                 f"statistic='adam' preconditions with Adam's second moment, "
                 f'which {type(optimizer).__name__} does not keep; use '
                 f"statistic='grad' or an Adam-family optimizer (AdamW)")
-        if clip_grad_window is not None and (
-                len(clip_grad_window) != 2
-                or clip_grad_window[0] >= clip_grad_window[1]):
-            raise ValueError('clip_grad_window must be (begin, end) with '
-                             f'begin < end, got {clip_grad_window}')
+        self.schedule = AGVMSchedule(update_interval, start_iter, end_iter,
+                                     self._counts[1], clip_grad_window)
         if clip_grad_window is not None and not kwargs.get('clip_grad'):
             raise ValueError(
-                f'clip_grad_window={tuple(clip_grad_window)} limits '
+                f'clip_grad_window={self.schedule.clip_grad_window} limits '
                 'clip_grad, which is not set, so it would do nothing; add '
                 'optim_wrapper.clip_grad (e.g. dict(max_norm=1.0)) or remove '
                 'clip_grad_window')
-        self.ratio_range = tuple(ratio_range)
         self.statistic = statistic
-        self.clip_grad_window = clip_grad_window
-        self.schedule = AGVMSchedule(update_interval, start_iter, end_iter,
-                                     self._counts[1])
+        # The LRs as configured, before any runner scaled them
+        # (auto_scale_lr): what the accumulation check compares with.
+        self._configured_lrs = [g['lr'] for g in optimizer.param_groups]
         self.layout = GradientLayout(optimizer, module_names)
         self.module_names = self.layout.module_names
         # Factors are consumed on the host (Python LRs) every step, so they
         # and the logged d_i live there; the M statistics of a re-estimate
-        # cross once (see _update_factors).
+        # cross once (see update_factors).
         self.ema = ModulationEMA(len(self.module_names), ema_momentum)
         self.last_variance = torch.full((len(self.module_names), ),
                                         float('nan'), dtype=torch.float64)
-        self._halves = self._build_halves()
+        self.halves = self._build_halves()
         self._warned_no_takeover = False
 
     @classmethod
@@ -179,10 +187,10 @@ class AGVMOptimWrapper(OptimWrapper):
 
         The train loop calls it once its length is known (after resuming).
         Window values that the run cannot honour warn, naming the value
-        (:meth:`unused_window_values`). An enabled ``auto_scale_lr`` that
-        mmengine's runner applied without ``accumulative_counts`` raises (see
-        :func:`mmext.runner.check_auto_scale_lr`; the running config is read
-        from the message hub, where mmengine's ``RuntimeInfoHook`` puts it).
+        (:meth:`AGVMSchedule.unused_values`). LRs that a runner other than
+        ``mmext.Runner`` scaled (mmengine's ``auto_scale_lr``, which leaves
+        out ``accumulative_counts``) raise
+        (:func:`mmext.lr_scaling.check_auto_scale_lr`).
 
         Args:
             model (nn.Module): The training model.
@@ -190,50 +198,45 @@ class AGVMOptimWrapper(OptimWrapper):
             max_counts (int): Iterations of the run (``max_iters``).
 
         Raises:
-            ValueError: From :func:`mmext.runner.check_auto_scale_lr`.
+            ValueError: From :func:`mmext.lr_scaling.check_auto_scale_lr`.
         """
         super().initialize_count_status(model, init_counts, max_counts)
-        for message in self.unused_window_values(max_counts):
+        for message in self.schedule.unused_values(max_counts):
             warnings.warn(message)
-        cfg = running_config(self.message_hub)
-        if cfg is not None:
-            check_auto_scale_lr(self.message_hub, cfg.get('auto_scale_lr'),
-                                self._counts[1])
+        ratio = self._runner_lr_scale()
+        check_auto_scale_lr(self.message_hub, ratio != 1.0, self._counts[1],
+                            ratio)
 
-    def unused_window_values(self, max_iters: int) -> List[str]:
-        """What of ``start_iter``/``end_iter``/``clip_grad_window`` a run of
-        ``max_iters`` iterations cannot honour, one message per value."""
-        messages = []
-        start, end = self.schedule.start_iter, self.schedule.end_iter
-        if start >= max_iters:
-            messages.append(
-                f'AGVM start_iter={start} is not before the end of training '
-                f'(max_iters={max_iters}), so AGVM never modulates the LR. '
-                f'Lower start_iter (the paper starts after the warm-up) or '
-                f'train longer.')
-        elif end != float('inf') and end > max_iters:
-            messages.append(
-                f'AGVM end_iter={end} lies after the end of training '
-                f'(max_iters={max_iters}); AGVM runs to the end, as with '
-                f'end_iter=None.')
-        if self.clip_grad_window is not None:
-            begin, stop = self.clip_grad_window
-            if begin >= max_iters:
-                messages.append(
-                    f'clip_grad_window={tuple(self.clip_grad_window)} begins '
-                    f'after the end of training (max_iters={max_iters}), so '
-                    f'gradients are never clipped.')
-            elif stop > max_iters:
-                messages.append(
-                    f'clip_grad_window={tuple(self.clip_grad_window)} ends '
-                    f'after the end of training (max_iters={max_iters}); '
-                    f'gradients are clipped to the end.')
-        return messages
+    def _runner_lr_scale(self) -> float:
+        """The factor by which the runner scaled the configured LRs.
+
+        Read off the param groups' LRs before the schedulers acted (the
+        runner scales between building the wrapper and the schedulers);
+        1.0 where nothing scaled them or the groups do not match.
+        """
+        groups = self.optimizer.param_groups
+        # Rounded: groups of different LRs scaled alike differ in the last
+        # bits of their ratio.
+        ratios = {
+            round(initial_value(g, 'lr') / lr, 9)
+            for g, lr in zip(groups, self._configured_lrs) if lr
+        }
+        if len(groups) != len(self._configured_lrs) or len(ratios) != 1:
+            return 1.0
+        ratio = ratios.pop()
+        return 1.0 if abs(ratio - 1.0) < 1e-9 else ratio
 
     @property
     def distributed(self) -> bool:
         """Whether the halves are halves of the ranks."""
-        return isinstance(self._halves, DistributedHalves)
+        return isinstance(self.halves, DistributedHalves)
+
+    def uses_comm_hook(self, model: nn.Module) -> bool:
+        """Whether re-estimation steps of ``model`` are measured in AGVM's
+        DDP communication hook, registered at its first training step (False
+        in one process, before that step, for a model that is not DDP, or
+        whose DDP has another hook: the flat fallback is then used)."""
+        return self.distributed and self.halves.is_hooked(model)
 
     @property
     def factors(self) -> Dict[str, float]:
@@ -266,9 +269,9 @@ class AGVMOptimWrapper(OptimWrapper):
             iteration = self._counts[0]
             if self.distributed:
                 # DDP takes its communication hook before the first backward.
-                self._halves.attach(model)
+                self.halves.attach(model)
             if self.distributed and self._measures(iteration):
-                stack.enter_context(self._halves.measuring(
+                stack.enter_context(self.halves.measuring(
                     model, self.schedule.step_index(iteration)))
             stack.enter_context(super().optim_context(model))
             yield
@@ -283,7 +286,7 @@ class AGVMOptimWrapper(OptimWrapper):
         iteration = self._counts[0]
         super().backward(loss, **kwargs)
         if not self.distributed and self._measures(iteration):
-            self._halves.after_backward(
+            self.halves.after_backward(
                 self.schedule.step_index(iteration),
                 iteration + 1 - self.schedule.window_start(iteration))
 
@@ -295,12 +298,13 @@ class AGVMOptimWrapper(OptimWrapper):
         """
         iteration = self._counts[0] - 1
         if self._measures(iteration):
-            self._update_factors(self.schedule.step_index(iteration))
+            self.update_factors(self.schedule.step_index(iteration))
         active = self.schedule.is_active(iteration)
         applied = self.ema.factors.tolist() if active else [1.0] * len(
             self.module_names)
         for name, factor in zip(self.module_names, applied):
-            self.message_hub.update_scalar(f'train/agvm_mu/{name}', factor)
+            self.message_hub.update_scalar(f'train/{SCALAR_FACTOR}/{name}',
+                                           factor)
         # 'others' (index M) keeps factor 1.
         group_factors = applied + [1.0]
         with ExitStack() as stack:
@@ -309,16 +313,9 @@ class AGVMOptimWrapper(OptimWrapper):
                     group_factors[module]
                     for module in self.layout.group_modules
                 ]))
-            if not self._clips(iteration):
+            if not self.schedule.clips(iteration):
                 stack.enter_context(self._without_clipping())
             super().step(**kwargs)
-
-    def _clips(self, iteration: int) -> bool:
-        """Whether ``clip_grad`` applies at ``iteration``."""
-        if self.clip_grad_window is None:
-            return True
-        begin, end = self.clip_grad_window
-        return begin <= iteration < end
 
     @contextmanager
     def _without_clipping(self):
@@ -327,17 +324,15 @@ class AGVMOptimWrapper(OptimWrapper):
         The message hub keeps the last ``grad_norm`` it was given; once
         clipping stops the key is removed, so no stale norm is logged.
         """
-        clip_kwargs = self.clip_grad_kwargs
-        self.clip_grad_kwargs = {}
-        if clip_kwargs:
-            self.message_hub.log_scalars.pop(f'train/{self.grad_name}', None)
-        try:
+        with grad_clipping_off(self) as was_clipping:
+            if was_clipping:
+                drop_logged_scalar(self.message_hub,
+                                   f'train/{self.grad_name}')
             yield
-        finally:
-            self.clip_grad_kwargs = clip_kwargs
 
-    def _update_factors(self, step: int) -> None:
-        """Measure the halves of ``step`` and update the EMA factors."""
+    def update_factors(self, step: int) -> None:
+        """Measure the halves of optimizer step ``step`` and update the EMA
+        factors (the re-estimate; :meth:`step` calls it when due)."""
         stats = self._collect(step)
         if stats is None:
             return
@@ -352,19 +347,19 @@ class AGVMOptimWrapper(OptimWrapper):
     def _log_estimate(self, step: int, d: Tensor, valid: Tensor) -> None:
         """Write one re-estimate to the visualizer backends.
 
-        ``agvm_d/<module>`` (d_i) and ``agvm_s/<module>`` (the factor after
-        this update) go to ``scalars.json``/TensorBoard at the iteration of
+        ``SCALAR_VARIANCE/<module>`` (d_i) and ``SCALAR_ESTIMATE/<module>``
+        (the factor after this update) go to ``scalars.json``/TensorBoard at the iteration of
         the re-estimate itself. Through the message hub they would only be
         seen every ``logger.interval`` iterations, repeating an estimate
         between re-estimates or skipping some.
         """
         scalars = {
-            f'agvm_d/{name}': value
+            f'{SCALAR_VARIANCE}/{name}': value
             for name, value, ok in zip(self.module_names, d.tolist(),
                                        valid.tolist()) if ok
         }
         scalars.update({
-            f'agvm_s/{name}': factor
+            f'{SCALAR_ESTIMATE}/{name}': factor
             for name, factor in zip(self.module_names,
                                     self.ema.factors.tolist())
         })
@@ -375,7 +370,7 @@ class AGVMOptimWrapper(OptimWrapper):
         visualizer.add_scalars(scalars, step=(step + 1) * self._counts[1])
 
     def _collect(self, step: int) -> Optional[HalfStatistics]:
-        stats = self._halves.measure(step)
+        stats = self.halves.measure(step)
         if stats is None and self.distributed:
             # DDP already averaged the grads (no optim_context around the
             # forward): both halves would look identical.
@@ -390,34 +385,11 @@ class AGVMOptimWrapper(OptimWrapper):
         return stats
 
     def _precondition(self, params: Sequence[Tensor], flat: Tensor) -> Tensor:
-        """Adam mode: g / (sqrt(v) + eps) with the optimizer's v (the
-        reference blends the current g into v first; using the stored v keeps
-        the map linear, identical across ranks, so the norm identity holds).
-
-        Args:
-            params (Sequence[Tensor]): Parameters whose gradients ``flat``
-                concatenates (all of the layout, or one DDP bucket).
-            flat (Tensor): Their gradients, shape (sum of numels,).
-
-        Returns:
-            Tensor: Same shape, dtype and device as ``flat`` (``flat``
-            itself for ``statistic='grad'``).
-        """
+        """The vector whose cosine the statistic measures (see
+        :func:`mmext.agvm.layout.adam_precondition` for ``'adam'``)."""
         if self.statistic == 'grad':
             return flat
-        eps_of = {
-            id(p): group.get('eps', 1e-8)
-            for group in self.optimizer.param_groups for p in group['params']
-        }
-        weights = []
-        for param in params:
-            state = self.optimizer.state.get(param, {})
-            if 'exp_avg_sq' in state:
-                weights.append((state['exp_avg_sq'].sqrt() +
-                                eps_of[id(param)]).reciprocal().reshape(-1))
-            else:
-                weights.append(flat.new_ones(param.numel()))
-        return flat * torch.cat(weights).to(flat.dtype)
+        return adam_precondition(self.optimizer, params, flat)
 
     def state_dict(self) -> dict:
         """The optimizer's state dict plus ``'agvm'``: module names, EMA
@@ -476,6 +448,33 @@ class AGVMOptimWrapper(OptimWrapper):
         self.last_variance = torch.as_tensor(
             agvm['last_variance'], dtype=torch.float64, device='cpu').clone()
         super().load_state_dict(state_dict)
+
+
+@register_resume_guard
+def _agvm_checkpoint_needs_the_wrapper(runner, checkpoint: dict,
+                                       filename: str,
+                                       resume_optimizer: bool) -> None:
+    """Refuse to resume AGVM optimizer state into another wrapper.
+
+    Raises:
+        ValueError: Naming the AGVM wrapper to use, or to start from the
+            weights.
+    """
+    saved = (checkpoint.get('optimizer') or {}) if resume_optimizer else {}
+    if 'param_groups' in saved:
+        saved = {'': saved}
+    for name, wrapper in optim_wrappers(runner.optim_wrapper).items():
+        agvm = (saved.get(name) or {}).get('agvm')
+        if (agvm is not None and isinstance(wrapper, BaseOptimWrapper)
+                and not isinstance(wrapper, AGVMOptimWrapper)):
+            raise ValueError(
+                f'{filename} comes from an AGVM run (module_names '
+                f"{list(agvm['module_names'])}): its optimizer param "
+                f'groups are split by module, which the config\'s '
+                f'{type(wrapper).__name__} cannot map. Resume with that '
+                f"run's AGVM optim_wrapper (type='mmext.AGVMOptimWrapper',"
+                f" constructor='mmext.AGVMOptimWrapperConstructor'), " +
+                restart_hint(filename))
 
 
 @OPTIM_WRAPPERS.register_module()

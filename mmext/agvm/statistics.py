@@ -18,13 +18,36 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    'HalfStatistics', 'half_dot_from_norms', 'gradient_variance',
-    'modulation_factors', 'ModulationEMA', 'split_ranks'
+    'DEFAULT_RATIO_RANGE', 'check_ratio_range', 'HalfStatistics',
+    'half_dot_from_norms', 'gradient_variance', 'modulation_factors',
+    'ModulationEMA', 'split_ranks'
 ]
+
+# Clamp of d_anchor / d_i before the square root (reference ``_agvm_update``:
+# ``clamp(0.5, 10)``).
+DEFAULT_RATIO_RANGE = (0.5, 10.0)
 
 # Below this a gradient variance counts as zero (identical halves): float64
 # cosine of identical vectors is 1 up to ~1e-16.
 _ZERO_VARIANCE = 1e-12
+
+
+def check_ratio_range(ratio_range: Sequence[float]) -> Tuple[float, float]:
+    """Validate a clamp range of d_anchor / d_i.
+
+    Args:
+        ratio_range (Sequence[float]): ``(lo, hi)``.
+
+    Returns:
+        tuple[float, float]: ``(lo, hi)``.
+
+    Raises:
+        ValueError: Unless ``0 < lo <= hi``.
+    """
+    if len(ratio_range) != 2 or not 0 < ratio_range[0] <= ratio_range[1]:
+        raise ValueError('ratio_range must be (lo, hi) with 0 < lo <= '
+                         f'hi, got {ratio_range}')
+    return tuple(ratio_range)
 
 
 class HalfStatistics(NamedTuple):
@@ -86,7 +109,8 @@ def gradient_variance(stats: HalfStatistics) -> Tuple[Tensor, Tensor]:
 
 
 def modulation_factors(d: Tensor, valid: Tensor, anchor: int,
-                       ratio_range: Tuple[float, float]) -> Tensor:
+                       ratio_range: Tuple[float, float] = DEFAULT_RATIO_RANGE
+                       ) -> Tensor:
     """Modulation factors mu_i = sqrt(clamp(d_anchor / d_i, lo, hi)).
 
     Source: paper Sec. 3; reference ``_agvm_update`` (lo=0.5, hi=10; it

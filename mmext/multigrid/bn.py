@@ -27,10 +27,7 @@ import torch
 import torch.nn as nn
 from mmaction.models.common import SubBatchNorm3D
 from mmengine.dist import all_reduce_params
-from torch.nn.modules.batchnorm import _BatchNorm
-from torch.nn.modules.instancenorm import _InstanceNorm
-
-from mmext.compat import batch_norm_xd_type
+from mmext.compat import BatchNormBase, InstanceNormBase, batch_norm_xd_type
 
 __all__ = [
     'SPLITTABLE_BN_TYPES', 'set_sub_bn_splits', 'aggregate_sub_bn_stats',
@@ -65,12 +62,12 @@ def modules_training_in_train_mode(model: nn.Module) -> Set[nn.Module]:
 
 def _has_batch_stats(module: nn.Module) -> bool:
     """Whether ``module`` normalises with statistics over the batch."""
-    if isinstance(module, _BatchNorm):
+    if isinstance(module, BatchNormBase):
         return True
     # Duck-typed for BN layers outside torch's hierarchy (mmcv's MMSyncBN);
     # instance norm keeps running statistics but of single samples.
     buffers = dict(module.named_buffers(recurse=False))
-    return not isinstance(module, _InstanceNorm) and {
+    return not isinstance(module, InstanceNormBase) and {
         'running_mean', 'running_var'} <= set(buffers)
 
 
@@ -119,7 +116,7 @@ def _unsplittable(layers: List[Tuple[str, nn.Module]]) -> List[str]:
     ]
 
 
-def _like(bn: _BatchNorm, num_features: int) -> _BatchNorm:
+def _like(bn: BatchNormBase, num_features: int) -> BatchNormBase:
     """A non-affine BN layer of ``bn``'s kind, device and dtype."""
     stats = bn.running_mean if bn.running_mean is not None else bn.weight
     kwargs = dict(eps=bn.eps, momentum=bn.momentum, affine=False,
@@ -269,7 +266,7 @@ def update_precise_bn(model: nn.Module, batches: Iterable,
     """
     was_training = model.training
     model.train()
-    bns = [m for m in model.modules() if isinstance(m, _BatchNorm)
+    bns = [m for m in model.modules() if isinstance(m, BatchNormBase)
            and m.training and m.track_running_stats]
     if not bns:
         model.train(was_training)

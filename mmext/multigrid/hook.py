@@ -3,30 +3,47 @@ import copy
 import itertools
 import logging
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional
 
 import torch
 from mmengine.dist import all_reduce
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
-from mmengine.optim import BaseOptimWrapper, OptimWrapper
+from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import DATA_SAMPLERS
 from mmengine.runner import EpochBasedTrainLoop, Runner
 
-from mmext.compat import optim_wrapper_counts, set_train_loop_length
+from mmext.compat import reset_to_initial_values, set_train_loop_length
+from mmext.lr_scaling import check_runner_lr_scaling, scale_lrs
 from mmext.registry import HOOKS
-from mmext.runner import check_runner_lr_scaling, scale_lrs
+from mmext.runner import register_resume_guard, restart_hint
 from .bn import (aggregate_sub_bn_stats, set_sub_bn_splits,
                  to_plain_bn_state_dict, update_precise_bn)
 from .data import MultigridDataset, ShortCycleBatchSampler
-from .monitor import DATA_WAIT_THRESHOLD, DataWaitWatch
+from .model_checks import check_run
+from .monitor import DataWaitWatch
+from .options import MultigridOptions
 from .pipeline import resize_pipeline
-from .plan import CHECKPOINT_KEY, MultigridPlan, validate_options
-from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
-                       MultigridStage)
+from .plan import MultigridPlan
+from .report import describe
+from .resume import CHECKPOINT_KEY, check_resume, resume_signature
+from .schedule import MultigridStage
+from .transformers import remove_shape_adapters, shape_adapters
 
-__all__ = ['MultigridHook']
+__all__ = [
+    'MultigridHook', 'SCALAR_BATCH_SIZE', 'SCALAR_CLIP_LEN',
+    'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN'
+]
+
+# Scalars the hook writes to the visualizer backends (scalars.json,
+# TensorBoard) at the iteration they happen: the long-cycle shape (per
+# process) whenever the train loader changes, the batches of each precise
+# BN pass.
+SCALAR_BATCH_SIZE = 'multigrid/batch_size'
+SCALAR_CLIP_LEN = 'multigrid/clip_len'
+SCALAR_CROP_SIZE = 'multigrid/crop_size'
+SCALAR_PRECISE_BN = 'multigrid/precise_bn_batches'
 
 # Seeds of rebuilt loaders differ per stage so augmentations are not replayed.
 _STAGE_SEED_STRIDE = 1009
@@ -116,37 +133,16 @@ class MultigridHook(Hook):
     priority = 'HIGHEST'  # before RuntimeInfoHook logs the LR and before
     # DistSamplerSeedHook calls set_epoch on the loader's sampler.
 
-    def __init__(self,
-                 long_cycle: bool = True,
-                 short_cycle: bool = True,
-                 epoch_factor: float = 1.5,
-                 long_cycle_factors: Sequence[Tuple[float, float]] = (
-                     DEFAULT_LONG_CYCLE_FACTORS),
-                 short_cycle_factors: Sequence[float] = (
-                     DEFAULT_SHORT_CYCLE_FACTORS),
-                 short_cycle_mode: str = 'absolute',
-                 bn_base_size: Optional[int] = 8,
-                 precise_bn_iters: int = 200,
-                 lr_steps: Optional[Sequence[int]] = None,
-                 skip_broken_clips: bool = False,
-                 data_wait_threshold: Optional[float] = DATA_WAIT_THRESHOLD,
-                 data_wait_iters: int = 10):
-        self.options = validate_options(dict(
-            long_cycle=long_cycle,
-            short_cycle=short_cycle,
-            epoch_factor=epoch_factor,
-            long_cycle_factors=[tuple(f) for f in long_cycle_factors],
-            short_cycle_factors=list(short_cycle_factors),
-            short_cycle_mode=short_cycle_mode,
-            bn_base_size=bn_base_size,
-            precise_bn_iters=precise_bn_iters,
-            lr_steps=lr_steps,
-            skip_broken_clips=skip_broken_clips,
-            data_wait_threshold=data_wait_threshold,
-            data_wait_iters=data_wait_iters))
+    # mmext.Runner leaves the scheduler checks to the hook, which moves the
+    # schedulers onto the multigrid axis and checks them there.
+    remaps_param_schedulers = True
+
+    def __init__(self, **options):
+        self.options = MultigridOptions.from_dict(options)
         self.plan: Optional[MultigridPlan] = None
         self._loaded_schedule: Optional[dict] = None
-        self.watch = DataWaitWatch(data_wait_threshold, data_wait_iters)
+        self.watch = DataWaitWatch(self.options.data_wait_threshold,
+                                   self.options.data_wait_iters)
         self._last_iter_end: Optional[float] = None
         self._epoch_start = self._iter_start = 0.0
         self._data_seconds = 0.0
@@ -169,39 +165,23 @@ class MultigridHook(Hook):
                 f'MultigridHook needs an epoch-based train loop, got '
                 f'{type(loop).__name__}. Use train_cfg = dict('
                 f'type="EpochBasedTrainLoop", max_epochs=...).')
-        dl_cfg = runner.cfg.train_dataloader
-        if 'pipeline' not in dl_cfg.dataset:
-            raise ValueError(
-                f'MultigridHook rewrites train_dataloader.dataset.pipeline, '
-                f'but the train dataset '
-                f'({dl_cfg.dataset.get("type", "?")}) has none: dataset '
-                f'wrappers (RepeatDataset, ConcatDataset ...) are not '
-                f'supported. Configure the video dataset and its pipeline '
-                f'directly as train_dataloader.dataset.')
-        self._pipeline = list(dl_cfg.dataset.pipeline)
+        self.plan = MultigridPlan.for_runner(runner, self.options)
+        self._pipeline = list(runner.cfg.train_dataloader.dataset.pipeline)
         self._dataset = loop.dataloader.dataset
-        self.plan = MultigridPlan(
-            self._pipeline, dl_cfg.batch_size, loop.max_epochs,
-            runner.cfg.get('param_scheduler'),
-            samples_per_rank=len(loop.dataloader.sampler),
-            recipe_iters_per_epoch=len(loop.dataloader),
-            world_size=runner.world_size,
-            accumulative_counts=optim_wrapper_counts(runner.optim_wrapper)[1]
-            if isinstance(runner.optim_wrapper, OptimWrapper) else 1,
-            **self.options)
-        self.plan.check(_unwrap(runner.model))
+        model = _unwrap(runner.model)
+        check_run(self.plan, model, self._pipeline)
+        for line in shape_adapters(model):
+            print_log(f'Multigrid: shape adapter: {line}', logger='current')
         set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
         if self.plan.param_scheduler:
             self._rebuild_schedulers(runner)
-        print_log('Multigrid plan:\n' + self.plan.describe(),
+        print_log('Multigrid plan:\n' + describe(self.plan),
                   logger='current')
 
     def _rebuild_schedulers(self, runner) -> None:
         """Replace the runner's schedulers by ones on the multigrid axis."""
         # The first build already applied e.g. LinearLR's start factor.
-        for group in self._param_groups(runner):
-            for key in [k for k in group if k.startswith('initial_')]:
-                group[key[len('initial_'):]] = group[key]
+        reset_to_initial_values(self._param_groups(runner))
         runner.param_schedulers = runner.build_param_scheduler(
             self.plan.scheduler_cfgs())
 
@@ -226,10 +206,14 @@ class MultigridHook(Hook):
             return
         runner.train_loop.dataloader = self.build_loader(runner, stage)
         self._loader_stage = stage
-        if self.options['bn_base_size']:
+        if self.options.bn_base_size:
             set_sub_bn_splits(_unwrap(runner.model),
                               self.plan.sub_bn_splits(stage))
         sizes = self.plan.batch_sizes(stage)
+        runner.visualizer.add_scalars(
+            {SCALAR_BATCH_SIZE: sizes[-1],
+             SCALAR_CLIP_LEN: stage.shape.clip_len,
+             SCALAR_CROP_SIZE: stage.shape.crop_size}, step=runner.iter)
         print_log(
             f'Multigrid: epoch {runner.epoch}: batches {sizes} per process '
             f'(effective {[b * self.plan.batch_multiplier for b in sizes]}), '
@@ -262,7 +246,7 @@ class MultigridHook(Hook):
                 resize_pipeline(self._pipeline, s.clip_len, s.crop_size)
                 for s in shapes
             ],
-            skip_broken_clips=self.options['skip_broken_clips'])
+            skip_broken_clips=self.options.skip_broken_clips)
         cfg = copy.deepcopy(runner.cfg.train_dataloader)
         for key in ('batch_size', 'batch_sampler', 'shuffle', 'drop_last'):
             cfg.pop(key, None)
@@ -280,7 +264,7 @@ class MultigridHook(Hook):
     def after_train_epoch(self, runner) -> None:
         """Count skipped clips; precise BN at the end of each shape."""
         self._report_skipped(runner)
-        iters = self.options['precise_bn_iters']
+        iters = self.options.precise_bn_iters
         if not iters or not self.plan.is_shape_end(runner.epoch):
             return
         stage = self.plan.stage_at(runner.epoch)
@@ -298,10 +282,12 @@ class MultigridHook(Hook):
         print_log(f'Multigrid: precise BN over {n} batches at epoch '
                   f'{runner.epoch} ({time.perf_counter() - start:.1f} s)',
                   logger='current')
+        runner.visualizer.add_scalars({SCALAR_PRECISE_BN: n},
+                                      step=runner.iter)
 
     def _report_skipped(self, runner) -> None:
         """Log the broken clips the epoch skipped (summed over ranks)."""
-        if not self.options['skip_broken_clips']:
+        if not self.options.skip_broken_clips:
             return
         dataset = runner.train_loop.dataloader.dataset
         count = torch.tensor(dataset.skipped_clips)
@@ -323,7 +309,7 @@ class MultigridHook(Hook):
         aggregate_sub_bn_stats(model)
         to_plain_bn_state_dict(model, checkpoint['state_dict'])
         checkpoint.setdefault('meta', {})[CHECKPOINT_KEY] = (
-            self.plan.resume_signature())
+            resume_signature(self.plan))
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         """Remember which multigrid schedule (if any) the checkpoint ran."""
@@ -332,11 +318,14 @@ class MultigridHook(Hook):
     def before_train(self, runner) -> None:
         """A resumed run must continue the checkpoint's schedule."""
         if runner.iter > 0:
-            self.plan.check_resume(self._loaded_schedule)
+            check_resume(self.plan, self._loaded_schedule, runner.epoch,
+                         runner.iter)
 
     def after_train(self, runner) -> None:
-        """Leave the recipe's plain BN modules in the trained model."""
+        """Leave the recipe's plain BN modules (and no shape adapters) in
+        the trained model."""
         set_sub_bn_splits(_unwrap(runner.model), 1)
+        remove_shape_adapters(_unwrap(runner.model))
 
     # ------------------------------------------------------------ iterations
     def before_train_iter(self, runner, batch_idx: int,
@@ -361,3 +350,23 @@ class MultigridHook(Hook):
                 self._data_seconds, self._last_iter_end - self._iter_start):
             print_log(message, logger='current', level=level)
 
+
+
+@register_resume_guard
+def _multigrid_checkpoint_needs_the_hook(runner, checkpoint: dict,
+                                         filename: str,
+                                         resume_optimizer: bool) -> None:
+    """Refuse to resume a multigrid checkpoint without ``MultigridHook``.
+
+    Raises:
+        ValueError: Naming the hook to add, or to start from the weights.
+    """
+    schedule = checkpoint.get('meta', {}).get(CHECKPOINT_KEY)
+    if schedule is not None and not any(
+            isinstance(hook, MultigridHook) for hook in runner.hooks):
+        raise ValueError(
+            f'{filename} comes from a multigrid run: its epochs (of '
+            f"{schedule['max_epochs']}) and param scheduler states are on "
+            f"the multigrid schedule, not on the recipe's. Resume with that "
+            f"run's mmext.MultigridHook in custom_hooks, " +
+            restart_hint(filename))

@@ -1,12 +1,20 @@
-"""Move a recipe's ``param_scheduler`` configs onto the multigrid epoch axis."""
+"""A recipe's ``param_scheduler`` on the multigrid epoch axis.
+
+Reading its LR stages (:func:`find_lr_steps`), moving the scheduler configs
+onto the multigrid axis (:func:`remap_param_schedulers`), and naming what of
+them a multigrid run cannot honour (:func:`dropped_recipe_values`). Configs
+only, no runner.
+"""
 import copy
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
-__all__ = ['STEP_TYPES', 'find_lr_steps', 'remap_param_schedulers']
+from mmext.compat import SCHEDULER_INF as INF
+from mmext.scheduler_checks import STEP_TYPES, WARMUP_TYPES
 
-INF = 1000000000  # mmengine's default ``end`` of a scheduler
-# Schedulers whose epoch milestones are the recipe's LR stages.
-STEP_TYPES = ('MultiStepLR', 'MultiStepParamScheduler')
+__all__ = [
+    'STEP_TYPES', 'find_lr_steps', 'remap_param_schedulers',
+    'dropped_recipe_values'
+]
 
 
 def find_lr_steps(schedulers: Sequence[dict],
@@ -77,3 +85,102 @@ def remap_param_schedulers(schedulers: Sequence[dict],
         cfg['by_epoch'] = not to_iters
         out.append(cfg)
     return out
+
+
+def _recipe_epochs_of(scheduler: dict, value: float,
+                      recipe_iters_per_epoch: Optional[int]
+                      ) -> Optional[float]:
+    """A scheduler bound in recipe epochs (None if unknown)."""
+    if scheduler.get('by_epoch', True):
+        return value
+    if not recipe_iters_per_epoch:
+        return None
+    return value / recipe_iters_per_epoch
+
+
+def dropped_recipe_values(schedulers: Sequence[dict],
+                          recipe_epochs: int,
+                          lr_steps: Sequence[int],
+                          explicit_lr_steps: bool = False,
+                          recipe_iters_per_epoch: Optional[int] = None
+                          ) -> List[str]:
+    """Messages about recipe values a multigrid run cannot honour.
+
+    * ``MultiStepLR`` milestones outside ``(0, max_epochs)`` are not LR
+      stages of the run; an iteration-based ``MultiStepLR`` gives no LR
+      stages (one long cycle over the whole run);
+    * an LR scheduler that begins after the run never acts, and one
+      (other than a step schedule) that ends after it, e.g. a warm-up or
+      cosine longer than the run, is cut before its final value;
+    * a warm-up (``LinearLR``/``ConstantLR``) longer than the first LR
+      stage covers the whole first long cycle.
+
+    Args:
+        schedulers (Sequence[dict]): The recipe's ``param_scheduler``.
+        recipe_epochs (int): The recipe's ``train_cfg.max_epochs``.
+        lr_steps (Sequence[int]): The run's LR stage starts (recipe epochs).
+        explicit_lr_steps (bool): Whether ``lr_steps`` was given as the
+            hook's option (step schedules then do not define the stages).
+        recipe_iters_per_epoch (int, optional): Iterations per epoch of the
+            recipe's loader; iteration-based bounds are checked only with
+            it.
+
+    Returns:
+        list[str]: One message per value.
+    """
+    messages = []
+    stage_end = lr_steps[1]
+    for s in schedulers:
+        if s.get('param_name', 'lr') != 'lr':
+            continue
+        kind = s['type'].split('.')[-1]
+        if kind in STEP_TYPES and not explicit_lr_steps:
+            messages += _step_warnings(s, kind, recipe_epochs, lr_steps)
+            continue
+        begin = _recipe_epochs_of(s, s.get('begin', 0),
+                                  recipe_iters_per_epoch)
+        end = _recipe_epochs_of(s, s.get('end', INF), recipe_iters_per_epoch)
+        warmup = kind in WARMUP_TYPES and s.get('begin', 0) == 0
+        name = f'The {kind} warm-up' if warmup else kind
+        if begin is not None and begin >= recipe_epochs:
+            messages.append(
+                f'{kind} begins at recipe epoch {begin:g}, not before '
+                f'the end of the recipe\'s {recipe_epochs} epochs, '
+                f'so it never acts. Move its begin or raise '
+                f'train_cfg.max_epochs.')
+        elif end is not None and s.get('end', INF) != INF and (
+                end > recipe_epochs):
+            messages.append(
+                f'{name} ends at recipe epoch {end:g}, after the '
+                f'recipe\'s {recipe_epochs} epochs: it is cut at '
+                f'the end of the run and never reaches its final value. '
+                f'Shorten it (end) or raise train_cfg.max_epochs.')
+        elif warmup and end is not None and end > stage_end:
+            messages.append(
+                f'{name} ends at recipe epoch {end:g}, after '
+                f'the first LR stage [0, {stage_end}): the whole first '
+                f'long cycle trains in warm-up. Shorten the warm-up or '
+                f'check the MultiStepLR milestones.')
+    return messages
+
+
+def _step_warnings(scheduler: dict, kind: str, recipe_epochs: int,
+                   lr_steps: Sequence[int]) -> List[str]:
+    """Milestones of a step schedule that are not multigrid LR stages."""
+    milestones = list(scheduler.get('milestones', []))
+    if not scheduler.get('by_epoch', True):
+        return [
+            f'{kind} with by_epoch=False: its iteration milestones '
+            f'{milestones} do not make multigrid LR stages, so the long '
+            f'cycle runs once over the whole run (LR stages start at '
+            f'{list(lr_steps)}). Use an epoch-based {kind} or the '
+            f'hook\'s lr_steps.'
+        ]
+    dropped = [m for m in milestones if not 0 < m < recipe_epochs]
+    if not dropped:
+        return []
+    return [
+        f'{kind} milestones {dropped} lie outside the recipe\'s '
+        f'{recipe_epochs} epochs, so they are not LR stages of the '
+        f'multigrid schedule (LR stages start at {list(lr_steps)}).'
+    ]

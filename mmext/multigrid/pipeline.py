@@ -1,6 +1,7 @@
 """Read and rewrite the grid shape ``(T, S)`` of an mmaction2 train pipeline.
 
-``T`` is ``SampleFrames.clip_len``; ``S`` is the size fixed by the last
+``T`` is ``SampleFrames.clip_len`` (or ``UniformSample.clip_len``, which
+spreads ``T`` frames over the whole video at any ``T``); ``S`` is the size fixed by the last
 spatial transform (``Resize(scale=(S, S), keep_ratio=False)``, or a
 ``CenterCrop``/``RandomCrop``/``MultiScaleCrop`` of size ``S``). Pipelines are
 rewritten as edited copies of their config, never by mutating transforms.
@@ -16,6 +17,8 @@ _FIXED_SIZE_KEYS = {
     'RandomCrop': 'size',
     'MultiScaleCrop': 'input_size',
 }
+# Frame samplers whose clip_len is T.
+_SAMPLERS = ('SampleFrames', 'UniformSample')
 # Transforms whose output size is data dependent.
 _VARIABLE_SIZE = ('RandomResizedCrop', 'Resize', 'RandomRescale',
                   'ThreeCrop', 'TenCrop')
@@ -75,16 +78,16 @@ def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
         (pixels).
 
     Raises:
-        ValueError: Without exactly one ``SampleFrames`` or without a final
-            fixed-size square crop.
+        ValueError: Without exactly one ``SampleFrames``/``UniformSample``
+            or without a final fixed-size square crop.
     """
-    samplers = [t for t in pipeline if _type(t) == 'SampleFrames']
+    samplers = [t for t in pipeline if _type(t) in _SAMPLERS]
     if len(samplers) != 1:
         raise ValueError(
             f'Multigrid needs exactly one SampleFrames(clip_len=T, '
-            f'frame_interval=...) in the train pipeline to change the clip '
-            f'length T; found {len(samplers)}. Use SampleFrames instead of '
-            f'e.g. UniformSample/DenseSampleFrames.')
+            f'frame_interval=...) or UniformSample(clip_len=T) in the train '
+            f'pipeline to change the clip length T; found {len(samplers)}. '
+            f'Use one of them instead of e.g. DenseSampleFrames.')
     _, side = _final_crop_index(pipeline)
     return (int(samplers[0]['clip_len']),
             int(samplers[0].get('frame_interval', 1)), side)
@@ -94,8 +97,9 @@ def resize_pipeline(pipeline: List[dict], clip_len: int,
                     crop_size: int) -> List[dict]:
     """Copy of ``pipeline`` producing clips of ``clip_len`` x ``crop_size``.
 
-    The temporal span is kept: ``frame_interval`` grows by ``T0 / T``
-    (paper Sec. 3.1; PySlowFast ``LONG_CYCLE_SAMPLING_RATE``). Every size
+    The temporal span is kept: ``SampleFrames.frame_interval`` grows by
+    ``T0 / T`` (paper Sec. 3.1; PySlowFast ``LONG_CYCLE_SAMPLING_RATE``);
+    ``UniformSample`` covers the whole video at any ``clip_len``. Every size
     before the final crop (short-side ``Resize``, crop sizes) scales by
     ``S / S0`` as PySlowFast scales its jitter range, so small shapes also
     decode and augment at lower resolution.
@@ -121,6 +125,8 @@ def resize_pipeline(pipeline: List[dict], clip_len: int,
             t['clip_len'] = clip_len
             t['frame_interval'] = max(1, int(round(interval * base_t /
                                                    clip_len)))
+        elif name == 'UniformSample':
+            t['clip_len'] = clip_len
         elif i == final:
             key = 'scale' if name == 'Resize' else _FIXED_SIZE_KEYS[name]
             t[key] = (crop_size, crop_size) if key == 'scale' else crop_size

@@ -178,16 +178,18 @@ def build_multigrid_schedule(
         list[MultigridStage]: Stages in order, contiguous from epoch 0;
         stages rounded to zero epochs are dropped.
 
+    The options are as :class:`mmext.multigrid.MultigridOptions` checks
+    them (types, ranges, factor order); what depends on the recipe is
+    checked here.
+
     Raises:
-        ValueError: If neither cycle is on, ``lr_steps`` does not start at 0,
-            is not increasing or exceeds ``max_epochs``, a factor or
-            ``epoch_factor`` is out of range, ``short_cycle_mode`` is unknown,
-            or the rounded schedule has no epoch at the base shape.
+        ValueError: If ``lr_steps`` does not start at 0, is not increasing
+            or exceeds ``max_epochs``, a factor gives a shape of no frame or
+            pixel, ``short_cycle_mode`` is unknown (from
+            :func:`short_cycle_shapes`), or the rounded schedule has no epoch
+            at the base shape.
     """
-    if not (long_cycle or short_cycle):
-        raise ValueError('Multigrid needs long_cycle or short_cycle (or both)')
-    _check_factors(base_t, base_s, long_cycle_factors, short_cycle_factors,
-                   epoch_factor, short_cycle_mode)
+    _check_factors(base_t, base_s, long_cycle_factors, short_cycle_factors)
     steps = list(lr_steps)
     if (not steps or steps[0] != 0 or any(b <= a for a, b in zip(
             steps, steps[1:])) or steps[-1] > max_epochs):
@@ -254,28 +256,20 @@ def build_multigrid_schedule(
 
 def _check_factors(base_t: int, base_s: int,
                    long_cycle_factors: Sequence[Tuple[float, float]],
-                   short_cycle_factors: Sequence[float], epoch_factor: float,
-                   short_cycle_mode: str) -> None:
-    """Raise ``ValueError`` naming the option a schedule cannot be built from.
-    """
-    if not epoch_factor > 0:
-        raise ValueError(f'epoch_factor must be > 0, got {epoch_factor}')
-    if short_cycle_mode not in SHORT_CYCLE_MODES:
-        raise ValueError(f'short_cycle_mode must be one of '
-                         f'{SHORT_CYCLE_MODES}, got {short_cycle_mode!r}')
-    if not long_cycle_factors:
-        raise ValueError('long_cycle_factors must list at least one (t, s)')
+                   short_cycle_factors: Sequence[float]) -> None:
+    """Raise ``ValueError`` for factors that round a shape of this recipe to
+    no frame or pixel (their ranges and order are checked by
+    :class:`mmext.multigrid.MultigridOptions`)."""
     for t, s in long_cycle_factors:
-        if not (0 < t <= 1 and 0 < s <= 1 and round(base_t * t) >= 1
-                and round(base_s * s) >= 1):
+        if round(base_t * t) < 1 or round(base_s * s) < 1:
             raise ValueError(
-                f'long_cycle_factors entry {(t, s)}: t and s must be in '
-                f'(0, 1] and give at least 1 frame and 1 pixel of the base '
-                f'(T, S) = ({base_t}, {base_s})')
-    if not short_cycle_factors or not all(
-            0 < f < 1 and round(base_s * f) >= 1 for f in short_cycle_factors):
-        raise ValueError(f'short_cycle_factors must be factors in (0, 1) of '
-                         f'the crop size, got {list(short_cycle_factors)}')
+                f'long_cycle_factors entry {(t, s)} gives no frame or pixel '
+                f'of the base (T, S) = ({base_t}, {base_s}): each needs at '
+                f'least 1 frame and 1 pixel')
+    small = [f for f in short_cycle_factors if round(base_s * f) < 1]
+    if small:
+        raise ValueError(f'short_cycle_factors {small} give crops of 0 '
+                         f'pixels of the base crop size {base_s}')
 
 
 def stage_at_epoch(stages: Sequence[MultigridStage],

@@ -12,7 +12,7 @@ from mmengine.model import BaseModel
 from torch import nn
 
 from mmext.agvm import (measure_gradient_variance, module_layout, summarize,
-                       variance_by_batch_size)
+                        variance_by_batch_size)
 from mmext.agvm.diagnostic import _accumulate_half
 
 SQRT_HALF = math.sqrt(0.5)

@@ -1,3 +1,5 @@
+"""mmext.agvm.statistics: gradient variance, modulation factors and their
+EMA against hand-computed values."""
 import math
 
 import pytest

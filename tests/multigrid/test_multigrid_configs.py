@@ -3,16 +3,16 @@ import glob
 import os.path as osp
 
 import pytest
+from mg_helpers import ROOT
 from mmaction.registry import MODELS
 from mmengine.config import Config
 
 import mmext  # noqa: F401
-from mmext.multigrid.plan import check_clip_lengths
 from mmext.multigrid import build_multigrid_schedule
 from mmext.multigrid.lr import find_lr_steps
+from mmext.multigrid.model_checks import check_clip_lengths
 from mmext.multigrid.pipeline import parse_grid_shape
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'multigrid', '*.py')) +
                  glob.glob(osp.join(ROOT, 'configs', 'demo', '*multigrid*')))
 

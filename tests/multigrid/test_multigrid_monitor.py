@@ -1,11 +1,9 @@
-"""Data-wait share, verdict and the once-per-run data-bound warning."""
+"""mmext.multigrid.monitor: data-wait share, verdict and the once-per-run
+data-bound warning."""
 import logging
 
-import pytest
-
-from mmext.multigrid.monitor import (DataWaitWatch, bound_by,
-                                     data_wait_share, data_wait_warning)
-from mmext.multigrid.plan import validate_options
+from mmext.multigrid.monitor import (DataWaitWatch, bound_by, data_wait_share,
+                                     data_wait_warning)
 
 
 def test_share_and_verdict():
@@ -73,20 +71,5 @@ def test_watch_disabled_and_short_stage():
     assert _feed(watch, [(9.0, 1.0)] * 5) == []
 
 
-@pytest.mark.parametrize('options, match', [
-    (dict(data_wait_threshold=1.5), 'data_wait_threshold must be a share'),
-    (dict(data_wait_threshold=-0.1), 'data_wait_threshold must be a share'),
-    (dict(data_wait_iters=0), 'data_wait_iters must be an int >= 1'),
-    (dict(data_wait_iters=2.5), 'data_wait_iters must be an int >= 1'),
-])
-def test_bad_watch_options(options, match):
-    with pytest.raises(ValueError, match=match):
-        validate_options(options)
 
 
-def test_watch_options_defaults():
-    options = validate_options({})
-    assert options['data_wait_threshold'] == 0.2
-    assert options['data_wait_iters'] == 10
-    assert validate_options(dict(data_wait_threshold=None))[
-        'data_wait_threshold'] is None

@@ -101,40 +101,30 @@ def test_ranks_check(tmp_path):
 
 
 def test_multigrid_check(tmp_path):
-    output = '\n'.join([
-        'Multigrid: epoch 0: batches [32, 16], T=8, crops [28, 40], 3 iters',
-        'Multigrid: precise BN over 4 batches at epoch 1',
-        'Multigrid: epoch 2: batches [16, 8], T=16, crops [28, 56], 6 iters',
-    ])
-    _write_scalars(tmp_path, [{'loss': 1.4}, {'loss': 1.25}])
+    """Read from the hook's scalars: two shapes, one precise BN pass."""
+    from mmext.multigrid import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN,
+                                 SCALAR_CROP_SIZE, SCALAR_PRECISE_BN)
+    first = {SCALAR_BATCH_SIZE: 16, SCALAR_CLIP_LEN: 8, SCALAR_CROP_SIZE: 40,
+             'step': 0}
+    second = {SCALAR_BATCH_SIZE: 4, SCALAR_CLIP_LEN: 16,
+              SCALAR_CROP_SIZE: 56, 'step': 9}
+    records = [first, {'loss': 1.4}, {SCALAR_PRECISE_BN: 4, 'step': 9},
+               second, {'loss': 1.25}]
+    _write_scalars(tmp_path, records)
     (tmp_path / 'epoch_2.pth').write_text('')
-    assert gpu_check.check_multigrid(output, str(tmp_path)) == (
+    assert gpu_check.check_multigrid('', str(tmp_path)) == (
         '2 shapes, precise BN x1, 2 iterations, last loss 1.250')
+    _write_scalars(tmp_path / 'one', records[:3])
     with pytest.raises(gpu_check.CheckFailed, match='shape change'):
-        gpu_check.check_multigrid(output.splitlines()[0], str(tmp_path))
+        gpu_check.check_multigrid('', str(tmp_path / 'one'))
 
 
-def _script(tmp_path, flags):
-    """A benchmark stand-in whose --help lists ``flags``."""
-    path = tmp_path / 'bench.py'
-    adds = ''.join(f'p.add_argument({flag!r})\n' for flag in flags)
-    path.write_text('import argparse\np = argparse.ArgumentParser()\n'
-                    f'{adds}p.parse_args()\n')
-    return str(path)
-
-
-def test_optional_benchmarks_run_only_when_supported(tmp_path):
-    script = _script(tmp_path, ['--device', '--epochs', '--work-dir'])
-    command = gpu_check._optional_benchmark(
-        script, ['--device', 'cuda'], [['--epochs', '1'], ['--seeds', '0']])
-    assert command('WD')[1:] == [script, '--device', 'cuda', '--epochs', '1',
-                                 '--work-dir', 'WD']
-    unsupported = gpu_check._optional_benchmark(
-        script, ['--synthetic', '--device', 'cuda'], [])
-    line = gpu_check.Line('speedup', '', unsupported,
-                          gpu_check.check_last_line, 60)
-    status, _, detail = gpu_check.run_line(line, str(tmp_path), 1e12)
-    assert (status, detail) == ('skipped: not supported', '')
+def test_benchmark_lines_pass_their_arguments_and_work_dir():
+    line = {line.name: line for line in gpu_check.LINES}['mg-project-gpu']
+    assert line.command('WD')[1:] == [
+        'tools/benchmark/multigrid_speedup.py', '--project', '--device',
+        'cuda', '--config', gpu_check.SLOWFAST_CONFIG, '--samples-per-rank',
+        '30055', '--project-iters', '2', '--work-dir', 'WD']
 
 
 def _line(name, code, timeout=60):
@@ -153,14 +143,17 @@ def test_table_and_exit_code(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(gpu_check, '_ensure_demo_data', lambda: None)
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     assert gpu_check.main(['--work-dir', str(tmp_path)]) == 1
-    rows = capsys.readouterr().out.splitlines()
-    assert rows[0].split() == ['line', 'result', 's', 'detail']
-    assert rows[1].split()[:2] == ['good', 'pass']
-    assert rows[1].endswith('1 process 0.10 0.11 1.010')
-    assert rows[2].split()[:2] == ['bad', 'FAIL']
-    assert 'exit 3: boom' in rows[2]
-    assert rows[3].split()[:2] == ['slow', 'FAIL']
-    assert 'timed out after 1 s' in rows[3]
+    header, environment, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ['line', 'result', 's', 'detail']
+    assert environment.split()[:2] == ['environment', 'info']
+    assert f'torch {torch.__version__}, CUDA {torch.version.cuda}' in (
+        environment)
+    assert rows[0].split()[:2] == ['good', 'pass']
+    assert rows[0].endswith('1 process 0.10 0.11 1.010')
+    assert rows[1].split()[:2] == ['bad', 'FAIL']
+    assert 'exit 3: boom' in rows[1]
+    assert rows[2].split()[:2] == ['slow', 'FAIL']
+    assert 'timed out after 1 s' in rows[2]
     assert os.path.exists(tmp_path / 'bad.log')
     with pytest.raises(gpu_check.CheckFailed, match='no result row'):
         gpu_check.check_table('setting  plain s/step\n', str(tmp_path))

@@ -1,3 +1,4 @@
+"""tools/make_demo_data.py: the generated video and detection sets."""
 import json
 import os.path as osp
 import sys

@@ -17,7 +17,6 @@ step is taken; the model is left unchanged. Memory: one micro-batch's
 training step plus one gradient copy.
 """
 import argparse
-import inspect
 import json
 import math
 import os.path as osp
@@ -31,7 +30,7 @@ from mmengine.runner import Runner, load_checkpoint
 from mmengine.runner.utils import set_random_seed
 
 import mmext  # noqa: F401
-from mmext.agvm import (AGVMOptimWrapper, module_layout,
+from mmext.agvm import (DEFAULT_RATIO_RANGE, module_layout,
                         variance_by_batch_size)
 from mmext.compat import trusted_checkpoint_loading
 
@@ -194,8 +193,7 @@ def main():
         init_default_scope(cfg.default_scope)
     check_data(cfg, args.config)
     optim_cfg = cfg.get('optim_wrapper', {})
-    ratio_range = tuple(optim_cfg.get('ratio_range') or inspect.signature(
-        AGVMOptimWrapper).parameters['ratio_range'].default)
+    ratio_range = tuple(optim_cfg.get('ratio_range') or DEFAULT_RATIO_RANGE)
     if optim_cfg.get('statistic', 'grad') != 'grad':
         print(f"note: the config's AGVM measures statistic="
               f"{optim_cfg['statistic']!r}; this tool measures the raw "

@@ -10,9 +10,16 @@ hook itself trains from. Iteration counts are exact when the number of
 training clips is known (``--dataset`` builds the config's train dataset and
 counts it; ``--num-samples`` gives it), and marked as estimates otherwise.
 The recognizer is built (no weights) so that the tool runs every check the
-hook runs before training (:meth:`MultigridPlan.check`): warnings about
-recipe values the schedule cannot honour, and errors (exit status 1) for clip
-lengths the backbone cannot take or BN layers sub-batch BN cannot split.
+hook runs before training (:func:`mmext.multigrid.model_checks.check_run`):
+warnings about recipe values the schedule cannot honour and final feature
+maps below 2x2, the shape adapters of video transformers (``shape adapter:``
+lines; ``--json``: ``shape_adapters``), and errors for planned shapes the
+model's forward pass refuses (every shape is tried, on the ``meta`` device),
+clip lengths the backbone cannot take or BN layers sub-batch BN cannot split.
+
+Every refusal, whatever its source (the config file, ``--cfg-options``, the
+train dataset, the model, the plan, the checks, ``--plot``), prints
+``error: <message>`` on stderr and exits with status 1.
 """
 import argparse
 import json
@@ -24,8 +31,9 @@ import warnings
 from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 
-import mmext  # noqa: F401  (``mmext::`` config prefix)
-from mmext.multigrid import MultigridPlan
+from mmext.multigrid import MultigridPlan, describe, summary
+from mmext.multigrid.model_checks import check_run
+from mmext.multigrid.transformers import shape_adapters
 
 
 def parse_args():
@@ -110,56 +118,116 @@ def plot(plan: MultigridPlan, title: str, out: str) -> None:
     fig.savefig(out, dpi=120)
 
 
-def main():
-    args = parse_args()
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    init_default_scope(cfg.get('default_scope', 'mmaction'))
-    num_clips = count_clips(cfg) if args.dataset else args.num_samples
-    per_rank = (None if num_clips is None else math.ceil(
-        num_clips / args.world_size))
-    model = None
-    if not args.no_model_check:
-        from mmengine.registry import MODELS
-        model = MODELS.build(cfg.model)
+def refuse(message: str, caught=()) -> None:
+    """Print the warnings given so far and exit 1 with ``error: message``."""
+    for w in caught:
+        print(f'warning: {w.message}', file=sys.stderr)
+    sys.exit(f'error: {message}')
+
+
+def _failure(error: Exception) -> str:
+    return f'{type(error).__name__}: {error}'
+
+
+def load_config(args) -> Config:
+    """The config with ``--cfg-options`` merged; refuses on any error."""
+    try:
+        cfg = Config.fromfile(args.config)
+        if args.cfg_options:
+            cfg.merge_from_dict(args.cfg_options)
+    except Exception as error:  # noqa: B902 any load error is reported
+        options = ' with its --cfg-options' if args.cfg_options else ''
+        refuse(f'cannot read the config {args.config}{options}: '
+               f'{_failure(error)}')
+    return cfg
+
+
+def clips_per_rank(cfg: Config, args):
+    """Clips per process (``--dataset``/``--num-samples``), or None."""
+    for name in ('world_size', 'num_samples'):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            refuse(f'--{name.replace("_", "-")} must be at least 1, got '
+                   f'{value}')
+    num_clips = args.num_samples
+    if args.dataset:
+        dataset = cfg.get('train_dataloader', {}).get('dataset', {})
+        try:
+            num_clips = count_clips(cfg)
+        except Exception as error:  # noqa: B902 reported with its cause
+            refuse(f'cannot build the train dataset '
+                   f'(train_dataloader.dataset, type '
+                   f'{dataset.get("type", "?")}) to count its clips: '
+                   f'{_failure(error)}. Fix the dataset config, or give the '
+                   f'count with --num-samples N.')
+    return None if num_clips is None else math.ceil(num_clips /
+                                                    args.world_size)
+
+
+def plan_and_check(cfg: Config, args, per_rank):
+    """The plan and the hook's checks; refuses on any error.
+
+    Returns:
+        tuple: ``(plan, warnings, shape adapter lines)``.
+    """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         try:
             plan = MultigridPlan.from_config(cfg, samples_per_rank=per_rank,
                                              world_size=args.world_size)
-            plan.check(model)
         except ValueError as error:
-            for w in caught:
-                print(f'warning: {w.message}', file=sys.stderr)
-            sys.exit(f'error: {error}')
+            refuse(str(error), caught)
+        except Exception as error:  # noqa: B902 a malformed config
+            refuse(f'cannot plan the multigrid schedule of the config: '
+                   f'{_failure(error)}', caught)
+    model = None
+    if not args.no_model_check:
+        from mmengine.registry import MODELS
+        try:
+            model = MODELS.build(cfg.model)
+        except Exception as error:  # noqa: B902 reported with its cause
+            refuse(f'cannot build the model (model.type '
+                   f'{cfg.model.get("type", "?")}) for the checks: '
+                   f'{_failure(error)}. Fix the model config, or skip the '
+                   f'model checks with --no-model-check.', caught)
+    with warnings.catch_warnings(record=True) as checked:
+        warnings.simplefilter('always')
+        try:
+            check_run(plan, model,
+                      cfg.train_dataloader.dataset.get('pipeline'))
+        except ValueError as error:
+            refuse(str(error), caught + checked)
+        except Exception as error:  # noqa: B902 a model the probe breaks
+            refuse(f'cannot check the model against the plan: '
+                   f'{_failure(error)}', caught + checked)
+    adapters = shape_adapters(model) if model is not None else []
+    return plan, [str(w.message) for w in caught + checked], adapters
+
+
+def main():
+    args = parse_args()
+    cfg = load_config(args)
+    init_default_scope(cfg.get('default_scope', 'mmaction'))
+    per_rank = clips_per_rank(cfg, args)
+    plan, messages, adapters = plan_and_check(cfg, args, per_rank)
     if args.json:
-        print(json.dumps(dict(
-            base=dict(batch_size=plan.base_batch,
-                      effective_batch_size=(plan.base_batch *
-                                            plan.batch_multiplier),
-                      clip_len=plan.base_clip_len,
-                      crop_size=plan.base_crop_size),
-            recipe_epochs=plan.recipe_epochs,
-            epochs=plan.max_epochs,
-            exact=plan.exact,
-            clips_per_process=per_rank,
-            iters=plan.max_iters if plan.exact else None,
-            recipe_iters=(plan.recipe_epochs * plan.recipe_iters_per_epoch
-                          if plan.exact else None),
-            iteration_saving=plan.iteration_saving(),
-            flops_ratio=plan.flops_ratio(),
-            warnings=[str(w.message) for w in caught],
-            stages=plan.rows()), indent=1))
+        print(json.dumps(dict(summary(plan, messages),
+                              shape_adapters=adapters), indent=1))
     else:
-        for w in caught:
-            print(f'warning: {w.message}')
-        print(plan.describe())
+        for message in messages:
+            print(f'warning: {message}')
+        for line in adapters:
+            print(f'shape adapter: {line}')
+        print(describe(plan))
     if args.plot:
         name = osp.splitext(osp.basename(args.config))[0]
-        plot(plan, f'{name}\n{plan.max_epochs} epochs, '
-             f'{plan.iteration_saving():.2f}x fewer iterations than the '
-             f'recipe', args.plot)
+        try:
+            plot(plan, f'{name}\n{plan.max_epochs} epochs, '
+                 f'{plan.iteration_saving():.2f}x fewer iterations than the '
+                 f'recipe', args.plot)
+        except Exception as error:  # noqa: B902 e.g. an unwritable path
+            refuse(f'cannot draw the plot into {args.plot}: '
+                   f'{_failure(error)}')
 
 
 if __name__ == '__main__':

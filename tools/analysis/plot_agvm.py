@@ -4,9 +4,9 @@ Usage: python tools/analysis/plot_agvm.py WORK_DIR [--config CFG] [--out agvm.pn
 
 Reads ``WORK_DIR/<timestamp>/vis_data/scalars.json`` (mmengine's
 LocalVisBackend; all runs of the work dir in time order, so a resumed run
-continues the curves). ``AGVMOptimWrapper`` writes ``agvm_d/<module>`` (d_i =
-1 - cos of the halves' gradients) and ``agvm_s/<module>`` (the factor s_i
-after the update) at every re-estimate, whatever the logger interval, so the
+continues the curves). ``AGVMOptimWrapper`` writes
+``SCALAR_VARIANCE/<module>`` (d_i = 1 - cos of the halves' gradients) and
+``SCALAR_ESTIMATE/<module>`` (the factor s_i after the update) at every re-estimate, whatever the logger interval, so the
 curves have one point per real re-estimate. The AGVM start and the gradient
 clipping window come from the config mmengine saved in the work dir (or
 ``--config``).
@@ -23,6 +23,8 @@ import matplotlib
 
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
+
+from mmext.agvm import SCALAR_ESTIMATE, SCALAR_VARIANCE  # noqa: E402
 
 Series = Dict[str, List[Tuple[int, float]]]
 
@@ -44,7 +46,8 @@ def load_agvm_scalars(work_dir: str) -> Tuple[Series, Series]:
     """
     files = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data',
                                       'scalars.json')))
-    series = {'agvm_s/': defaultdict(dict), 'agvm_d/': defaultdict(dict)}
+    factor, variance = f'{SCALAR_ESTIMATE}/', f'{SCALAR_VARIANCE}/'
+    series = {factor: defaultdict(dict), variance: defaultdict(dict)}
     for path in files:
         with open(path) as f:
             for line in f:
@@ -54,9 +57,9 @@ def load_agvm_scalars(work_dir: str) -> Tuple[Series, Series]:
                         if key.startswith(prefix):
                             by_module[key[len(prefix):]][
                                 record['step']] = value
-    if not series['agvm_s/']:
+    if not series[factor]:
         raise FileNotFoundError(
-            f'no agvm_s/* scalars in {work_dir}/*/vis_data/scalars.json; '
+            f'no {factor}* scalars in {work_dir}/*/vis_data/scalars.json; '
             'was it trained with mmext.AGVMOptimWrapper (and did it reach '
             'start_iter)?')
     return tuple({name: sorted(points.items())

@@ -44,11 +44,10 @@ import sys
 import time
 
 import torch
-from mmengine.hooks import Hook
 
-import mmext  # noqa: F401
 from mmext.agvm import summarize
-from mmext.runner import build_runner, load_run_config
+from mmext.cli import build_runner, load_run_config
+from mmext.testing.timing import RunRecorder
 
 ARMS = ('small', 'large', 'agvm')
 
@@ -67,32 +66,6 @@ LIGHT = {
     'model.test_cfg.rpn.nms_pre': 500,
     'model.test_cfg.rpn.max_per_img': 200,
 }
-
-
-class _RunRecorder(Hook):
-    """Mean training loss per epoch, data-wait time and the last metrics."""
-
-    priority = 'LOWEST'
-
-    def __init__(self):
-        self.epoch_losses, self.metrics = [], {}
-        self._sum = self._count = 0
-        self.data_seconds = self.iter_seconds = 0.0
-
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
-                         outputs=None):
-        self._sum += float(outputs['loss'])
-        self._count += 1
-        hub = runner.message_hub
-        self.data_seconds += hub.get_scalar('train/data_time').current()
-        self.iter_seconds += hub.get_scalar('train/time').current()
-
-    def after_train_epoch(self, runner):
-        self.epoch_losses.append(self._sum / max(self._count, 1))
-        self._sum = self._count = 0
-
-    def after_val_epoch(self, runner, metrics=None):
-        self.metrics = dict(metrics or {})
 
 
 def parse_args(argv=None):
@@ -214,7 +187,7 @@ def make_config(args, arm: str, seed: int, data_root: str):
 def train_once(args, arm: str, seed: int, data_root: str) -> dict:
     cfg = make_config(args, arm, seed, data_root)
     runner = build_runner(cfg)
-    recorder = _RunRecorder()
+    recorder = RunRecorder()
     runner.register_hook(recorder)
     start = time.perf_counter()
     runner.train()
@@ -224,7 +197,7 @@ def train_once(args, arm: str, seed: int, data_root: str) -> dict:
         arm=arm, seed=seed,
         bbox_mAP=recorder.metrics.get('coco/bbox_mAP', math.nan),
         bbox_mAP_50=recorder.metrics.get('coco/bbox_mAP_50', math.nan),
-        epoch_losses=recorder.epoch_losses,
+        epoch_losses=recorder.epoch_losses(),
         seconds=seconds,
         steps=runner.iter // cfg.optim_wrapper['accumulative_counts'],
         data_wait_share=recorder.data_seconds / max(recorder.iter_seconds,

@@ -20,7 +20,7 @@ NCCL when there are N GPUs, else gloo with every rank on GPU 0.
 Printed per setting: mean seconds per optimizer step of each (re-estimation
 steps included, so the cost is amortised over update_interval), the ratio of
 the means and of the medians, and AGVM's own work per step from
-instrumenting it: ``_update_factors`` (the statistics exchange and the
+instrumenting it: ``update_factors`` (the statistics exchange and the
 factor update), the first half's snapshot in one process, and the
 per-bucket work of the hook (half reduction, per-module norms), including
 the parts that overlap with the backward pass. Its share of the plain step
@@ -30,7 +30,6 @@ average (``uptime``) is printed before and after.
 import argparse
 import os
 import statistics
-import threading
 import time
 
 import mmext  # noqa: F401
@@ -43,11 +42,12 @@ from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import Runner
 
 from mmext.testing import run_processes
+from mmext.testing.timing import WorkTimer
 
 # AGVM's own work; nested calls (the flat fallback's reduction inside
-# _update_factors) are counted once.
-_WRAPPER_WORK = ['_update_factors']
-_HALVES_WORK = ['after_backward', '_share_half_sum', '_measure_sum']
+# update_factors) are counted once.
+_WRAPPER_WORK = ['update_factors']
+_HALVES_WORK = ['after_backward', 'share_half_sum', 'measure_sum']
 
 
 def _device(args, rank, backend):
@@ -90,34 +90,6 @@ def _wrappers(cfg, models, accumulative_counts, update_interval):
     return plain, agvm
 
 
-class _WorkTimer:
-    """Sums the wall time of instrumented methods, outermost calls only."""
-
-    def __init__(self):
-        self.seconds = []
-        self._depth = threading.local()
-
-    def instrument(self, obj, names):
-        for name in names:
-            if hasattr(obj, name):
-                setattr(obj, name, self._timed(getattr(obj, name)))
-
-    def _timed(self, method):
-
-        def timed(*args, **kwargs):
-            depth = getattr(self._depth, 'value', 0)
-            self._depth.value = depth + 1
-            start = time.perf_counter()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                self._depth.value = depth
-                if depth == 0:
-                    self.seconds.append(time.perf_counter() - start)
-
-        return timed
-
-
 @torch.no_grad()
 def _copy_weights(source, target):
     """Parameters and buffers of ``source`` into ``target`` (in place)."""
@@ -143,9 +115,9 @@ def _bench(rank, world_size, args, result_path, backend=None):
             for m in models
         ]
     plain, agvm = _wrappers(cfg, models, counts, args.update_interval)
-    timer = _WorkTimer()
+    timer = WorkTimer()
     timer.instrument(agvm, _WRAPPER_WORK)
-    timer.instrument(agvm._halves, _HALVES_WORK)
+    timer.instrument(agvm.halves, _HALVES_WORK)
     times = {'plain': [], 'agvm': []}
     batch_iter = iter(batches * 1000)
     for step in range(args.warmup + args.steps):
@@ -168,7 +140,7 @@ def _bench(rank, world_size, args, result_path, backend=None):
                 times[name].append(time.perf_counter() - start)
     if rank == 0:
         torch.save(dict(times=times, agvm_work=timer.seconds,
-                        hooked=getattr(agvm._halves, '_hooked', {})),
+                        hooked=agvm.uses_comm_hook(models[1])),
                    result_path)
 
 
@@ -229,7 +201,7 @@ def main():
         if world_size == 1:
             setting = '1 process, 2 accum.'
         else:
-            exchange = 'hook' if any(result['hooked'].values()) else 'flat'
+            exchange = 'hook' if result['hooked'] else 'flat'
             setting = f'{world_size} proc {result["backend"]} {exchange}'
         # Loader batch x world size x accumulative_counts (2 in 1 process).
         batch = args.batch_size * max(world_size, 2)

@@ -31,7 +31,7 @@ from multigrid_speedup import (_run, _shorten, add_run_options,
 from seed_stats import format_summary, paired, summary
 
 from mmext.multigrid import MultigridPlan
-from mmext.runner import load_run_config
+from mmext.cli import load_run_config
 
 
 def summarize(runs, iteration_saving=None, val_clips=None):

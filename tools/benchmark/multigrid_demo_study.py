@@ -48,7 +48,7 @@ from seed_stats import format_summary, summary, values_text
 from mmext.multigrid import MultigridPlan
 from mmext.multigrid.pipeline import parse_grid_shape, resize_pipeline
 from mmext.multigrid.plan import is_multigrid_hook
-from mmext.runner import build_runner, load_run_config
+from mmext.cli import build_runner, load_run_config
 
 DEMO = 'configs/demo/recognizer3d_r18_multigrid_demo-video.py'
 RECIPE8 = 'configs/demo/recognizer3d_r18_demo-video.py'

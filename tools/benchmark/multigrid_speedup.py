@@ -36,56 +36,16 @@ import sys
 import time
 from collections import OrderedDict
 
-import mmext  # noqa: F401
 from mmengine.config import DictAction
-from mmengine.hooks import Hook
 
-from mmext.multigrid import MultigridPlan
+from mmext.cli import build_runner, load_run_config
+from mmext.multigrid import MultigridPlan, describe, is_multigrid_hook
 from mmext.multigrid.monitor import DATA_WAIT_THRESHOLD, bound_by, \
     data_wait_share
 from mmext.multigrid.pipeline import parse_grid_shape, resize_pipeline
-from mmext.multigrid.plan import is_multigrid_hook
-from mmext.runner import build_runner, load_run_config
+from mmext.testing.timing import RunRecorder
 
 DEFAULT_CONFIG = 'configs/multigrid/recognizer3d_r18w64_multigrid_fight.py'
-
-
-class _Recorder(Hook):
-    """Per-iteration ``data_time``/``time`` (IterTimerHook) and grid shape.
-
-    Runs after every other hook (``LOWEST``), so epoch boundaries bracket the
-    multigrid hook's loader rebuild and precise BN.
-    """
-
-    priority = 'LOWEST'
-
-    def __init__(self):
-        self.iters = []  # (epoch, batch, T, S, data_time, time)
-        self.epoch_gaps = []  # (epoch, seconds before its first iteration)
-        self.epoch_tails = []  # (epoch, seconds after its last iteration)
-        self._mark = None
-
-    def before_train_epoch(self, runner):
-        now = time.perf_counter()
-        if self._mark is not None:
-            self.epoch_gaps.append((runner.epoch, now - self._mark))
-        self._mark = now
-
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
-                         outputs=None):
-        hub = runner.message_hub
-        inputs = data_batch['inputs']
-        t, _, s = inputs[0].shape[-3:]
-        self.iters.append(
-            (runner.epoch, len(inputs), t, s,
-             hub.get_scalar('train/data_time').current(),
-             hub.get_scalar('train/time').current()))
-        self._mark = time.perf_counter()
-
-    def after_train_epoch(self, runner):
-        now = time.perf_counter()
-        self.epoch_tails.append((runner.epoch, now - self._mark))
-        self._mark = now
 
 
 def _shorten(cfg, epochs):
@@ -158,7 +118,7 @@ def _run(args, multigrid):
     if not multigrid:
         _drop_multigrid(cfg)
     runner = build_runner(cfg)
-    recorder = _Recorder()
+    recorder = RunRecorder()
     runner.register_hook(recorder)
     start = time.perf_counter()
     runner.train()
@@ -176,16 +136,17 @@ def _run(args, multigrid):
 def _summarise(recorder, seconds, top1):
     """Totals, data/compute split, verdict and per-shape table of a run."""
     rows = recorder.iters
-    data = sum(r[4] for r in rows)
-    total = sum(r[5] for r in rows)
-    clips = sum(r[1] for r in rows)
+    data, total = recorder.data_seconds, recorder.iter_seconds
+    clips = sum(r.batch_size for r in rows)
     share = data_wait_share(data, total)
     shapes = OrderedDict()
-    for _, b, t, s, d, tt in rows:
-        shapes.setdefault((b, t, s), []).append((d, tt))
+    for r in rows:
+        t, _, s = r.input_shape[-3:]
+        shapes.setdefault((r.batch_size, t, s), []).append(
+            (r.data_seconds, r.seconds))
     first_waits = {}
-    for epoch, *_, d, _ in rows:
-        first_waits.setdefault(epoch, d)
+    for r in rows:
+        first_waits.setdefault(r.epoch, r.data_seconds)
     per_shape = []
     for (b, t, s), times in shapes.items():
         compute = sum(tt - d for d, tt in times) / len(times)
@@ -246,23 +207,12 @@ def _overall(base, mg, plan):
 
 
 # ---------------------------------------------------------------- projection
-def _stage_shape_counts(plan):
-    """Iterations per ``(batch, T, S, sub-BN splits)`` over the schedule.
-
-    Iteration ``i`` of an epoch has short-cycle shape ``i % len(cycle)``
-    (:class:`~mmext.multigrid.data.ShortCycleBatchSampler`).
+def _shape_keys(plan):
+    """``((batch, T, S, sub-BN splits), iterations)`` of every grid shape of
+    every stage, in training order (:meth:`MultigridPlan.shape_iterations`).
     """
-    counts = []
-    for stage in plan.stages:
-        n = plan.iters_per_epoch(stage)
-        cycle = stage.short_cycle
-        sizes = plan.batch_sizes(stage)
-        splits = plan.sub_bn_splits(stage)
-        for k, (shape, batch) in enumerate(zip(cycle, sizes)):
-            per_epoch = n // len(cycle) + (k < n % len(cycle))
-            counts.append(((batch, shape.clip_len, shape.crop_size, splits),
-                           per_epoch * stage.num_epochs))
-    return counts
+    return [((x.batch_size, x.shape.clip_len, x.shape.crop_size,
+              x.sub_bn_splits), x.iters) for x in plan.shape_iterations()]
 
 
 def _timing_cfg(cfg, batch_size, crop_size):
@@ -377,12 +327,12 @@ def _project(args):
     plan = MultigridPlan.from_config(cfg, samples_per_rank=samples)
     small = _timing_cfg(cfg, args.batch_size, args.crop_size)
     small_plan = MultigridPlan.from_config(small, samples_per_rank=samples)
-    full_counts = _stage_shape_counts(plan)
-    small_shapes = [k for k, _ in _stage_shape_counts(small_plan)]
+    full_counts = _shape_keys(plan)
+    small_shapes = [k for k, _ in _shape_keys(small_plan)]
     base_key = (plan.base_batch, plan.base_clip_len, plan.base_crop_size, 1)
     small_base = (small_plan.base_batch, small_plan.base_clip_len,
                   small_plan.base_crop_size, 1)
-    print(plan.describe())
+    print(describe(plan))
     if small_shapes[-1][:3] != base_key[:3]:
         print(f'timing reduced shapes: base (batch, T, S) '
               f'{small_base[:3]} instead of {base_key[:3]}; every shape is '
@@ -399,9 +349,12 @@ def _project(args):
             s_per_iter=times[small_key][0],
             forward_s_per_iter=times[small_key][1]))
         row['iters'] += count
-    precise = plan.options['precise_bn_iters']
-    bn_shapes = [small_shapes[i]
-                 for i, ends in enumerate(_long_cycle_ends(plan)) if ends]
+    precise = plan.options.precise_bn_iters
+    # Precise BN runs at the long-cycle shape, the last of a stage's cycle.
+    small_of = {(x.stage.start_epoch, x.shape): key for x, (key, _) in zip(
+        small_plan.shape_iterations(), _shape_keys(small_plan))}
+    bn_shapes = [small_of[(stage.start_epoch, stage.short_cycle[-1])]
+                 for stage in small_plan.precise_bn_stages()]
     bn_seconds = sum(precise * times[key][1] for key in bn_shapes)
     mg_seconds = sum(r['iters'] * r['s_per_iter']
                      for r in rows.values()) + bn_seconds
@@ -441,17 +394,6 @@ def _project(args):
           f'{result["iteration_saving"]:.2f}x; ratio {result["ratio"]:.2f} '
           f'(loader, evaluation and stage changes not included)')
     return result
-
-
-def _long_cycle_ends(plan):
-    """Per entry of :func:`_stage_shape_counts`: whether it is the
-    long-cycle shape of a stage ending its shape (precise BN runs there)."""
-    flags = []
-    for stage in plan.stages:
-        last_epoch = stage.end_epoch - 1
-        ends = plan.is_shape_end(last_epoch)
-        flags += [False] * (len(stage.short_cycle) - 1) + [ends]
-    return flags
 
 
 def add_run_options(parser, work_dir):

@@ -27,12 +27,11 @@ import os
 import statistics
 import time
 
-import mmext  # noqa: F401
 from mmengine.dataset import Compose
 
+from mmext.cli import load_run_config
 from mmext.multigrid import MultigridPlan
 from mmext.multigrid.pipeline import resize_pipeline
-from mmext.runner import load_run_config
 
 DEFAULT_CONFIG = 'configs/multigrid/recognizer3d_r18w64_multigrid_fight.py'
 

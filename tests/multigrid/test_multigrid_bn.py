@@ -1,19 +1,24 @@
-"""Sub-batch BN for every BN kind of mmaction2 recipes, on every device.
+"""mmext.multigrid.bn: sub-batch BN and precise BN for every BN kind of
+mmaction2 recipes, on every device.
 
 Kinds: ``BatchNorm3d`` (``BN3d``), ``SyncBatchNorm`` (``SyncBN``; without a
 process group it normalises locally) and mmengine's BatchNormXd (``SyncBN``
 after ``revert_sync_batchnorm``).
 """
+
 import pytest
 import torch
 import torch.nn as nn
 from helpers import DEVICES
+from mg_helpers import STATS, bn_layers, load_random_stats
+from mmaction.models.backbones import ResNet3d
 from mmaction.models.common import SubBatchNorm3D
 
 from mmext.compat import batch_norm_xd_type
 from mmext.multigrid.bn import (aggregate_sub_bn_stats, set_sub_bn_splits,
-                                to_plain_bn_state_dict,
-                                unsplittable_bn_layers)
+                                to_plain_bn_state_dict, unsplittable_bn_layers,
+                                update_precise_bn)
+from mmext.testing import run_gloo_processes
 
 KINDS = [nn.BatchNorm3d, nn.SyncBatchNorm, batch_norm_xd_type()]
 
@@ -206,3 +211,107 @@ def test_non_affine_and_untracked_bn_split(options):
     assert net[0].affine == options.get('affine', True)
     assert net[0].track_running_stats == options.get('track_running_stats',
                                                      True)
+
+
+def test_precise_bn_is_exact_average():
+    net = nn.Sequential(nn.BatchNorm3d(1))
+    batches = [torch.full((2, 1, 1, 1, 1), v) + torch.tensor(
+        [-1., 1.]).view(2, 1, 1, 1, 1) for v in (0., 10., 20.)]
+    assert update_precise_bn(net, batches, net) == 3
+    assert net[0].running_mean.item() == pytest.approx(10.)
+    assert net[0].running_var.item() == pytest.approx(2.)  # unbiased var
+    assert net[0].momentum == 0.1
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('setting', [dict(norm_eval=True),
+                                     dict(frozen_stages=1)],
+                         ids=['norm_eval', 'frozen_stages=1'])
+@torch.no_grad()
+def test_frozen_layers_keep_their_statistics(setting, device):
+    torch.manual_seed(0)
+    backbone = ResNet3d(depth=18, pretrained=None, base_channels=4,
+                        conv1_stride_t=1, pool1_stride_t=1, **setting)
+    # A BN after the backbone trains under both settings (norm_eval acts
+    # inside the backbone only).
+    model = nn.Sequential(backbone, nn.BatchNorm3d(32)).to(device)
+    load_random_stats(model, seed=1)
+    model.train()
+    frozen = {n for n, m in bn_layers(model).items() if not m.training}
+    trained = set(bn_layers(model)) - frozen
+    if 'norm_eval' in setting:
+        assert trained == {'1'}
+    else:
+        assert 'conv1.bn' in {n[2:] for n in frozen} and len(trained) > 1
+        assert not any(n.startswith('0.layer2') for n in frozen)
+    # The run without precise BN keeps these.
+    without = {k: v.clone() for k, v in model.state_dict().items()}
+    model.eval()  # as after validation: precise BN must use train() modes
+    batches = [torch.randn(2, 3, 4, 16, 16, device=device) for _ in range(3)]
+    assert update_precise_bn(model, batches, model) == 3
+    assert not model.training and not model[1].training
+    state = model.state_dict()
+    for name in frozen:
+        for stat in STATS:
+            key = f'{name}.{stat}'
+            assert torch.equal(state[key], without[key]), key
+    for name in trained:
+        assert not torch.equal(state[f'{name}.running_mean'],
+                               without[f'{name}.running_mean']), name
+        assert state[f'{name}.num_batches_tracked'].item() == 3
+    # The trained BN holds the exact average of the batch statistics of the
+    # features the frozen layers (with their own statistics) produce.
+    model.train()
+    feats = [model[0](x) for x in batches]
+    means = torch.stack([f.mean((0, 2, 3, 4)) for f in feats])
+    variances = torch.stack([
+        f.transpose(0, 1).flatten(1).var(1, unbiased=True) for f in feats])
+    assert torch.allclose(model[1].running_mean, means.mean(0), atol=1e-5)
+    assert torch.allclose(model[1].running_var, variances.mean(0),
+                          rtol=1e-4)
+    assert model[1].momentum == 0.1
+
+
+def test_nothing_to_update_runs_no_forward_pass():
+    model = ResNet3d(depth=18, pretrained=None, base_channels=4,
+                     norm_eval=True)
+    calls = []
+    assert update_precise_bn(model, [1, 2], calls.append) == 0
+    assert calls == []
+    assert model.training
+
+
+class _FrozenFirst(nn.Sequential):
+    """Keeps its first BN in eval mode, as ``frozen_stages`` does."""
+
+    def train(self, mode=True):
+        super().train(mode)
+        self[0].eval()
+        return self
+
+
+def _precise_bn_rank(rank, world_size, out):
+    net = _FrozenFirst(nn.BatchNorm3d(1), nn.BatchNorm3d(1))
+    with torch.no_grad():
+        net[0].running_mean.fill_(float(rank + 7))  # rank-specific, frozen
+    # The frozen BN gives (x - (rank + 7)) / sqrt(1 + eps): rank 0 inputs
+    # {8, 10} -> {1, 3}, rank 1 inputs {30, 34} -> {22, 26}; batch means 2 /
+    # 24, unbiased variances 2 / 8 (times the eps scale).
+    values = [[8., 10.], [30., 34.]][rank]
+    batches = [torch.tensor(values).view(2, 1, 1, 1, 1)]
+    assert update_precise_bn(net, batches, net) == 1
+    out[rank] = (net[0].running_mean.item(), net[1].running_mean.item(),
+                 net[1].running_var.item())
+
+
+def test_precise_bn_averages_trained_layers_across_ranks():
+    with torch.multiprocessing.Manager() as manager:
+        shared = manager.dict()
+        run_gloo_processes(_precise_bn_rank, 2, (shared, ), timeout=120)
+        out = dict(shared)
+    eps_scale = (1 + 1e-5)**-0.5
+    for rank in range(2):
+        frozen, mean, var = out[rank]
+        assert frozen == rank + 7.  # neither reset nor averaged
+        assert mean == pytest.approx((2. + 24.) / 2 * eps_scale, rel=1e-6)
+        assert var == pytest.approx((2. + 8.) / 2 * eps_scale**2, rel=1e-5)

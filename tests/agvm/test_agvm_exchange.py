@@ -1,4 +1,6 @@
-"""AGVM keeps every tensor on the parameters' device (checked on ``meta``).
+"""mmext.agvm.exchange: the two halves' statistics, on the parameters'
+device (checked on ``meta``), and in 2 and 3 gloo processes against one
+process accumulating the same data.
 
 Parameters and gradients live on the ``meta`` device, which refuses to mix
 with CPU tensors and cannot be copied to the host, so a buffer, mask or
@@ -7,15 +9,19 @@ host, fails here as it would fail (or silently copy) on CUDA with NCCL.
 ``torch.distributed`` is replaced by a double that records the device of
 every collective's tensor.
 """
+import math
 from contextlib import contextmanager
 
 import pytest
 import torch
 import torch.distributed as dist
+from agvm_toy import (MODULES, ToyModel, build_wrapper, run_processes,
+                      toy_batches, train_accumulated, train_ddp)
+from helpers import CUDA_MARKS
 from torch import nn
 
-from agvm_toy import ToyModel, build_wrapper
-from mmext.agvm import GradientLayout, HalfStatistics
+from mmext.agvm import (GradientLayout, HalfStatistics, gradient_variance,
+                        modulation_factors)
 from mmext.agvm.exchange import DistributedHalves
 
 META = torch.device('meta')
@@ -108,30 +114,8 @@ def _adam(statistic):
     return dict(optimizer=dict(type='AdamW', lr=0.01), statistic='adam')
 
 
-def test_layout_buffers_follow_the_parameters():
-    model = ToyModel().to(META)
-    wrapper = build_wrapper(model, accumulative_counts=2)
-    layout = wrapper.layout
-    for name, param in model.named_parameters():
-        if param.requires_grad and not name.startswith('aux.'):
-            param.grad = torch.empty_like(param)
-    flat, used = layout.flatten(extra=3)
-    assert (flat.device, flat.dtype, flat.shape) == (
-        META, torch.float32, (layout.numel + 3, ))
-    assert (used.device, used.shape) == (META, (len(layout.params), ))
-    norms = layout.module_sq_norm(flat[:layout.numel])
-    assert (norms.device, norms.dtype, norms.shape) == (
-        META, torch.float64, (3, ))
-    dots = layout.module_dot(flat, flat)
-    assert (dots.device, dots.dtype) == (META, torch.float64)
 
 
-def test_layout_rejects_parameters_on_several_devices():
-    model = ToyModel()
-    model.head.to(META)
-    with pytest.raises(ValueError, match=r"share one device; found "
-                       r"\['cpu', 'meta'\]"):
-        build_wrapper(model, accumulative_counts=2)
 
 
 @pytest.mark.parametrize('statistic', ['grad', 'adam'])
@@ -222,3 +206,106 @@ def test_comm_hook_measures_on_the_device(monkeypatch, world_size, rank):
     expected = ([side] * 2 if leader else []) + (
         [2] * 2 if rank == halves.sum_rank else [])
     assert rows == sorted(expected)
+
+
+def _load(tmp_path, world_size):
+    return [torch.load(tmp_path / f'rank{r}.pth', weights_only=False)
+            for r in range(world_size)]
+
+
+@pytest.mark.parametrize('world_size,parts_per_rank,exchange,device', [
+    (2, 1, 'hook', 'cpu'), (2, 2, 'hook', 'cpu'), (2, 1, 'flat', 'cpu'),
+    pytest.param(4, 1, 'hook', 'cpu', marks=pytest.mark.slow),
+    pytest.param(2, 1, 'hook', 'cuda', marks=CUDA_MARKS),
+    pytest.param(2, 1, 'flat', 'cuda', marks=CUDA_MARKS)])
+def test_processes_match_single_process_accumulation(
+        tmp_path, world_size, parts_per_rank, exchange, device):
+    """Halves = ranks vs halves = first/second half of the micro-batches of
+    one process, on the same data; with 2 parts per rank DDP accumulates.
+    Measured in DDP's communication hook (with 4 ranks, after a reduction
+    inside each half), or, when DDP already has another hook, on the
+    flattened gradients."""
+    batches = toy_batches(num_steps=4,
+                          num_parts=world_size * parts_per_rank)
+    run_processes(train_ddp, world_size,
+                  (batches, str(tmp_path), {}, exchange, device))
+    ranks = _load(tmp_path, world_size)
+    model, wrapper, history = train_accumulated(batches)
+    for result in ranks:
+        assert result['hooked'] == (exchange == 'hook')
+        for got, want in zip(result['history'], history):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(result['variance'],
+                                   wrapper.last_variance, rtol=1e-4,
+                                   atol=1e-6)
+        for key, value in model.state_dict().items():
+            torch.testing.assert_close(result['state'][key], value,
+                                       rtol=1e-5, atol=1e-6)
+    # The factors really moved (the comparison is not 1 == 1).
+    assert (history[-1] - 1).abs().max() > 1e-3
+    # 'unused' never got a gradient, 'aux' (rank/part 0 only) did.
+    assert torch.equal(ranks[0]['state']['unused.weight'],
+                       ToyModel().unused.weight)
+    assert not torch.equal(ranks[0]['state']['aux.weight'],
+                           ToyModel().aux.weight)
+
+
+def _grads(model, part):
+    model.zero_grad()
+    model(*part).backward()
+    return {n: p.grad.clone() if p.grad is not None else None
+            for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize('exchange', ['hook', 'flat'])
+def test_three_processes_unbiased_step(tmp_path, exchange):
+    """World size 3: halves are ranks {0} and {1}; rank 2 only enters the
+    update, which must be the plain mean of the 3 gradients."""
+    batches = toy_batches(num_steps=3, num_parts=3)
+    run_processes(train_ddp, 3, (batches[:1], str(tmp_path), {}, exchange))
+    ranks = _load(tmp_path, 3)
+    model = ToyModel()
+    grads = [_grads(model, part) for part in batches[0]]
+
+    def flat(g, module):
+        return torch.cat([v.flatten() for n, v in g.items()
+                          if n.startswith(module + '.')]).double()
+
+    stats = HalfStatistics(*[torch.stack(v) for v in zip(*[
+        (flat(grads[0], m) @ flat(grads[1], m),
+         flat(grads[0], m) @ flat(grads[0], m),
+         flat(grads[1], m) @ flat(grads[1], m)) for m in MODULES])])
+    d, valid = gradient_variance(stats)
+    factors = 0.5 + 0.5 * modulation_factors(d, valid, 0, (0.5, 10.))
+    for result in ranks:
+        torch.testing.assert_close(result['history'][0], factors)
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        used = [g[name] for g in grads if g[name] is not None]
+        module = name.split('.')[0]
+        factor = (factors[MODULES.index(module)].item()
+                  if module in MODULES else 1.0)
+        if not used:
+            expected = param
+        else:
+            # Unused on a rank counts as a zero gradient there, as in DDP.
+            expected = param - 0.1 * factor * sum(used) / 3
+        torch.testing.assert_close(ranks[0]['state'][name], expected,
+                                   rtol=1e-5, atol=1e-6)
+    assert math.isfinite(ranks[0]['history'][0].sum().item())
+
+
+def test_three_processes_several_steps_do_not_hang(tmp_path):
+    batches = toy_batches(num_steps=5, num_parts=3)
+    # Generous: 3 spawned processes start slowly on a loaded 2-core machine;
+    # a hang still fails.
+    run_processes(train_ddp, 3,
+                  (batches, str(tmp_path), dict(update_interval=2)),
+                  timeout=300)
+    ranks = _load(tmp_path, 3)
+    for result in ranks[1:]:
+        torch.testing.assert_close(result['history'][-1],
+                                   ranks[0]['history'][-1])
+        for key, value in ranks[0]['state'].items():
+            torch.testing.assert_close(result['state'][key], value)

@@ -1,0 +1,395 @@
+"""The steps of ``tools/train.py`` and ``tools/test.py``.
+
+Parsers with the union of the options of mmdet 3.3, mmaction2 1.2 and mmseg
+1.2 ``tools/train.py``/``tools/test.py``, the config edits each option makes
+(each with its toolbox's meaning), and the runner build. Function names avoid
+pytest's ``test*`` pattern, so test modules can import them.
+"""
+import argparse
+import copy
+import os
+import os.path as osp
+from typing import Optional
+
+import torch
+from mmengine.config import Config, DictAction
+from mmengine.registry import RUNNERS as ALL_RUNNERS
+from mmengine.runner import Runner as MMEngineRunner
+
+from .compat import trust_runner_checkpoints
+from .dist import LAUNCHERS, setup_cpu_distributed
+from .lr_scaling import RUNNER_TYPE
+from .runner import Runner
+
+__all__ = [
+    'AMP_WRAPPERS', 'parser_for_train', 'parser_for_test', 'config_for_train',
+    'config_for_test', 'load_run_config', 'build_runner', 'enable_amp'
+]
+
+# Optimizer wrappers and their mixed-precision counterparts (``--amp``).
+AMP_WRAPPERS = {
+    'OptimWrapper': 'AmpOptimWrapper',
+    'mmext.AGVMOptimWrapper': 'mmext.AGVMAmpOptimWrapper',
+}
+
+
+
+class _ExportLocalRank(argparse.Action):
+    """Export ``--local-rank`` as ``LOCAL_RANK`` unless torchrun set it."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        os.environ.setdefault('LOCAL_RANK', str(values))
+
+
+def _run_parser(description: str, test: bool) -> argparse.ArgumentParser:
+    """The options of ``tools/train.py`` and ``tools/test.py`` in common."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(
+        'config', help=f'{"test" if test else "train"} config file path')
+    if test:
+        parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument(
+        '--work-dir', help='the dir to save logs, checkpoints and metrics '
+        '(default: ./work_dirs/<config name>)')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings of the config, key=value pairs in xxx=yyy '
+        'format, e.g. train_dataloader.batch_size=4; merged before the '
+        'other options, as in mmdet and mmseg')
+    parser.add_argument(
+        '--launcher', choices=LAUNCHERS, default='none',
+        help='job launcher (mpi needs CUDA)')
+    # ``torch.distributed.launch`` passes it; torchrun sets LOCAL_RANK.
+    parser.add_argument(
+        '--local_rank', '--local-rank', type=int, default=0,
+        action=_ExportLocalRank,
+        help='set by torch.distributed.launch (exported as LOCAL_RANK)')
+    return parser
+
+
+# Options of tools/train.py beyond the common ones: (flags, add_argument
+# keyword arguments).
+_TRAIN_OPTIONS = [
+    (('--resume', ), dict(
+        nargs='?', type=str, const='auto',
+        help='resume from the given checkpoint; without a value, from the '
+        'latest checkpoint in the work dir')),
+    (('--amp', ), dict(action='store_true',
+                       help='automatic mixed precision (needs CUDA)')),
+    (('--auto-scale-lr', ), dict(
+        action='store_true',
+        help='scale the LR by effective batch / auto_scale_lr.'
+        'base_batch_size (effective batch = loader batch x world size x '
+        'accumulative_counts)')),
+    (('--no-validate', ), dict(action='store_true',
+                               help='do not evaluate during training')),
+    (('--seed', ), dict(type=int, help='random seed')),
+    (('--diff-rank-seed', ), dict(action='store_true',
+                                  help='a different seed on every rank')),
+    (('--deterministic', ), dict(
+        action='store_true',
+        help='deterministic options for the CUDNN backend')),
+]
+# Options of tools/test.py beyond the common ones.
+_TEST_OPTIONS = [
+    (('--out', ), dict(
+        help='save the predictions: a .pkl file (mmdet, mmaction2), or the '
+        'directory of prediction images (mmseg)')),
+    (('--dump', ), dict(
+        help='dump the predictions to a .pkl file (mmaction2)')),
+    (('--show', ), dict(action='store_true', help='show the predictions')),
+    (('--show-dir', ), dict(
+        help='save the painted predictions in this directory')),
+    (('--wait-time', ), dict(type=float, default=2.,
+                             help='seconds each --show window stays')),
+    (('--interval', ), dict(
+        type=int,
+        help='visualize every interval-th sample (mmaction2 default 1)')),
+    (('--tta', ), dict(action='store_true', help='test-time augmentation')),
+]
+
+
+def _with_options(parser: argparse.ArgumentParser,
+                  options) -> argparse.ArgumentParser:
+    for flags, kwargs in options:
+        parser.add_argument(*flags, **kwargs)
+    return parser
+
+
+def parser_for_train() -> argparse.ArgumentParser:
+    """``tools/train.py``'s options: the union of mmdet 3.3, mmaction2 1.2
+    and mmseg 1.2 ``tools/train.py`` (see :func:`config_for_train`)."""
+    return _with_options(_run_parser('Train a model', test=False),
+                         _TRAIN_OPTIONS)
+
+
+def parser_for_test() -> argparse.ArgumentParser:
+    """``tools/test.py``'s options: the union of mmdet 3.3, mmaction2 1.2
+    and mmseg 1.2 ``tools/test.py`` (see :func:`config_for_test`)."""
+    return _with_options(_run_parser('Test (and eval) a model', test=True),
+                         _TEST_OPTIONS)
+
+
+def _base_config(args: argparse.Namespace) -> Config:
+    return load_run_config(args.config, args.cfg_options, args.work_dir,
+                           args.launcher)
+
+
+def config_for_train(args: argparse.Namespace) -> Config:
+    """The training config of ``tools/train.py``'s ``args``.
+
+    Same meanings as in the toolboxes' ``tools/train.py``; where they
+    differ, an explicit option is never ignored: ``--seed``,
+    ``--diff-rank-seed`` and ``--deterministic`` update ``randomness`` (in
+    mmaction2 they apply only to configs without ``randomness``).
+
+    Args:
+        args (Namespace): From :func:`parser_for_train`.
+
+    Returns:
+        Config: With ``resume``/``load_from`` (``--resume``), the AMP
+        wrapper (``--amp``), ``auto_scale_lr.enable`` (``--auto-scale-lr``),
+        no validation (``--no-validate``) and ``randomness`` set.
+
+    Raises:
+        RuntimeError: ``--amp`` without CUDA.
+        ValueError: ``--auto-scale-lr`` without
+            ``auto_scale_lr.base_batch_size`` in the config; ``--amp`` with
+            an optimizer wrapper that has no AMP variant.
+    """
+    cfg = _base_config(args)
+    if args.amp:
+        enable_amp(cfg)
+    if args.auto_scale_lr:
+        if 'base_batch_size' not in (cfg.get('auto_scale_lr') or {}):
+            raise ValueError(
+                '--auto-scale-lr needs auto_scale_lr = dict('
+                'base_batch_size=N) in the config: the effective batch (loader '
+                'batch x world size x accumulative_counts) its LR is meant '
+                'for.')
+        cfg.auto_scale_lr.enable = True
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume is not None:
+        cfg.resume, cfg.load_from = True, args.resume
+    if args.no_validate:
+        cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    randomness = {
+        key: value for key, value in (
+            ('seed', args.seed),
+            ('diff_rank_seed', args.diff_rank_seed or None),
+            ('deterministic', args.deterministic or None))
+        if value is not None
+    }
+    if randomness:
+        cfg.randomness = dict(cfg.get('randomness') or {}, **randomness)
+    return cfg
+
+
+def _scope(cfg: Config, option: str) -> str:
+    scope = cfg.get('default_scope')
+    if scope not in ('mmdet', 'mmseg', 'mmaction'):
+        raise ValueError(f'{option} is defined for mmdet, mmseg and '
+                         f'mmaction configs; this one has default_scope='
+                         f'{scope!r}')
+    return scope
+
+
+def _add_test_metric(cfg: Config, metric: dict) -> None:
+    evaluator = cfg.test_evaluator
+    if isinstance(evaluator, (list, tuple)):
+        cfg.test_evaluator = list(evaluator) + [metric]
+    elif 'metrics' in evaluator:  # an Evaluator config
+        evaluator.metrics = list(evaluator.metrics) + [metric]
+    else:
+        cfg.test_evaluator = [evaluator, metric]
+
+
+def _dump_predictions(cfg: Config, path: str, option: str) -> None:
+    """Append the scope's pickle dumper to the test metrics."""
+    if not path.endswith(('.pkl', '.pickle')):
+        raise ValueError(f'{option} {path}: the dump file must be a .pkl '
+                         f'file')
+    metric = ('DumpDetResults'
+              if _scope(cfg, option) == 'mmdet' else 'DumpResults')
+    _add_test_metric(cfg, dict(type=metric, out_file_path=path))
+
+
+def _visualize(cfg: Config, args: argparse.Namespace) -> None:
+    """``--show``/``--show-dir``/``--wait-time``/``--interval``, each
+    toolbox's way (their hooks name the options differently)."""
+    scope = _scope(cfg, '--show/--show-dir')
+    hook = cfg.default_hooks.get('visualization')
+    if hook is None:
+        raise ValueError(
+            '--show/--show-dir need a VisualizationHook: add default_hooks.'
+            "visualization=dict(type='VisualizationHook') (the toolbox's "
+            'default_runtime has it)')
+    hook.update({'enable' if scope == 'mmaction' else 'draw': True})
+    if args.show:
+        hook.update(show=True, wait_time=args.wait_time)
+    if args.show_dir:
+        if scope == 'mmdet':
+            hook.test_out_dir = args.show_dir
+        elif scope == 'mmseg':
+            cfg.visualizer.save_dir = args.show_dir
+        else:
+            hook.out_dir = args.show_dir
+    if args.interval is not None or scope == 'mmaction':
+        hook.interval = 1 if args.interval is None else args.interval
+
+
+def _mmdet_default_tta(cfg: Config) -> None:
+    """mmdet ``tools/test.py``'s defaults: horizontal-flip TTA merged by
+    NMS, for configs without ``tta_model``/``tta_pipeline``."""
+    cfg.setdefault('tta_model', dict(
+        type='DetTTAModel',
+        tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5),
+                     max_per_img=100)))
+    if 'tta_pipeline' not in cfg:
+        dataset = cfg.test_dataloader.dataset
+        while 'dataset' in dataset:
+            dataset = dataset['dataset']
+        pipeline = copy.deepcopy(dataset.pipeline)
+        pipeline[-1] = dict(
+            type='TestTimeAug',
+            transforms=[[dict(type='RandomFlip', prob=1.),
+                         dict(type='RandomFlip', prob=0.)],
+                        [dict(type='PackDetInputs',
+                              meta_keys=('img_id', 'img_path', 'ori_shape',
+                                         'img_shape', 'scale_factor', 'flip',
+                                         'flip_direction'))]])
+        cfg.tta_pipeline = pipeline
+
+
+def _test_time_augmentation(cfg: Config) -> None:
+    scope = _scope(cfg, '--tta')
+    if scope == 'mmaction':
+        raise ValueError(
+            '--tta: mmaction2 has no TTA model; a recognizer tests several '
+            'views by its test_pipeline (SampleFrames num_clips, ThreeCrop '
+            '/ TenCrop), set them there')
+    if scope == 'mmdet':
+        _mmdet_default_tta(cfg)
+    missing = [k for k in ('tta_model', 'tta_pipeline') if k not in cfg]
+    if missing:
+        raise ValueError(f'--tta needs {missing} in the config (mmseg '
+                         f'recipes define both in their default runtime or '
+                         f'dataset configs)')
+    cfg.model = dict(cfg.tta_model, module=cfg.model)
+    cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+
+
+def config_for_test(args: argparse.Namespace) -> Config:
+    """The test config of ``tools/test.py``'s ``args``.
+
+    Each option has the meaning it has in the toolbox of the config's
+    ``default_scope``: ``--out`` dumps a .pkl (mmdet ``DumpDetResults``;
+    mmaction2: as ``--dump``) or, for mmseg, saves prediction images to a
+    directory (``test_evaluator.output_dir``); ``--dump`` a .pkl (mmdet's
+    dumper in mmdet, mmengine's ``DumpResults`` otherwise); ``--show``,
+    ``--show-dir``, ``--wait-time`` and ``--interval`` switch on the
+    config's ``VisualizationHook``; ``--tta`` wraps the model in
+    ``tta_model`` and tests with ``tta_pipeline`` (mmdet's defaults when
+    missing).
+
+    Args:
+        args (Namespace): From :func:`parser_for_test`.
+
+    Returns:
+        Config: With ``load_from`` = the checkpoint.
+
+    Raises:
+        ValueError: Naming the option: a dump file that is not .pkl, no
+            ``VisualizationHook``, ``--tta`` on mmaction2 or without
+            ``tta_model``/``tta_pipeline`` (mmseg), or a config outside
+            mmdet/mmseg/mmaction2 for the toolbox-specific options.
+    """
+    cfg = _base_config(args)
+    cfg.load_from = args.checkpoint
+    if args.show or args.show_dir:
+        _visualize(cfg, args)
+    if args.tta:
+        _test_time_augmentation(cfg)
+    if args.out is not None:
+        if _scope(cfg, '--out') == 'mmseg':
+            cfg.test_evaluator.update(output_dir=args.out, keep_results=True)
+        else:
+            _dump_predictions(cfg, args.out, '--out')
+    if args.dump is not None:
+        _dump_predictions(cfg, args.dump, '--dump')
+    return cfg
+
+
+def load_run_config(config: str,
+                    cfg_options: Optional[dict] = None,
+                    work_dir: Optional[str] = None,
+                    launcher: str = 'none') -> Config:
+    """Read a config the way the toolboxes' ``tools/train.py`` does.
+
+    Args:
+        config (str): Path of the config file.
+        cfg_options (dict, optional): ``--cfg-options`` overrides.
+        work_dir (str, optional): ``--work-dir``; default
+            ``./work_dirs/<config name>`` unless the config sets one.
+        launcher (str): One of ``LAUNCHERS``.
+
+    Returns:
+        Config: The merged config, with ``launcher`` and ``work_dir`` set.
+    """
+    cfg = Config.fromfile(config)
+    cfg.launcher = launcher
+    if cfg_options is not None:
+        cfg.merge_from_dict(cfg_options)
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(config))[0])
+    return cfg
+
+
+def build_runner(cfg: Config) -> MMEngineRunner:
+    """Set up distributed training for ``cfg.launcher`` and build the runner.
+
+    Args:
+        cfg (Config): A config from :func:`load_run_config`; its
+            ``runner_type`` defaults to ``'mmext.Runner'``.
+
+    Returns:
+        Runner: The ``runner_type`` runner, whose own checkpoint loads
+        (``--resume``, ``load_from``) are trusted: :class:`mmext.runner.Runner`
+        does that itself, another runner type gets
+        :func:`mmext.compat.trust_runner_checkpoints`.
+    """
+    setup_cpu_distributed(cfg, cfg.launcher)
+    cfg.setdefault('runner_type', RUNNER_TYPE)
+    runner = ALL_RUNNERS.build(cfg)
+    if not isinstance(runner, Runner):
+        trust_runner_checkpoints(runner)
+    return runner
+
+
+def enable_amp(cfg: Config) -> None:
+    """Switch the config's optimizer wrapper to its mixed-precision variant.
+
+    Args:
+        cfg (Config): Edited in place (``optim_wrapper.type``, ``loss_scale``).
+
+    Raises:
+        RuntimeError: Without CUDA (mmengine's ``AmpOptimWrapper`` asserts it).
+        ValueError: If the configured wrapper has no known AMP variant.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError('--amp needs a CUDA device; none is available. '
+                           'Train without --amp on CPU.')
+    wrapper_type = cfg.optim_wrapper.get('type', 'OptimWrapper')
+    if wrapper_type in AMP_WRAPPERS.values():
+        return
+    if wrapper_type not in AMP_WRAPPERS:
+        raise ValueError(f'--amp: no mixed-precision variant is known for '
+                         f'optim_wrapper.type={wrapper_type!r}; expected one '
+                         f'of {sorted(AMP_WRAPPERS)}.')
+    cfg.optim_wrapper.type = AMP_WRAPPERS[wrapper_type]
+    cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')

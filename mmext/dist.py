@@ -1,0 +1,90 @@
+"""Distributed set-up and tear-down that mmengine leaves to CUDA machines.
+
+mmengine's ``init_dist`` and ``Runner.wrap_model`` assume CUDA; on a CPU-only
+machine (or a CPU CI) :func:`setup_cpu_distributed` starts the gloo process
+group for the same launchers (torchrun, Slurm). :func:`finish_distributed`
+ends a completed run's process group cleanly.
+"""
+import os
+import subprocess
+
+import torch
+import torch.distributed as dist
+from mmengine.config import Config
+
+__all__ = ['LAUNCHERS', 'setup_cpu_distributed', 'finish_distributed']
+
+# ``--launcher`` values of the toolboxes' tools/train.py.
+LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
+
+
+def _slurm_env_to_torch_env(port: str) -> None:
+    """Export torchrun's variables from Slurm's, as mmengine's slurm init does.
+
+    Raises:
+        KeyError: If the Slurm variables (``SLURM_PROCID`` ...) are missing.
+    """
+    node_list = os.environ['SLURM_NODELIST']
+    os.environ.setdefault('MASTER_PORT', port)
+    os.environ.setdefault(
+        'MASTER_ADDR',
+        subprocess.getoutput(f'scontrol show hostname {node_list} | head -n1'))
+    os.environ['WORLD_SIZE'] = os.environ['SLURM_NTASKS']
+    os.environ['RANK'] = os.environ['SLURM_PROCID']
+    os.environ['LOCAL_RANK'] = os.environ['SLURM_LOCALID']
+
+
+def setup_cpu_distributed(cfg: Config, launcher: str) -> None:
+    """Initialise gloo distributed training when there is no CUDA device.
+
+    mmengine's ``init_dist`` and ``Runner.wrap_model`` call
+    ``torch.cuda.set_device`` and pass ``device_ids=[LOCAL_RANK]``, which fail
+    without CUDA. On a CPU-only machine this initialises the default process
+    group with the gloo backend before the Runner (which then skips its own
+    ``init_dist``) and makes ``MMDistributedDataParallel`` run without device
+    ids. With CUDA available it does nothing, so NCCL/GPU runs are unchanged.
+
+    Args:
+        cfg (Config): The full config; ``model_wrapper_cfg`` is edited in place.
+        launcher (str): ``'none'``, ``'pytorch'`` (torchrun), ``'slurm'``
+            or ``'mpi'``.
+
+    Raises:
+        RuntimeError: For ``'mpi'`` without CUDA.
+    """
+    if launcher == 'none' or torch.cuda.is_available():
+        return
+    if launcher == 'mpi':
+        raise RuntimeError(
+            "--launcher mpi: mmengine's MPI set-up selects a CUDA device and "
+            'there is none; on CPU use --launcher pytorch '
+            '(tools/dist_train.sh) or slurm')
+    if launcher == 'slurm':
+        _slurm_env_to_torch_env(str(cfg.get('env_cfg', {}).get(
+            'dist_cfg', {}).get('port', 29500)))
+    if not dist.is_initialized():
+        dist.init_process_group(backend='gloo')
+    # The same defaults as Runner.wrap_model when no wrapper is configured.
+    wrapper_cfg = cfg.get('model_wrapper_cfg') or dict(
+        type='MMDistributedDataParallel',
+        broadcast_buffers=False,
+        find_unused_parameters=cfg.get('find_unused_parameters', False))
+    wrapper_cfg['device_ids'] = None
+    cfg.model_wrapper_cfg = wrapper_cfg
+
+
+def finish_distributed() -> None:
+    """Tear down the default process group after a completed run.
+
+    mmengine leaves the process group to the interpreter's exit, where gloo's
+    worker threads can outlive the interpreter (pytorch/pytorch#179291): a CPU
+    CI run of ``tools/dist_train.sh`` aborted rank 0 with ``terminate called
+    without an active exception`` (SIGABRT). PyTorch's distributed docs
+    ("Shutdown") ask for this call near the end of ``main()``. A barrier first
+    keeps one rank from tearing down while another still communicates. Does
+    nothing outside distributed runs; call it only on success, since a rank
+    that failed never reaches the barrier.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

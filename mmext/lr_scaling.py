@@ -1,0 +1,150 @@
+"""Effective batch and per-step LR scaling, shared by both methods.
+
+The effective batch of an optimizer step is loader ``batch_size`` x world
+size x ``accumulative_counts``; mmengine's ``auto_scale_lr`` leaves out the
+third factor. Multigrid (batch factor of the long-cycle shape) and AGVM
+(modulation factor of each module) both change the LR of single optimizer
+steps on top of the recipe's param schedulers, with :func:`scale_lrs`.
+"""
+from contextlib import contextmanager
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
+
+from mmengine.optim import OptimWrapper, OptimWrapperDict
+
+from .compat import optim_wrapper_counts
+
+__all__ = [
+    'RUNNER_TYPE', 'EFFECTIVE_BATCH_INFO', 'effective_batch',
+    'optim_wrappers', 'check_auto_scale_lr', 'check_runner_lr_scaling',
+    'scale_lrs', 'scaled_lrs'
+]
+
+# ``runner_type`` of :class:`mmext.runner.Runner` in configs.
+RUNNER_TYPE = 'mmext.Runner'
+# Message hub runtime info: ``{optim wrapper name ('' for one): effective
+# batch}``, set by :class:`mmext.runner.Runner` when it has scaled the LRs
+# for it.
+EFFECTIVE_BATCH_INFO = 'effective_batch_size'
+
+
+def effective_batch(loader_batch: int, world_size: int,
+                    accumulative_counts: int) -> str:
+    """The batch of one optimizer step, spelt out for logs and tools.
+
+    Args:
+        loader_batch (int): ``train_dataloader.batch_size`` (per process).
+        world_size (int): Number of processes.
+        accumulative_counts (int): Micro-batches per optimizer step.
+
+    Returns:
+        str: e.g. ``'8 (loader batch 2 x world size 2 x accumulative_counts
+        2)'``.
+    """
+    return (f'{loader_batch * world_size * accumulative_counts} (loader '
+            f'batch {loader_batch} x world size {world_size} x '
+            f'accumulative_counts {accumulative_counts})')
+
+
+def optim_wrappers(optim_wrapper) -> Dict[str, OptimWrapper]:
+    """The wrappers of a runner's ``optim_wrapper`` by name (``''`` for a
+    single one; the names of an ``OptimWrapperDict`` otherwise)."""
+    if isinstance(optim_wrapper, OptimWrapperDict):
+        return dict(optim_wrapper.items())
+    return {'': optim_wrapper}
+
+
+def check_auto_scale_lr(runner_info,
+                        enabled: bool,
+                        accumulative_counts: int,
+                        ratio: Optional[float] = None) -> None:
+    """Raise if mmengine's own ``auto_scale_lr`` missed the accumulation.
+
+    mmengine's ``Runner.scale_lr`` scales by loader batch x world size only,
+    so with ``accumulative_counts = K > 1`` it sets an LR K times too small
+    for the batch of an optimizer step. :class:`mmext.runner.Runner` counts K
+    and records it in the message hub (``EFFECTIVE_BATCH_INFO``); that record
+    clears the run.
+
+    Args:
+        runner_info (MessageHub): The runner's message hub.
+        enabled (bool): Whether ``auto_scale_lr`` scaled the LRs (the
+            config's ``auto_scale_lr.enable``, or seen in the LRs).
+        accumulative_counts (int): K of the optimizer wrapper.
+        ratio (float, optional): The factor mmengine applied, if known.
+
+    Raises:
+        ValueError: If ``auto_scale_lr`` is enabled and K > 1 under a runner
+            that is not :class:`mmext.runner.Runner`.
+    """
+    if (not enabled or accumulative_counts <= 1
+            or runner_info.get_info(EFFECTIVE_BATCH_INFO) is not None):
+        return
+    applied = '' if ratio is None else f' (it applied x{ratio:g})'
+    raise ValueError(
+        f'auto_scale_lr is enabled and optim_wrapper.accumulative_counts='
+        f"{accumulative_counts}, but mmengine's Runner.scale_lr scales the "
+        f'LR by loader batch x world size only{applied}, '
+        f'{accumulative_counts}x too small for the batch of an optimizer '
+        f"step. Set runner_type='{RUNNER_TYPE}' in the config (mmext's "
+        f'tools/train.py does), or disable auto_scale_lr and set the LR for '
+        f'the effective batch yourself.')
+
+
+def check_runner_lr_scaling(runner) -> None:
+    """:func:`check_auto_scale_lr` for every optimizer wrapper of ``runner``
+    (after ``Runner.train`` scaled the LRs; the config's
+    ``auto_scale_lr.enable`` tells whether it did).
+
+    Raises:
+        ValueError: As :func:`check_auto_scale_lr`.
+    """
+    enabled = bool(runner.auto_scale_lr
+                   and runner.auto_scale_lr.get('enable', False))
+    for wrapper in optim_wrappers(runner.optim_wrapper).values():
+        if isinstance(wrapper, OptimWrapper):
+            check_auto_scale_lr(runner.message_hub, enabled,
+                                optim_wrapper_counts(wrapper)[1])
+
+
+def scale_lrs(param_groups: Sequence[dict],
+              factors: Sequence[float]) -> Callable[[], None]:
+    """Multiply each param group's ``lr`` by its factor, for one step.
+
+    Restoring it right after the step keeps param schedulers and the logged
+    ``lr`` on the recipe's values.
+
+    Args:
+        param_groups (Sequence[dict]): The optimizer's param groups
+            (``optimizer.param_groups``, not the wrapper's, which may hold a
+            fake extra group).
+        factors (Sequence[float]): One factor per group.
+
+    Returns:
+        callable: Restores the LRs as they were before the call.
+
+    Raises:
+        ValueError: If the lengths differ.
+    """
+    if len(param_groups) != len(factors):
+        raise ValueError(f'{len(factors)} LR factors for '
+                         f'{len(param_groups)} param groups')
+    saved: List[float] = [group['lr'] for group in param_groups]
+    for group, factor in zip(param_groups, factors):
+        group['lr'] = group['lr'] * factor
+
+    def restore() -> None:
+        for group, lr in zip(param_groups, saved):
+            group['lr'] = lr
+
+    return restore
+
+
+@contextmanager
+def scaled_lrs(param_groups: Sequence[dict],
+               factors: Sequence[float]) -> Iterator[None]:
+    """Context manager form of :func:`scale_lrs` (restores on exceptions)."""
+    restore = scale_lrs(param_groups, factors)
+    try:
+        yield
+    finally:
+        restore()

@@ -1,0 +1,183 @@
+"""tools/gpu_bundle.sh: what the bundle must carry, its manifest, the stubs.
+
+No network: the manifest logic runs on the committed package lists and on
+fake wheel files; a bundle made by tools/gpu_bundle.sh is checked only if
+one is there, and the CPU proof only where its environment is named.
+"""
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO_ROOT, run_tool
+
+from tools import gpu_bundle
+
+BUNDLE = osp.join(REPO_ROOT, '.gpu_bundle')
+PROOF_ENV = os.environ.get('MMEXT_GPU_PROOF_ENV')
+
+
+def _imported_distributions():
+    """``{module: [distributions]}`` of everything the check imports, read
+    in a fresh interpreter of this stack."""
+    proc = subprocess.run(
+        [sys.executable, '-c', 'from tools.gpu_bundle import probe; probe()'],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_every_import_of_the_check_is_on_the_gpu_machine_or_in_the_bundle():
+    imported = _imported_distributions()
+    needs = set(gpu_bundle.needs())
+    # The probe sees what the check imports: the stack, its tests' needs.
+    assert {'mmdet', 'mmcv', 'mmaction', 'mmseg', 'mmext', 'pytest',
+            'decord', 'pycocotools', 'pkg_resources'} <= set(imported)
+    unlisted = {
+        module: dists for module, dists in imported.items()
+        if not {gpu_bundle.canonical(d) for d in dists} & needs
+    }
+    assert unlisted == {}, (
+        'imported by the check but not in requirements/gpu_check_needs.txt')
+    sources = gpu_bundle.sources(needs, gpu_bundle.machine_packages(),
+                                 [*gpu_bundle.read_pins(), 'mmext'])
+    assert [name for name, s in sources.items() if s == 'missing'] == []
+    assert sources['numpy'] == sources['torch'] == 'machine'
+    assert sources['opencv-python'] == 'machine'  # the headless build
+    assert sources['mmcv'] == sources['mmext'] == 'bundle'
+
+
+def test_the_bundle_carries_only_what_the_machine_lacks():
+    pins = gpu_bundle.read_pins()
+    machine = gpu_bundle.machine_packages()
+    # setuptools only for its version: < 81 still has pkg_resources.
+    assert {name for name in pins if name in machine} == {'setuptools'}
+    assert pins['setuptools'].split('.')[0] == '80'
+    assert {'torch', 'numpy', 'opencv-python-headless', 'pytest',
+            'setuptools'} <= machine
+    # The exact stack of requirements/stack.txt.
+    stack = dict(line.split('==') for line in gpu_bundle.read_list(
+        osp.join(REPO_ROOT, 'requirements', 'stack.txt')))
+    for name in ('mmengine', 'mmcv', 'mmdet', 'mmaction2', 'mmsegmentation',
+                 'decord'):
+        assert pins[name] == stack[name]
+    assert gpu_bundle.SDISTS == ('mmcv', )
+    # Nothing the check does not import.
+    assert set(pins) <= set(gpu_bundle.needs())
+
+
+def test_sources_say_where_each_distribution_comes_from():
+    sources = gpu_bundle.sources(
+        ['numpy', 'opencv-python', 'setuptools', 'mmdet', 'nope'],
+        machine={'numpy', 'opencv-python-headless', 'setuptools'},
+        bundled=['mmdet', 'SetupTools'])
+    assert sources == {
+        'numpy': 'machine', 'opencv-python': 'machine',
+        'setuptools': 'bundle', 'mmdet': 'bundle', 'nope': 'missing'
+    }
+
+
+@pytest.mark.parametrize('filename,dist', [
+    ('importlib_metadata-10.2.0-py3-none-any.whl',
+     ('importlib-metadata', '10.2.0')),
+    ('shapely-2.2.0-cp312-cp312-manylinux_2_24_x86_64.whl',
+     ('shapely', '2.2.0')),
+    ('mmcv-2.1.0.tar.gz', ('mmcv', '2.1.0')),
+])
+def test_dist_of_file(filename, dist):
+    assert gpu_bundle.dist_of_file(filename) == dist
+
+
+def _fake_bundle(out, pins):
+    """Files named as pip saves the pins, with a few bytes each."""
+    for name, version in pins.items():
+        folder = 'sdist' if name in gpu_bundle.SDISTS else 'wheels'
+        os.makedirs(out / folder, exist_ok=True)
+        suffix = ('.tar.gz' if folder == 'sdist' else '-py3-none-any.whl')
+        (out / folder / f'{name.replace("-", "_")}-{version}{suffix}'
+         ).write_bytes(b'x' * 10)
+    (out / 'wheels' / 'mmext-0.1.0-py3-none-any.whl').write_bytes(b'x' * 10)
+    trees = (gpu_bundle.copy_tree(gpu_bundle.STUBS, str(out)) +
+             gpu_bundle.copy_tree(gpu_bundle.OVERRIDES, str(out)))
+    return gpu_bundle.write_manifest(str(out), pins, trees, None)
+
+
+def test_manifest_of_a_bundle_and_what_check_bundle_finds(tmp_path):
+    pins = gpu_bundle.read_pins()
+    manifest = _fake_bundle(tmp_path, pins)
+    assert gpu_bundle.check_bundle(str(tmp_path)) == []
+    assert manifest['mmcv_sdist'] == 'sdist/mmcv-2.1.0.tar.gz'
+    assert set(manifest['sources']) == set(gpu_bundle.needs())
+    assert manifest['sources']['mmengine'] == 'bundle'
+    assert manifest['sources']['numpy'] == 'machine'
+    assert ('stubs/mmaction/models/localizers/drn/drn.py'
+            in manifest['site_files'])
+    assert ('overrides/mmaction/models/multimodal/__init__.py'
+            in manifest['site_files'])
+    assert manifest['bytes'] == 10 * (len(pins) + 1) + sum(
+        osp.getsize(tmp_path / p) for p in manifest['site_files'])
+    assert manifest['working_tree_bytes'] == gpu_bundle.working_tree_bytes()
+
+    os.remove(tmp_path / 'wheels' / 'decord-0.6.0-py3-none-any.whl')
+    manifest['pins']['einops'] = '0.8.2'  # pinned after the download
+    manifest['sources']['wcwidth'] = 'missing'
+    manifest['limit_bytes'] = 1000
+    (tmp_path / 'manifest.json').write_text(json.dumps(manifest))
+    problems = gpu_bundle.check_bundle(str(tmp_path))
+    assert problems[:2] == ['missing wheels/decord-0.6.0-py3-none-any.whl',
+                            'no file for einops==0.8.2']
+    assert problems[2] == ('wcwidth is neither on the machine nor in the '
+                           'bundle')
+    assert problems[3].startswith('bundle and working tree take ')
+    assert len(problems) == 4
+
+
+@pytest.mark.skipif(not osp.isfile(osp.join(BUNDLE, 'manifest.json')),
+                    reason='no bundle here (make one: tools/gpu_bundle.sh)')
+def test_the_bundle_made_here_is_complete():
+    assert gpu_bundle.check_bundle(BUNDLE) == []
+    with open(osp.join(BUNDLE, 'manifest.json')) as f:
+        manifest = json.load(f)
+    assert manifest['pins'] == gpu_bundle.read_pins(), (
+        'requirements/gpu_bundle.txt changed: rerun tools/gpu_bundle.sh')
+    assert manifest['bytes'] + gpu_bundle.working_tree_bytes() < 64 << 20
+
+
+def test_install_stubs_adds_missing_files_only(tmp_path):
+    drn = tmp_path / 'mmaction' / 'models' / 'localizers' / 'drn'
+    run_tool(['bash', 'tools/install_stubs.sh', str(tmp_path)])
+    assert sorted(os.listdir(drn)) == ['__init__.py', 'drn.py']
+    assert 'class DRN' in (drn / 'drn.py').read_text()
+    (drn / 'drn.py').write_text('real = True\n')
+    run_tool(['bash', 'tools/install_stubs.sh', str(tmp_path)])
+    assert (drn / 'drn.py').read_text() == 'real = True\n'
+
+
+def test_gpu_bundle_help_names_the_proof():
+    out = run_tool(['bash', 'tools/gpu_bundle.sh', '--help']).stdout
+    assert out.startswith('Usage: tools/gpu_bundle.sh [--out DIR]\n')
+    assert '--proof ENV_DIR' in out and 'set -euo' not in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PROOF_ENV, reason='the CPU proof environment of '
+                    'tools/gpu_bundle.sh --proof ENV_DIR is named by '
+                    'MMEXT_GPU_PROOF_ENV')
+@pytest.mark.skipif(not osp.isfile(osp.join(BUNDLE, 'manifest.json')),
+                    reason='no bundle here (make one: tools/gpu_bundle.sh)')
+def test_bundle_dry_run_in_the_python_312_proof_environment(tmp_path):
+    # Not run_tool: it runs the command with this interpreter.
+    proc = subprocess.run(
+        ['bash', 'tools/gpu_check.sh', '--bundle', BUNDLE, '--target',
+         str(tmp_path / 'site'), '--dry-run'], cwd=REPO_ROOT,
+        env=dict(os.environ, PYTHON=osp.join(PROOF_ENV, 'bin', 'python')),
+        capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith(f'gpu_check: bundle {BUNDLE}: ')
+    assert 'modules the check imports load' in lines[0]
+    assert lines[-1] == (
+        'gpu_check: no CUDA device visible to torch, nothing to run '
+        '(dry run OK: 9 lines, configs parse).')

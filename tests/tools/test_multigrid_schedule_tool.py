@@ -1,0 +1,310 @@
+"""tools/analysis/multigrid_schedule.py prints what the hook trains."""
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+
+import mmext  # noqa: F401
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+CFG = osp.join(ROOT, 'configs', 'multigrid',
+               'slowfast_r50_multigrid_8xb8-8x8x1-steplr-239e_'
+               'kinetics400-rgb.py')
+TINY = osp.join(ROOT, 'tests', 'multigrid', 'tiny_mg.py')
+I3D = osp.join(ROOT, 'configs', 'multigrid',
+               'i3d_r50_multigrid_8xb8-32x2x1-100e_kinetics400-rgb.py')
+I3D_MILESTONES = (
+    "MultiStepLR milestones [40, 80] lie outside the recipe's 2 epochs, so "
+    'they are not LR stages of the multigrid schedule (LR stages start at '
+    '[0, 2]).')
+
+
+def _run(config, *args):
+    return subprocess.run(
+        [sys.executable, 'tools/analysis/multigrid_schedule.py', config,
+         *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
+        # tiny_mg.py imports its recorder hook from its own folder.
+        env=dict(os.environ, PYTHONPATH=osp.dirname(TINY)))
+
+
+def test_reference_table_json_and_text():
+    out = json.loads(_run(CFG, '--json', '--no-model-check',
+                          '--world-size', '8').stdout)
+    stages = out['stages']
+    assert [s['end_epoch'] for s in stages][-3:] == [329, 343, 358]
+    assert (stages[0]['batch_size'], stages[0]['clip_len'],
+            stages[0]['crop_size']) == (64, 8, 158)
+    # The recipe's 8 GPUs x 8 clips: the effective batch of the first stage.
+    assert stages[0]['effective_batch_size'] == 512
+    assert out['base']['effective_batch_size'] == 64
+    assert out['exact'] is False and out['iters'] is None
+    assert round(out['iteration_saving'], 2) == 3.42
+    text = _run(CFG, '--no-model-check').stdout
+    assert '3.42x fewer iterations' in text and 'estimate' in text
+    assert ('eff. batch = batch x world size 1 x accumulative_counts 1'
+            in text)
+
+
+def test_plot_is_written(tmp_path):
+    out = tmp_path / 'schedule.png'
+    _run(CFG, '--no-model-check', '--plot', str(out))
+    assert out.stat().st_size > 10000
+
+
+@pytest.mark.usefixtures('repo_demo_data')
+def test_exact_count_matches_the_hook(tmp_path):
+    """The tool's exact count is what the hook trains (partial batches
+    dropped), and differs from the estimate."""
+    from mmext.cli import build_runner, load_run_config
+    exact = json.loads(_run(TINY, '--dataset', '--json').stdout)
+    estimate = json.loads(_run(TINY, '--json').stdout)
+    cfg = load_run_config(TINY, None, str(tmp_path))
+    runner = build_runner(cfg)
+    # What Runner.train() builds before its before_run hooks.
+    loop = runner.train_loop
+    runner.optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+    runner.param_schedulers = runner.build_param_scheduler(
+        runner.param_schedulers)
+    runner.call_hook('before_run')
+    assert exact['exact'] is True
+    assert exact['iters'] == loop.max_iters
+    per_epoch = exact['clips_per_process'] / cfg.train_dataloader.batch_size
+    assert sum(s['estimated_iters'] for s in estimate['stages']) * \
+        per_epoch > exact['iters']
+
+
+def _tool(config, *args):
+    return subprocess.run(
+        [sys.executable, 'tools/analysis/multigrid_schedule.py', config,
+         *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PYTHONPATH=osp.dirname(TINY)))
+
+
+def test_tool_warns_like_the_plan():
+    proc = _tool(I3D, '--json', '--no-model-check', '--cfg-options',
+                 'train_cfg.max_epochs=2', 'custom_hooks.0.long_cycle=False')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)['warnings'] == [I3D_MILESTONES]
+
+
+def test_tool_errors_exit_non_zero():
+    proc = _tool(I3D, '--no-model-check', '--cfg-options',
+                 'train_cfg.max_epochs=2')
+    assert proc.returncode == 1
+    assert proc.stderr.rstrip().endswith(
+        'Recipe values the schedule cannot honour: ' + I3D_MILESTONES)
+    # The model is built and checked as the hook does: T/4 = 4 < 8.
+    proc = _tool(I3D, '--cfg-options',
+                 'train_dataloader.dataset.pipeline.1.clip_len=16')
+    assert proc.returncode == 1
+    assert proc.stderr.rstrip().splitlines()[-1] == (
+        'error: ResNet3d needs clip lengths T >= 8 (temporal strides of '
+        'conv1, pool1 and pool2); the multigrid schedule uses T=[4]. Use '
+        'larger t factors in long_cycle_factors or a longer '
+        'SampleFrames.clip_len.')
+
+
+@pytest.mark.usefixtures('repo_demo_data')
+def test_hook_runs_the_same_checks_as_the_tool(tmp_path):
+    from mmext.cli import build_runner, load_run_config
+    option = 'param_scheduler.0.end=5'
+    proc = _tool(TINY, '--json', '--dataset', '--cfg-options', option)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    tool = json.loads(proc.stdout)['warnings']
+    assert tool[0] == (
+        "The LinearLR warm-up ends at recipe epoch 5, after the recipe's 4 "
+        'epochs: it is cut at the end of the run and never reaches its final '
+        'value. Shorten it (end) or raise train_cfg.max_epochs.')
+    # The tiny recipe's short cycle reaches S=28: a 1x1 final map.
+    assert tool[1].startswith(
+        'Multigrid shapes with a final feature map below 2x2 (backbone '
+        'output, H x W; 2x2 at the base S=56): (B, T, S) = (32, 8, 28): 1x1')
+    assert len(tool) == 2
+    os.chdir(ROOT)
+    cfg = load_run_config(TINY, None, str(tmp_path))
+    cfg.param_scheduler[0].end = 5
+    runner = build_runner(cfg)
+    runner.optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+    runner.param_schedulers = runner.build_param_scheduler(
+        runner.param_schedulers)
+    with pytest.warns(UserWarning) as record:
+        runner.call_hook('before_run')
+    assert [str(w.message) for w in record
+            if str(w.message) in tool] == tool
+
+
+def _recipe(tmp_path, base, **model):
+    """A config: an mmaction2 recipe with the default MultigridHook."""
+    path = tmp_path / 'recipe.py'
+    path.write_text(
+        f"_base_ = 'mmaction::{base}'\n"
+        f'model = {model!r}\n'
+        "custom_hooks = [dict(type='mmext.MultigridHook', "
+        'bn_base_size=None)]\n')
+    return str(path)
+
+
+def test_tool_refuses_a_model_that_cannot_take_the_shapes(tmp_path):
+    """C3D (fixed fc6 input) exits 1 before any training."""
+    config = _recipe(tmp_path, 'recognition/c3d/c3d_sports1m-pretrained_'
+                     '8xb30-16x1x1-45e_ucf101-rgb.py',
+                     backbone=dict(pretrained=None))
+    proc = _tool(config)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    last = proc.stderr.rstrip().splitlines()[-1]
+    assert last.startswith(
+        'error: The model cannot take 7 of the 8 grid shapes the multigrid '
+        'plan trains (base T=16, S=112): at (B, T, S) = (480, 4, 56)')
+    assert 'so multigrid cannot train it' in last
+
+
+def test_tool_accepts_timesformer_with_its_shape_adapters(tmp_path):
+    """The TimeSformer recipe passed the old checks and died in the first
+    iteration at ``x + self.pos_embed``; now every shape is tried and the
+    position embeddings follow the shape."""
+    config = _recipe(
+        tmp_path, 'recognition/timesformer/timesformer_divST_8xb8-8x32x1-'
+        '15e_kinetics400-rgb.py',
+        backbone=dict(embed_dims=64, num_heads=2, num_transformer_layers=1,
+                      pretrained=None),
+        cls_head=dict(in_channels=64))
+    proc = _tool(config, '--json')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out['shape_adapters'] == [
+        'backbone (TimeSformer): pos_embed and time_embed resampled to each '
+        'shape, num_frames set']
+    assert {s['clip_len'] for s in out['stages']} == {2, 4, 8}
+
+
+def _refusal(proc):
+    """The error line of a refused run: exit 1, no traceback."""
+    assert proc.returncode == 1, proc.stdout[-500:] + proc.stderr[-2000:]
+    assert 'Traceback' not in proc.stderr, proc.stderr[-2000:]
+    return proc.stderr.rstrip().splitlines()[-1]
+
+
+def _wrapped(tmp_path, wrapper):
+    """TINY with its train dataset inside a dataset wrapper."""
+    path = tmp_path / f'{wrapper}.py'
+    inner = "{{_base_.train_dataloader.dataset}}"
+    field = ('datasets=[_ds, _ds]' if wrapper == 'ConcatDataset'
+             else 'times=2, dataset=_ds')
+    path.write_text(f"_base_ = '{TINY}'\n_ds = {inner}\n"
+                    f'train_dataloader = dict(dataset=dict(_delete_=True, '
+                    f"type='{wrapper}', {field}))\n")
+    return str(path)
+
+
+@pytest.mark.parametrize('wrapper', ['RepeatDataset', 'ConcatDataset'])
+@pytest.mark.usefixtures('repo_demo_data')
+def test_tool_refuses_dataset_wrappers(tmp_path, wrapper):
+    for args in ((), ('--dataset', )):
+        assert _refusal(_tool(_wrapped(tmp_path, wrapper), *args)) == (
+            'error: MultigridHook rewrites train_dataloader.dataset.pipeline, '
+            f'but the train dataset ({wrapper}) has none: dataset wrappers '
+            '(RepeatDataset, ConcatDataset ...) are not supported. Configure '
+            'the video dataset and its pipeline directly as '
+            'train_dataloader.dataset.')
+
+
+def test_tool_refuses_configs_it_cannot_read(tmp_path):
+    missing = str(tmp_path / 'missing.py')
+    assert _refusal(_tool(missing)).startswith(
+        f'error: cannot read the config {missing}: FileNotFoundError: ')
+    broken = tmp_path / 'broken.py'
+    broken.write_text('model = dict(\n')
+    assert _refusal(_tool(str(broken))).startswith(
+        f'error: cannot read the config {broken}: SyntaxError: ')
+    plain = tmp_path / 'plain.py'
+    plain.write_text(f"_base_ = '{TINY}'\ncustom_hooks = []\n")
+    assert _refusal(_tool(str(plain), '--no-model-check')) == (
+        'error: The config has no mmext.MultigridHook in custom_hooks.')
+    assert _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
+                          'custom_hooks.0.no_such_option=1')).startswith(
+        "error: unknown MultigridHook options ['no_such_option']; known: ")
+
+
+def test_tool_refuses_a_malformed_pipeline_and_bad_counts():
+    assert _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
+                          'train_dataloader.dataset.pipeline.99.clip_len=3')
+                    ).startswith(f'error: cannot read the config {TINY} '
+                                 'with its --cfg-options: KeyError: "Index 99 '
+                                 'exceeds the length of list')
+    assert _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
+                          'custom_hooks.0.long_cycle_factors=1')) == (
+        'error: cannot plan the multigrid schedule of the config: '
+        "TypeError: 'int' object is not iterable")
+    assert _refusal(_tool(TINY, '--no-model-check', '--num-samples', '64',
+                          '--world-size', '0')) == (
+        'error: --world-size must be at least 1, got 0')
+    assert _refusal(_tool(TINY, '--no-model-check', '--num-samples',
+                          '0')) == (
+        'error: --num-samples must be at least 1, got 0')
+
+
+def test_tool_refuses_a_dataset_or_model_it_cannot_build(tmp_path):
+    dataset = _refusal(_tool(TINY, '--dataset', '--no-model-check',
+                             '--cfg-options',
+                             'train_dataloader.dataset.ann_file=none.txt'))
+    assert dataset.startswith(
+        'error: cannot build the train dataset (train_dataloader.dataset, '
+        'type VideoDataset) to count its clips: FileNotFoundError: ')
+    assert dataset.endswith('Fix the dataset config, or give the count with '
+                            '--num-samples N.')
+    model = _refusal(_tool(TINY, '--cfg-options',
+                           'model.backbone.type=NoSuchBackbone'))
+    assert model.startswith('error: cannot build the model (model.type '
+                            'Recognizer3D) for the checks: KeyError: ')
+    assert model.endswith('Fix the model config, or skip the model checks '
+                          'with --no-model-check.')
+    plot = _refusal(_tool(CFG, '--no-model-check', '--plot',
+                          str(tmp_path / 'no' / 'such' / 'dir.png')))
+    assert plot.startswith(
+        f"error: cannot draw the plot into {tmp_path / 'no' / 'such'}"
+        '/dir.png: FileNotFoundError: ')
+
+
+def test_config_inheriting_through_the_mmext_prefix(tmp_path):
+    """mmengine adds ``_scope_`` to the hook inherited through ``mmext::``;
+    the tool reads the config as training does."""
+    child = tmp_path / 'child.py'
+    child.write_text(
+        "_base_ = 'mmext::multigrid/slowfast_r50_multigrid_8xb8-8x8x1-"
+        "steplr-239e_kinetics400-rgb.py'\n")
+    out = json.loads(_run(str(child), '--json', '--no-model-check').stdout)
+    assert [s['end_epoch'] for s in out['stages']][-3:] == [329, 343, 358]
+
+
+def test_bad_lr_steps_give_the_real_error_only(tmp_path):
+    proc = _tool(I3D, '--no-model-check', '--cfg-options',
+                 'custom_hooks.0.lr_steps=[3]')
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr
+    assert proc.stderr.rstrip().splitlines()[-1] == (
+        'error: lr_steps must start at 0 and increase strictly, one entry '
+        'per LR stage start in recipe epochs (e.g. [0] + the MultiStepLR '
+        'milestones: [0, 40, 80]); got [3]')
+
+
+def test_dropped_long_cycle_shapes_warn(tmp_path):
+    """2 recipe epochs with an LR step at 1: LR stage 0 keeps 2 of the 4
+    default long-cycle shapes."""
+    short = tmp_path / 'short.py'
+    short.write_text(
+        f'_base_ = {I3D!r}\n'
+        'train_cfg = dict(max_epochs=2)\n'
+        'param_scheduler = [dict(type="MultiStepLR", by_epoch=True, begin=0,'
+        ' end=2, milestones=[1])]\n')
+    proc = _tool(str(short), '--json', '--no-model-check')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)['warnings'] == [
+        'The multigrid schedule rounds the long-cycle shapes [(32, 16, 158), '
+        '(8, 32, 224)] (per-process batch, T, S) of LR stage 0 (recipe '
+        'epochs 0-1) to 0 epochs, so they are not trained. Raise '
+        'train_cfg.max_epochs or epoch_factor, or list fewer '
+        'long_cycle_factors (about 6 recipe epochs per LR stage train all 4 '
+        'default shapes).']

@@ -1,0 +1,231 @@
+"""Build mmcv's compiled ops (``mmcv._ext``) from its sdist for an mmcv that
+was installed without them (``MMCV_WITH_OPS=0``, which takes seconds).
+
+The two installs of one mmcv sdist differ by the extension module alone, so
+the build runs ``setup.py build_ext --inplace`` in an unpacked copy of the
+sdist and then copies ``mmcv/_ext*.so`` into the installed ``mmcv/``.
+``tools/gpu_check.sh --bundle`` runs it in the background at low priority
+while the check lines that need no compiled ops run; the other lines wait
+for it (:class:`OpsBuild`).
+
+Run alone (the CPU proof of ``tools/gpu_bundle.sh --proof`` does)::
+
+    python tools/mmcv_ops.py --sdist mmcv-2.1.0.tar.gz --target SITE \
+        [--work-dir DIR] [--jobs N] [--cpu] [--python-include DIR]
+
+The interpreter running it (and ``PYTHONPATH``) must import torch, and
+``pkg_resources`` (setuptools < 81: mmcv's ``setup.py`` imports it).
+"""
+import argparse
+import glob
+import os
+import os.path as osp
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import time
+from typing import Dict, Optional
+
+EXT_GLOB = osp.join('mmcv', '_ext*.so')
+
+
+def installed_ext(target: str) -> Optional[str]:
+    """The compiled ops in ``target/mmcv``, or None."""
+    found = glob.glob(osp.join(target, EXT_GLOB))
+    return found[0] if found else None
+
+
+def cuda_arch_list() -> str:
+    """``TORCH_CUDA_ARCH_LIST`` of the visible GPUs only, e.g. ``9.0``.
+
+    Building for the present GPUs alone (torch's default is every arch it
+    supports) cuts the CUDA compile time several-fold.
+    """
+    import torch
+    caps = {torch.cuda.get_device_capability(i)
+            for i in range(torch.cuda.device_count())}
+    return ';'.join(f'{major}.{minor}' for major, minor in sorted(caps))
+
+
+def missing_python_header() -> bool:
+    """True when this interpreter's ``Python.h`` is not installed (a system
+    Python without its -dev package)."""
+    include = sysconfig.get_paths()['include']
+    return not osp.isfile(osp.join(include, 'Python.h'))
+
+
+def build_env(cuda: bool, jobs: int,
+              python_include: Optional[str] = None) -> Dict[str, str]:
+    """The variables the build adds to the environment.
+
+    Args:
+        cuda: Build the CUDA ops for the visible GPUs (``FORCE_CUDA=1``,
+            :func:`cuda_arch_list`); else the CPU ops only.
+        jobs: Parallel compile jobs (``MAX_JOBS``, read by torch's ninja
+            build).
+        python_include: A folder holding ``Python.h`` of this Python's
+            minor version, used (``CPATH``) only if this interpreter lacks
+            its own.
+    """
+    env = {
+        'MMCV_WITH_OPS': '1',
+        'MAX_JOBS': str(jobs),
+        # Python's own flags (CFLAGS replaces them) without debug info: with
+        # it the CPU ops' library is 83 MB, without 2 MB, less to write and
+        # link in a build that races a deadline.
+        'CFLAGS': (sysconfig.get_config_var('CFLAGS') or '') + ' -g0',
+        # torch builds serially without ninja; the interpreter's own bin/
+        # holds the ninja of the ninja wheel.
+        'PATH': osp.dirname(sys.executable) + os.pathsep +
+        os.environ.get('PATH', ''),
+    }
+    if cuda:
+        env.update(FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST=cuda_arch_list())
+    if python_include and missing_python_header():
+        env['CPATH'] = os.pathsep.join(
+            p for p in (python_include, os.environ.get('CPATH')) if p)
+    return env
+
+
+def failure_reason(log_text: str) -> str:
+    """The first compiler or Python error of a build log, else its last
+    line (what the check's table shows for a failed build)."""
+    lines = [line.strip() for line in log_text.splitlines() if line.strip()]
+    for line in lines:
+        # Long lines are compiler command lines, whose flags and file
+        # names may spell "error" too.
+        if (len(line) < 1000 and re.search(r'\berror:|Error:', line)
+                and 'warning' not in line):
+            return line[:200]
+    return lines[-1][:200] if lines else 'no output'
+
+
+class OpsBuild:
+    """One build of ``mmcv._ext`` from ``sdist`` into ``target``'s mmcv.
+
+    Args:
+        sdist: The mmcv sdist (``.tar.gz``); its version must be the
+            installed mmcv's.
+        target: The folder mmcv was installed into (``pip --target``).
+        work_dir: Where the sdist is unpacked and built; the log is
+            ``work_dir/build.log``.
+        env: Variables added to the build's environment (:func:`build_env`).
+    """
+
+    def __init__(self, sdist: str, target: str, work_dir: str,
+                 env: Dict[str, str]):
+        self.sdist = sdist
+        self.target = target
+        self.work_dir = work_dir
+        self.env = env
+        self.log_path = osp.join(work_dir, 'build.log')
+        self.source: Optional[str] = None  # the unpacked sdist
+        self.proc: Optional[subprocess.Popen] = None
+        self.started = self.ended = 0.0
+
+    @property
+    def seconds(self) -> float:
+        """Wall time of the build so far (or in all, once it ended)."""
+        return (self.ended or time.monotonic()) - self.started
+
+    def describe(self) -> str:
+        """The build's settings, for the table."""
+        keys = ('FORCE_CUDA', 'TORCH_CUDA_ARCH_LIST', 'MAX_JOBS', 'CPATH')
+        return ' '.join(f'{k}={self.env[k]}' for k in keys if k in self.env)
+
+    def start(self) -> None:
+        """Unpack the sdist and start the build in its own process group at
+        low priority (the check's lines run beside it)."""
+        os.makedirs(self.work_dir, exist_ok=True)
+        with tarfile.open(self.sdist) as tar:
+            top = tar.getnames()[0].split('/')[0]
+            tar.extractall(self.work_dir, filter='data')
+        self.source = osp.join(self.work_dir, top)
+        self.started = time.monotonic()
+        with open(self.log_path, 'w') as log:
+            self.proc = subprocess.Popen(
+                ['nice', '-n', '10', sys.executable, 'setup.py', 'build_ext',
+                 '--inplace'], cwd=self.source, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                env=dict(os.environ, **self.env))
+
+    def wait(self, seconds: Optional[float] = None) -> Optional[int]:
+        """Wait up to ``seconds`` (None: until it ends); the exit status,
+        or None if it still runs."""
+        try:
+            code = self.proc.wait(
+                timeout=None if seconds is None else max(seconds, 0))
+        except subprocess.TimeoutExpired:
+            return None
+        self.ended = self.ended or time.monotonic()
+        return code
+
+    def stop(self) -> None:
+        """Kill the build and its compiler processes."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.ended = self.ended or time.monotonic()
+
+    def install(self) -> str:
+        """Copy the built extension into the installed mmcv; its path.
+
+        Raises:
+            FileNotFoundError: The build made no ``mmcv/_ext*.so``.
+        """
+        built = installed_ext(self.source)
+        if built is None:
+            raise FileNotFoundError(f'no {EXT_GLOB} under {self.source}')
+        dest = osp.join(self.target, 'mmcv', osp.basename(built))
+        # Copy, then rename: a line importing mmcv meanwhile never sees a
+        # half-written file.
+        shutil.copyfile(built, dest + '.part')
+        os.replace(dest + '.part', dest)
+        return dest
+
+    def reason(self) -> str:
+        """Why the build failed, from its log."""
+        with open(self.log_path, errors='replace') as f:
+            return failure_reason(f.read())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog='\n'.join(__doc__.splitlines()[2:]))
+    parser.add_argument('--sdist', required=True, help='mmcv sdist (.tar.gz)')
+    parser.add_argument('--target', required=True,
+                        help='folder mmcv was installed into without ops')
+    parser.add_argument('--work-dir', default='work_dirs/mmcv_ops',
+                        help='where the sdist is unpacked and built')
+    parser.add_argument('--jobs', type=int, default=os.cpu_count(),
+                        help='parallel compile jobs (default: all cores)')
+    parser.add_argument('--cpu', action='store_true',
+                        help='CPU ops only, even with a GPU')
+    parser.add_argument('--python-include', metavar='DIR',
+                        help="Python.h to use if this Python lacks its own")
+    args = parser.parse_args(argv)
+    import torch
+    cuda = not args.cpu and torch.cuda.is_available()
+    build = OpsBuild(args.sdist, args.target, osp.abspath(args.work_dir),
+                     build_env(cuda, args.jobs, args.python_include))
+    print(f'mmcv_ops: building {osp.basename(args.sdist)} '
+          f'({"CUDA" if cuda else "CPU"} ops; {build.describe()}) '
+          f'against torch {torch.__version__}, log {build.log_path}',
+          flush=True)
+    build.start()
+    if build.wait() != 0:
+        print(f'mmcv_ops: build failed after {build.seconds:.0f} s: '
+              f'{build.reason()}')
+        return 1
+    print(f'mmcv_ops: built in {build.seconds:.0f} s: {build.install()}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
