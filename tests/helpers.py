@@ -30,6 +30,16 @@ def run_tool(args, timeout=900, env=None):
                     f'{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}')
     return proc
 
+
+def assert_refused_before_training(args, message, timeout=300):
+    """Run a tool that must refuse its options: argparse's exit status 2,
+    ``message`` on stderr and no training iteration logged."""
+    proc = subprocess.run(args, cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert message in proc.stderr
+    assert 'Epoch(train)' not in proc.stdout + proc.stderr
+
 # Marks a test that needs CUDA: skipped with the reason without one, selected
 # by `pytest -m cuda` (what tools/gpu_check.sh runs).
 CUDA_MARKS = [

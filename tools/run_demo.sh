@@ -31,4 +31,10 @@ for demo in "${DEMOS[@]}"; do
     echo "        log        $ROOT/$log"
     echo "        scalars    $ROOT/$(dirname "$log")/vis_data/scalars.json"
     echo "        checkpoint $ROOT/$dir/$(cat "$dir/last_checkpoint" | xargs basename)"
+    if [ "$name" = video ]; then
+        # The multigrid plan's saving against its recipe (same config without
+        # the hook) and the final validation top-1.
+        echo "        multigrid  $(grep -o 'total: .*' "$log" | tail -n 1)"
+        echo "        top-1      $(grep -o 'acc/top1: [0-9.]*' "$log" | tail -n 1 | cut -d' ' -f2)"
+    fi
 done

@@ -192,6 +192,8 @@ def test_final_feature_map_below_2x2_warns_with_the_measured_cost():
         'larger base crop (the paper trains S=224; smallest short-cycle crop '
         '112).']
     assert _checked(DEMO, dict(short_cycle_factors=[0.75, 0.875])) == []
+    # The demo as shipped since the study: 0.6/0.707, 2x2 at S=34.
+    assert _checked(DEMO) == []
     # A long-cycle shape that small names its long_cycle_factors entry.
     coarse = _checked(DEMO, dict(short_cycle=False, long_cycle_factors=[
         (0.5, 0.5), (1, 1)]))

@@ -400,28 +400,14 @@ def _project(args):
     return result
 
 
-def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def add_run_options(parser, work_dir):
+    """Options of a recipe-vs-multigrid training comparison (also used by
+    ``tools/benchmark/multigrid_accuracy.py``)."""
     parser.add_argument('--config', default=DEFAULT_CONFIG)
     parser.add_argument('--epochs', type=int, default=4,
                         help='recipe epochs (multigrid trains x1.5)')
-    parser.add_argument('--synthetic', action='store_true',
-                        help='random in-memory clips instead of decoding')
     parser.add_argument('--device', choices=['cpu', 'cuda'], default=None,
                         help='default: cuda if available, else cpu')
-    parser.add_argument('--project', action='store_true',
-                        help='time every grid shape, project the schedule')
-    parser.add_argument('--project-iters', type=int, default=3,
-                        help='timed iterations per grid shape (after one '
-                        'warm-up)')
-    parser.add_argument('--samples-per-rank', type=int,
-                        help='clips per process per epoch for --project '
-                        '(default: lines of the train ann_file)')
-    parser.add_argument('--batch-size', type=int,
-                        help='--project: time this base batch instead')
-    parser.add_argument('--crop-size', type=int,
-                        help='--project: time this base crop size instead')
     parser.add_argument(
         '--threads', type=int,
         help='torch threads of the training process (default: torch\'s, '
@@ -429,13 +415,16 @@ def main():
         'jobs load, where multi-threaded ops wait for descheduled threads')
     parser.add_argument('--json', action='store_true',
                         help='also print one JSON object (last line)')
-    parser.add_argument('--work-dir', default='work_dirs/mg_speedup')
+    parser.add_argument('--work-dir', default=work_dir)
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction,
         help='overrides applied to both runs, e.g. a larger model')
-    args = parser.parse_args()
-    for option in ('epochs', 'project_iters', 'samples_per_rank',
-                   'batch_size', 'crop_size', 'threads'):
+
+
+def check_run_options(parser, args, positive):
+    """``parser.error`` for an option of ``positive`` below 1 or a config
+    without ``MultigridHook``, before any model is built."""
+    for option in positive:
         value = getattr(args, option)
         if value is not None and value < 1:
             parser.error(f'--{option.replace("_", "-")} must be >= 1, got '
@@ -444,6 +433,10 @@ def main():
     if not any(map(is_multigrid_hook, cfg.get('custom_hooks', []))):
         parser.error(f'{args.config} has no MultigridHook in custom_hooks: '
                      f'nothing to compare against its baseline')
+
+
+def setup_torch(args):
+    """Pick the device (``args.device``) and torch threads; return torch."""
     if args.device == 'cpu':
         # mmengine's runner trains on CUDA whenever it is visible.
         os.environ['CUDA_VISIBLE_DEVICES'] = ''
@@ -456,6 +449,32 @@ def main():
         torch.set_num_threads(args.threads)
     print(f'load average (1, 5, 15 min): {os.getloadavg()}; torch threads '
           f'{torch.get_num_threads()}', flush=True)
+    return torch
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    add_run_options(parser, 'work_dirs/mg_speedup')
+    parser.add_argument('--synthetic', action='store_true',
+                        help='random in-memory clips instead of decoding')
+    parser.add_argument('--project', action='store_true',
+                        help='time every grid shape, project the schedule')
+    parser.add_argument('--project-iters', type=int, default=3,
+                        help='timed iterations per grid shape (after one '
+                        'warm-up)')
+    parser.add_argument('--samples-per-rank', type=int,
+                        help='clips per process per epoch for --project '
+                        '(default: lines of the train ann_file)')
+    parser.add_argument('--batch-size', type=int,
+                        help='--project: time this base batch instead')
+    parser.add_argument('--crop-size', type=int,
+                        help='--project: time this base crop size instead')
+    args = parser.parse_args()
+    check_run_options(parser, args, (
+        'epochs', 'project_iters', 'samples_per_rank', 'batch_size',
+        'crop_size', 'threads'))
+    torch = setup_torch(args)
     if args.project:
         result = _project(args)
     else:
