@@ -169,8 +169,9 @@ def mean_iou(model: nn.Module, images: Tensor, labels: Tensor,
     """
     was_training = model.training
     model.eval()
-    inter = torch.zeros(num_classes, dtype=torch.float64)
-    union = torch.zeros(num_classes, dtype=torch.float64)
+    inter = torch.zeros(num_classes, dtype=torch.float64,
+                        device=labels.device)
+    union = torch.zeros_like(inter)
     for start in range(0, len(images), batch_size):
         pred = model(images[start:start + batch_size]).argmax(1)
         true = labels[start:start + batch_size]

@@ -7,12 +7,13 @@ import sys
 
 import pytest
 import torch
-from helpers import run_tool
+from helpers import DEVICES, run_tool
 
 from mmext.testing.scenes import SceneSegmentor, make_scenes, mean_iou
 from tools.benchmark.agvm_large_batch import (agvm_verdict, arm_lr,
+                                              background_floor,
                                               gate_verdict, parse_args, plan,
-                                              summarize_arms)
+                                              summarize_arms, val_loss)
 
 
 def test_defaults_give_the_large_arm_150_steps_and_a_12_percent_warmup():
@@ -91,6 +92,7 @@ def test_gate_finds_drift_only_inside_the_clamp_and_beyond_the_spread():
 
 def _runs(arm, mious, lr=0.1, steps=10):
     return [dict(arm=arm, seed=seed, lr=lr, steps=steps, miou=m,
+                 val_loss=1 - m,
                  epoch_losses=[2.0, 1.0 + seed], seconds=10.0 + seed,
                  data_share=0.01) for seed, m in zip((2, 0, 1), mious)]
 
@@ -115,6 +117,9 @@ def test_summary_pairs_by_seed_and_the_share_of_the_gap_closed():
     assert verdict['gap'] == pytest.approx(0.60 - 0.45)
     assert verdict['closed'] == pytest.approx(0.03 / 0.15)
     assert verdict['testable'] is True
+    assert verdict['paired_val_loss'] == pytest.approx([-0.04, 0.0, -0.05])
+    assert summary['small']['val_loss'] == (pytest.approx(0.40),
+                                            pytest.approx(0.02))
     # No gap (large as good as small): no share.
     runs = (_runs('small', [0.4, 0.4, 0.4]) +
             _runs('large-sqrt', [0.5, 0.5, 0.5]) +
@@ -135,6 +140,19 @@ def test_options_are_validated(capsys):
         with pytest.raises(SystemExit):
             parse_args(argv)
         assert message in capsys.readouterr().err
+
+
+def test_lamb_arm_without_its_library_names_the_fix(monkeypatch, capsys):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda name, *a: None
+                        if name == 'pytorch_optimizer' else real(name, *a))
+    with pytest.raises(SystemExit):
+        parse_args([])
+    assert ('`pip install pytorch_optimizer`, or leave the arm out'
+            in capsys.readouterr().err)
+    assert 'large-lamb' not in parse_args(
+        ['--arms', 'small', 'large-agvm']).arms
 
 
 def test_scenes_are_seeded_balanced_and_disjoint_by_seed():
@@ -159,27 +177,44 @@ class _Constant(torch.nn.Module):
         self.c = c
 
     def forward(self, images):
-        out = torch.zeros(len(images), 5, *images.shape[-2:])
+        out = images.new_zeros(len(images), 5, *images.shape[-2:])
         out[:, self.c] = 1
         return out
 
 
-def test_mean_iou_against_a_hand_computed_case():
-    labels = torch.zeros(2, 2, 2, dtype=torch.int64)
+@pytest.mark.parametrize('device', DEVICES)
+def test_mean_iou_against_a_hand_computed_case(device):
+    labels = torch.zeros(2, 2, 2, dtype=torch.int64, device=device)
     labels[0, 0, 0] = 1  # 1 pixel of class 1, 7 of background
-    images = torch.zeros(2, 3, 2, 2)
+    images = torch.zeros(2, 3, 2, 2, device=device)
     # All background: IoU(bg) = 7 / 8, IoU(1) = 0 / 1; classes 2-4 absent.
     assert mean_iou(_Constant(0), images, labels) == pytest.approx(7 / 16)
     # All class 1: IoU(bg) = 0 / 7, IoU(1) = 1 / 8.
     assert mean_iou(_Constant(1), images, labels) == pytest.approx(1 / 16)
+    # Predicting background everywhere, without a model.
+    assert background_floor(labels) == pytest.approx(7 / 16)
     model = SceneSegmentor()
     model.train()
     mean_iou(model, torch.zeros(2, 3, 16, 16), labels.new_zeros(2, 16, 16))
     assert model.training  # restored after the eval-mode pass
 
 
+def test_val_loss_is_the_pixel_mean_over_uneven_batches():
+    images, labels = make_scenes(5, size=16, seed=0)
+    model = SceneSegmentor()
+    with torch.no_grad():
+        model.eval()
+        expected = torch.nn.functional.cross_entropy(model(images), labels)
+    model.train()
+    assert val_loss(model, images, labels, batch_size=2) == pytest.approx(
+        float(expected), rel=1e-5)
+    assert model.training
+
+
 @pytest.mark.slow
 def test_tiny_benchmark_runs_end_to_end(tmp_path):
+    pytest.importorskip('pytorch_optimizer',
+                        reason='the large-lamb arm needs pytorch_optimizer')
     proc = run_tool([
         sys.executable, 'tools/benchmark/agvm_large_batch.py', '--epochs',
         '2', '--k', '2', '--batch', '4', '--train-images', '32',

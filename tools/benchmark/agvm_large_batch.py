@@ -4,7 +4,8 @@ Usage: python tools/benchmark/agvm_large_batch.py [--seeds 0 1 2]
     [--batch 8] [--k 8] [--epochs 8] [--train-images 1280] [--val-images 256]
     [--image-size 32] [--lr 0.02] [--lamb-lr 0.01] [--warmup-share 0.12]
     [--agvm-lr sqrt] [--update-interval 1] [--gate-repeats 3]
-    [--arms ...] [--jobs 2] [--json] [--work-dir work_dirs/agvm_large_batch]
+    [--arms ...] [--jobs 2] [--threads 1] [--device cpu] [--json]
+    [--work-dir work_dirs/agvm_large_batch]
 
 A setting where AGVM's mechanism can exist (Xue et al., NeurIPS 2022, Sec. 3:
 at a large batch the modules' gradient variances drift apart): semantic
@@ -42,6 +43,7 @@ memory) and the load average; ``--json`` prints everything as one line.
 import argparse
 import concurrent.futures
 import hashlib
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -100,6 +102,7 @@ def parse_args(argv=None):
     add('--jobs', type=int, default=2,
         help='runs at a time, each in its own process')
     add('--threads', type=int, default=1, help='torch threads per run')
+    add('--device', default='cpu', help='cpu, cuda or cuda:N')
     add('--work-dir', default='work_dirs/agvm_large_batch')
     add('--json', action='store_true')
     args = parser.parse_args(argv)
@@ -116,6 +119,14 @@ def parse_args(argv=None):
         parser.error(f'--train-images ({args.train_images}) must hold one '
                      f'large batch of --k x --batch = {args.k * args.batch} '
                      f'images')
+    if 'large-lamb' in args.arms and importlib.util.find_spec(
+            'pytorch_optimizer') is None:
+        parser.error('the large-lamb arm uses pytorch_optimizer\'s Lamb, '
+                     'which is not installed: `pip install '
+                     'pytorch_optimizer`, or leave the arm out (--arms small '
+                     'large-linear large-sqrt large-agvm)')
+    if args.device.startswith('cuda') and not torch.cuda.is_available():
+        parser.error(f'--device {args.device}: torch sees no CUDA device')
     if not 0 < args.warmup_share < 0.5:
         parser.error(f'--warmup-share must be in (0, 0.5), got '
                      f'{args.warmup_share}')
@@ -140,8 +151,16 @@ def arm_lr(args, arm: str) -> float:
 
 
 @lru_cache(maxsize=4)
-def scenes(num: int, size: int, seed: int):
-    return make_scenes(num, size, seed)
+def scenes(num: int, size: int, seed: int, device: str = 'cpu'):
+    """The scenes of one draw, held on ``device`` (training reads them
+    from there: no data loading, the runs are compute-bound)."""
+    images, labels = make_scenes(num, size, seed)
+    return images.to(device), labels.to(device)
+
+
+def _synchronize(device: str) -> None:
+    if torch.device(device).type == 'cuda':
+        torch.cuda.synchronize(device)
 
 
 def pretrained_backbone(args) -> str:
@@ -154,9 +173,9 @@ def pretrained_backbone(args) -> str:
     if osp.exists(path):
         return path
     images, labels = scenes(args.pretrain_images, args.image_size,
-                            PRETRAIN_SEED)
+                            PRETRAIN_SEED, args.device)
     torch.manual_seed(PRETRAIN_SEED)
-    model = SceneSegmentor()
+    model = SceneSegmentor().to(args.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
                                 weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
@@ -180,8 +199,9 @@ def pretrained_backbone(args) -> str:
 
 def fresh_model(args, seed: int, backbone_path: str) -> SceneSegmentor:
     torch.manual_seed(seed)
-    model = SceneSegmentor()
-    model.backbone.load_state_dict(torch.load(backbone_path))
+    model = SceneSegmentor().to(args.device)
+    model.backbone.load_state_dict(
+        torch.load(backbone_path, map_location=args.device))
     return model
 
 
@@ -212,7 +232,8 @@ def train(args, arm: str, seed: int, stop: int = None):
         dict | SceneSegmentor: The run's results, or the model at ``stop``.
     """
     p = plan(args)
-    images, labels = scenes(args.train_images, args.image_size, TRAIN_SEED)
+    images, labels = scenes(args.train_images, args.image_size, TRAIN_SEED,
+                            args.device)
     model = fresh_model(args, seed, pretrained_backbone(args))
     wrapper = optim_wrapper(args, arm, model, p)
     schedulers = [
@@ -236,6 +257,7 @@ def train(args, arm: str, seed: int, stop: int = None):
             t0 = time.perf_counter()
             idx = order[b * args.batch:(b + 1) * args.batch]
             batch = (images[idx], labels[idx])
+            _synchronize(args.device)
             t1 = time.perf_counter()
             with wrapper.optim_context(model):
                 loss = segmentation_loss(model, batch)
@@ -250,19 +272,42 @@ def train(args, arm: str, seed: int, stop: int = None):
                     step=(it + 1) // args.k,
                     d=wrapper.last_variance.tolist(),
                     s=wrapper.ema.factors.tolist()))
+            _synchronize(args.device)
             data_s += t1 - t0
             compute_s += time.perf_counter() - t1
             epoch_loss.append(loss.item())
             it += 1
         losses.append(statistics.fmean(epoch_loss))
     val_images, val_labels = scenes(args.val_images, args.image_size,
-                                    VAL_SEED)
+                                    VAL_SEED, args.device)
     return dict(arm=arm, seed=seed, lr=arm_lr(args, arm),
                 steps=it // (1 if arm == 'small' else args.k),
                 miou=mean_iou(model, val_images, val_labels),
+                val_loss=val_loss(model, val_images, val_labels),
                 epoch_losses=losses, seconds=data_s + compute_s,
                 data_share=data_s / max(data_s + compute_s, 1e-9),
                 agvm=estimates)
+
+
+@torch.no_grad()
+def val_loss(model, images, labels, batch_size: int = 64) -> float:
+    """Mean pixel cross entropy on the val scenes, in eval mode (a
+    continuous score where mIoU sits at its all-background floor)."""
+    model.eval()
+    total = sum(
+        segmentation_loss(model, (images[i:i + batch_size],
+                                  labels[i:i + batch_size])).item() *
+        len(images[i:i + batch_size])
+        for i in range(0, len(images), batch_size))
+    model.train()
+    return total / len(images)
+
+
+def background_floor(labels) -> float:
+    """mIoU of predicting background (class 0) everywhere: IoU of
+    background = its pixel share, 0 for every other class present."""
+    present = len(labels.unique())
+    return float((labels == 0).double().mean()) / present
 
 
 def _train_job(args, arm, seed):
@@ -284,7 +329,8 @@ def train_all(args) -> list:
 def measure_drift(args, model) -> dict:
     """d_i, d_0/d_i and mu_i at two halves of one micro-batch and at the
     large batch, on training images (``variance_by_batch_size``)."""
-    images, labels = scenes(args.train_images, args.image_size, TRAIN_SEED)
+    images, labels = scenes(args.train_images, args.image_size, TRAIN_SEED,
+                            args.device)
     gen = torch.Generator().manual_seed(12345)
 
     def draw_half(n):
@@ -339,16 +385,17 @@ def summarize_arms(runs, args):
             lr=mine[0]['lr'], steps=mine[0]['steps'],
             miou=summarize(r['miou'] for r in mine),
             per_seed=[r['miou'] for r in mine],
+            val_loss=summarize(r['val_loss'] for r in mine),
+            per_seed_val_loss=[r['val_loss'] for r in mine],
             final_loss=statistics.fmean(r['epoch_losses'][-1] for r in mine),
             seconds=statistics.fmean(r['seconds'] for r in mine),
             data_share=statistics.fmean(r['data_share'] for r in mine))
     return summary
 
 
-def paired(summary, a: str, b: str):
-    """a minus b per seed, mean +- std."""
-    diffs = [x - y for x, y in zip(summary[a]['per_seed'],
-                                   summary[b]['per_seed'])]
+def paired(summary, a: str, b: str, key: str = 'per_seed'):
+    """a minus b per seed (of ``key``), mean +- std."""
+    diffs = [x - y for x, y in zip(summary[a][key], summary[b][key])]
     return diffs, summarize(diffs)
 
 
@@ -365,14 +412,17 @@ def agvm_verdict(summary, plain: str, testable: bool) -> dict:
     Returns:
         dict: ``paired`` (per-seed mIoU differences), ``paired_mean``,
         ``paired_std``, ``gap`` (small minus plain, mean mIoU), ``closed``
-        ((agvm - plain) / gap; NaN when there is no gap) and ``testable``.
+        ((agvm - plain) / gap; NaN when there is no gap), ``testable``, and
+        ``paired_val_loss`` (per-seed val loss differences).
     """
     diffs, (mean, std) = paired(summary, 'large-agvm', plain)
+    loss_diffs, _ = paired(summary, 'large-agvm', plain, 'per_seed_val_loss')
     gap = summary['small']['miou'][0] - summary[plain]['miou'][0]
     closed = ((summary['large-agvm']['miou'][0] - summary[plain]['miou'][0])
               / gap if gap > 0 else math.nan)
     return dict(paired=diffs, paired_mean=mean, paired_std=std, gap=gap,
-                closed=closed, testable=testable)
+                closed=closed, testable=testable,
+                paired_val_loss=loss_diffs)
 
 
 def load_average() -> str:
@@ -431,16 +481,21 @@ def main():
     runs = train_all(args)
     summary = summarize_arms(runs, args)
     wall = time.perf_counter() - start
+    floor = background_floor(
+        scenes(args.val_images, args.image_size, VAL_SEED, args.device)[1])
     print(f'\n{"arm":<13}{"batch":>6}{"lr":>8}{"steps":>7}'
-          f'{"mIoU mean +- std":>20}  per seed{"":<14}{"loss":>7}'
-          f'{"s/run":>7}{"data":>6}')
+          f'{"mIoU mean +- std":>20}  per seed{"":<14}{"val loss":>16}'
+          f'{"train loss":>11}{"s/run":>7}{"data":>6}')
     for arm, s in summary.items():
         batch = args.batch * (1 if arm == 'small' else args.k)
         seeds = ' '.join(f'{v:.3f}' for v in s['per_seed'])
         print(f"{arm:<13}{batch:>6}{s['lr']:>8.3g}{s['steps']:>7}"
               f"{s['miou'][0]:>12.3f} +- {s['miou'][1]:.3f}  {seeds:<22}"
-              f"{s['final_loss']:>7.3f}{s['seconds']:>7.0f}"
+              f"{s['val_loss'][0]:>8.3f} +- {s['val_loss'][1]:.3f}"
+              f"{s['final_loss']:>11.3f}{s['seconds']:>7.0f}"
               f"{s['data_share']:>6.0%}")
+    print(f'(mIoU of predicting background everywhere: {floor:.3f}; train '
+          f'loss: mean of the last epoch)')
     plain = 'large-sqrt' if args.agvm_lr == 'sqrt' else 'large-linear'
     verdict = {}
     if {'small', plain, 'large-agvm'} <= set(summary):
@@ -452,7 +507,9 @@ def main():
         print(f'\nlarge-agvm minus {plain}, paired by seed: '
               f"{' '.join(f'{d:+.3f}' for d in diffs)} (mean "
               f"{verdict['paired_mean']:+.3f} +- {verdict['paired_std']:.3f})"
-              f'; small minus {plain} (the gap) {gap:+.3f} mIoU; {share}')
+              f'; small minus {plain} (the gap) {gap:+.3f} mIoU; {share}; '
+              f'val loss, AGVM minus {plain}: '
+              f"{' '.join(f'{d:+.4f}' for d in verdict['paired_val_loss'])}")
         if not testable:
             print('(no verdict: the gate found no drift for AGVM to act on)')
     for run in runs:
@@ -470,6 +527,7 @@ def main():
             load_after=load_average(), wall_seconds=wall,
             drift_init=init, drift_start=at_start,
             gate=dict(testable=testable, modules=modules), summary=summary,
+            background_floor=floor,
             verdict=verdict, runs=runs)))
 
 
