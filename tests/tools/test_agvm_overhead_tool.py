@@ -49,3 +49,27 @@ def test_share_counts_the_hook_on_ordinary_steps():
     assert row['estimates'] == 2
     one = summarize_setting(1, dict(result, hooked=False, backend=None), args)
     assert (one['setting'], one['batch']) == ('1 process, 2 accum.', 6)
+
+
+def test_work_timer_keeps_signatures_and_counts_nested_calls_once():
+    import inspect
+
+    from mmext.testing.timing import WorkTimer
+
+    class Hooks:
+
+        def comm_hook(self, state, bucket):
+            return self.inner(bucket) + 1
+
+        def inner(self, bucket):
+            return bucket * 2
+
+    hooks, timer = Hooks(), WorkTimer()
+    timer.instrument(hooks, ['comm_hook', 'inner', 'missing'])
+    # DDP's register_comm_hook checks the parameter named `bucket`.
+    assert list(inspect.signature(hooks.comm_hook).parameters) == [
+        'state', 'bucket']
+    assert hooks.comm_hook(None, 3) == 7
+    assert len(timer.seconds) == 1  # inner ran nested: counted once
+    hooks.inner(1)
+    assert len(timer.seconds) == 2
