@@ -140,7 +140,12 @@ def _recomputed_miou(work_dir, config_name, checkpoint):
     from mmseg.registry import DATASETS
 
     cfg = Config.fromfile(str(work_dir / config_name))
-    model = init_model(cfg, str(work_dir / checkpoint), device='cpu')
+    model = init_model(cfg, None, device='cpu')
+    # Our own training's checkpoint (mmengine's, with its message hub).
+    state = torch.load(work_dir / checkpoint, map_location='cpu',
+                       weights_only=False)['state_dict']
+    model.load_state_dict(state)
+    model.eval()
     dataset = DATASETS.build(cfg.val_dataloader.dataset)
     num_classes = len(cfg.classes)
     inter = torch.zeros(num_classes, dtype=torch.float64)
