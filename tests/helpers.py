@@ -6,6 +6,9 @@ import sys
 
 import pytest
 import torch
+from mmengine.dataset import BaseDataset
+from mmengine.model import BaseModel
+from torch import nn
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 SHARED_DATA = os.environ.get('MMEXT_DATA_ROOT',
@@ -49,3 +52,50 @@ CUDA_MARKS = [
 ]
 # Devices a numeric test runs on: the CPU always, CUDA when torch sees one.
 DEVICES = ['cpu', pytest.param('cuda', marks=CUDA_MARKS)]
+
+
+class ToyRegressor(BaseModel):
+    """Two linear layers (``backbone`` 2 -> 4, ``head`` 4 -> 1), seeded: the
+    smallest model with two AGVM modules, for runner tests. Register it
+    under the test's own name (``MODELS.register_module(name=...,
+    module=ToyRegressor, force=True)``)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.backbone = nn.Linear(2, 4)
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, inputs, labels=None, mode='tensor', **kwargs):
+        out = self.head(torch.tanh(self.backbone(torch.stack(inputs))))
+        if mode == 'loss':
+            return dict(loss=((out - torch.stack(labels))**2).mean())
+        return out
+
+
+class ToyRegressionData(BaseDataset):
+    """``size`` seeded samples ``inputs`` (2,), ``labels`` (1,)."""
+
+    size = 16
+
+    def __init__(self, **kwargs):
+        super().__init__(serialize_data=False, **kwargs)
+
+    def load_data_list(self):
+        gen = torch.Generator().manual_seed(0)
+        return [dict(inputs=torch.randn(2, generator=gen),
+                     labels=torch.randn(1, generator=gen))
+                for _ in range(self.size)]
+
+
+def cpu_norm(cfg):
+    """Turn every SyncBN of a model config into BN, in place: SyncBN needs
+    a process group to build on CPU, and BN trains / freezes alike."""
+    if isinstance(cfg, dict):
+        if cfg.get('type') == 'SyncBN':
+            cfg['type'] = 'BN'
+        for value in cfg.values():
+            cpu_norm(value)
+    elif isinstance(cfg, list):
+        for value in cfg:
+            cpu_norm(value)

@@ -5,6 +5,7 @@ import glob
 import os.path as osp
 
 import pytest
+from helpers import cpu_norm
 from mmengine.config import Config
 from mmengine.registry import MODELS, init_default_scope
 from torch import nn
@@ -17,21 +18,10 @@ CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', '*', '*.py')))
 DEMO_DET = osp.join(ROOT, 'configs', 'demo', 'faster-rcnn_r18_fpn_demo-det.py')
 
 
-def _cpu_norm(cfg):
-    """SyncBN needs a process group; BN freezes alike."""
-    if isinstance(cfg, dict):
-        if cfg.get('type') == 'SyncBN':
-            cfg['type'] = 'BN'
-        for value in cfg.values():
-            _cpu_norm(value)
-    elif isinstance(cfg, list):
-        for value in cfg:
-            _cpu_norm(value)
-
 
 def _build(cfg):
     init_default_scope(cfg.get('default_scope', 'mmdet'))
-    _cpu_norm(cfg.model)
+    cpu_norm(cfg.model)
     return MODELS.build(cfg.model)
 
 

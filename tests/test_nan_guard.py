@@ -6,8 +6,8 @@ import os.path as osp
 
 import pytest
 import torch
+from helpers import ToyRegressionData
 from mmengine.config import Config
-from mmengine.dataset import BaseDataset
 from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
 from torch import nn
@@ -55,16 +55,10 @@ class GuardToyModel(BaseModel):
 
 
 @DATASETS.register_module(force=True)
-class GuardToyData(BaseDataset):
+class GuardToyData(ToyRegressionData):
+    """8 samples; ``GuardToyModel`` poisons sample 5."""
 
-    def __init__(self, **kwargs):
-        super().__init__(serialize_data=False, **kwargs)
-
-    def load_data_list(self):
-        gen = torch.Generator().manual_seed(0)
-        return [dict(inputs=torch.randn(2, generator=gen),
-                     labels=torch.randn(1, generator=gen))
-                for _ in range(8)]
+    size = 8
 
 
 def _runner(tmp_path, action='stop', counts=1, nan_grad=False):

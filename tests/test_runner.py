@@ -4,11 +4,9 @@ import os.path as osp
 import re
 
 import pytest
-import torch
+from helpers import ToyRegressionData, ToyRegressor
 from mmengine.config import Config
-from mmengine.dataset import BaseDataset
 from mmengine.hooks import Hook
-from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
 from mmengine.runner import Runner as MMEngineRunner
 from torch import nn
@@ -28,33 +26,9 @@ def fresh_message_hub():
     MessageHub.get_instance(f'clean_hub_{uuid.uuid4().hex}')
 
 
-@MODELS.register_module(force=True)
-class RunnerToyModel(BaseModel):
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.backbone = nn.Linear(2, 4)
-        self.head = nn.Linear(4, 1)
-
-    def forward(self, inputs, labels=None, mode='tensor', **kwargs):
-        out = self.head(torch.tanh(self.backbone(torch.stack(inputs))))
-        if mode == 'loss':
-            return dict(loss=((out - torch.stack(labels))**2).mean())
-        return out
-
-
-@DATASETS.register_module(force=True)
-class RunnerToyData(BaseDataset):
-
-    def __init__(self, **kwargs):
-        super().__init__(serialize_data=False, **kwargs)
-
-    def load_data_list(self):
-        gen = torch.Generator().manual_seed(0)
-        return [dict(inputs=torch.randn(2, generator=gen),
-                     labels=torch.randn(1, generator=gen))
-                for _ in range(16)]
+MODELS.register_module(name='RunnerToyModel', module=ToyRegressor, force=True)
+DATASETS.register_module(name='RunnerToyData', module=ToyRegressionData,
+                         force=True)
 
 
 AGVM_WRAPPER = dict(
@@ -321,7 +295,7 @@ def test_resume_onto_another_effective_batch_warns(tmp_path):
 
 
 @MODELS.register_module(force=True)
-class RunnerNormEvalToy(RunnerToyModel):
+class RunnerNormEvalToy(ToyRegressor):
     """RunnerToyModel with a BN in its backbone that ``norm_eval`` keeps in
     eval mode while training (as mmdet's ResNet does)."""
 

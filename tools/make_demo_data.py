@@ -14,9 +14,8 @@ Writes, under ``OUT`` (default ``data/demo``):
 Usage: python tools/make_demo_data.py [--out data/demo] [--seed 0]
 [--only {video,det}] [--det-train 48] [--det-val 16]
 
-``--only det --det-train N --det-val M`` writes a larger detection set alone
-(``tools/benchmark/agvm_large_batch.py`` trains on one); the defaults are the
-``make demo`` data.
+``--only det --det-train N --det-val M`` writes a larger detection set
+alone; the defaults are the ``make demo`` data.
 """
 import argparse
 import json

@@ -60,7 +60,9 @@ val_dataloader = dict(
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(**dataset, ann_file='val.txt', pipeline=test_pipeline))
 test_dataloader = val_dataloader
-val_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'])
+# Void (11) left out of the score as it is of the loss: IoUMetric's own
+# default (255) would count predictions on void pixels as false positives.
+val_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'], ignore_index=11)
 test_evaluator = val_evaluator
 
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=40, val_interval=40)
@@ -85,7 +87,8 @@ default_hooks = dict(
     logger=dict(type='LoggerHook', interval=5, log_metric_by_epoch=False),
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=40))
 log_processor = dict(by_epoch=False)
-# Stop at the first non-finite loss or gradient, naming it (mmext.NaNGuardHook).
+# Stop at the first non-finite loss or gradient, naming it
+# (mmext.NaNGuardHook).
 custom_hooks = [dict(type='mmext.NaNGuardHook')]
 # mmext.Runner (also with the toolboxes' own tools/train.py): auto_scale_lr by
 # the effective batch (loader x world size x accumulative_counts), mmext's

@@ -1,5 +1,5 @@
 # AGVM on the embedded demo detection set (`make demo`): the plain demo recipe
-# (4 images per optimizer step at lr 0.02) with the optimizer wrapper switched
+# (4 images per optimizer step at lr 0.01) with the optimizer wrapper switched
 # to AGVM. One CPU process has no two halves of ranks, so the halves are the
 # two accumulated micro-batches of every step (accumulative_counts=2: 2 x 2
 # images per step). As in the paper's recipes: an exponential warm-up from

@@ -67,7 +67,7 @@ param_scheduler = [
     dict(type='MultiStepLR', by_epoch=True, begin=0, end=6, milestones=[5],
          gamma=0.1)
 ]
-optim_wrapper = dict(optimizer=dict(lr=0.02))
+optim_wrapper = dict(optimizer=dict(lr=0.01))
 default_hooks = dict(
     logger=dict(interval=4), checkpoint=dict(interval=3, max_keep_ckpts=1))
 auto_scale_lr = dict(enable=False, base_batch_size=4)

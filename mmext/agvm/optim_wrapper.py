@@ -20,7 +20,7 @@ from mmext.lr_scaling import check_auto_scale_lr, scaled_lrs
 from mmext.registry import OPTIM_WRAPPERS
 from .exchange import AccumulationHalves, DistributedHalves
 from .layout import GradientLayout, adam_precondition
-from .options import STATISTICS, check_wrapper_options
+from .options import check_wrapper_options
 from .schedule import AGVMSchedule
 from .statistics import (DEFAULT_RATIO_RANGE, HalfStatistics, ModulationEMA,
                          gradient_variance, modulation_factors)

@@ -6,6 +6,7 @@ mmengine's ``IterTimerHook`` measured (``data_time``: waiting for the batch,
 loss, plus the time spent between epochs and the last validation metrics.
 :class:`WorkTimer` sums the wall time of chosen methods of an object.
 """
+import functools
 import threading
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -125,6 +126,9 @@ class WorkTimer:
 
     def _timed(self, method):
 
+        # wraps: callers that inspect the signature (DDP checks a comm
+        # hook's parameter names) see the method's own.
+        @functools.wraps(method)
         def timed(*args, **kwargs):
             depth = getattr(self._depth, 'value', 0)
             self._depth.value = depth + 1

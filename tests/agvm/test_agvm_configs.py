@@ -4,6 +4,7 @@ import os.path as osp
 
 import pytest
 import torch.distributed as dist
+from helpers import cpu_norm
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODELS, init_default_scope
@@ -16,17 +17,6 @@ CONFIGS = sorted(
     glob.glob(osp.join(ROOT, 'configs', 'agvm', '*.py')) +
     glob.glob(osp.join(ROOT, 'configs', 'demo', '*agvm*.py')))
 
-
-def _cpu_norm(cfg):
-    """SyncBN cannot build its process group on CPU without dist."""
-    if isinstance(cfg, dict):
-        if cfg.get('type') == 'SyncBN':
-            cfg['type'] = 'BN'
-        for value in cfg.values():
-            _cpu_norm(value)
-    elif isinstance(cfg, list):
-        for value in cfg:
-            _cpu_norm(value)
 
 
 def test_all_configs_found():
@@ -105,7 +95,7 @@ def test_align_variants_change_what_the_reference_model_does(arch):
     if arch == 'mask-rcnn':
         assert align.roi_head.mask_roi_extractor.roi_layer.sampling_ratio == 2
     init_default_scope('mmdet')
-    _cpu_norm(align)
+    cpu_norm(align)
     align.backbone.update(depth=18, init_cfg=None)
     align.neck.in_channels = [64, 128, 256, 512]
     model = MODELS.build(align)
@@ -129,7 +119,7 @@ def test_config_builds_model_and_wrapper(path):
     scope = cfg.get('default_scope', 'mmdet')
     init_default_scope(scope)
     model_cfg = cfg.model
-    _cpu_norm(model_cfg)
+    cpu_norm(model_cfg)
     model_cfg.get('backbone', {}).update(init_cfg=None)
     model = MODELS.build(model_cfg)
     optim_cfg = cfg.optim_wrapper

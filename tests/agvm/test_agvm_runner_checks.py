@@ -4,44 +4,17 @@ The resume guard is tested with the runner (tests/test_runner.py)."""
 import warnings
 
 import pytest
-import torch
+from helpers import ToyRegressionData, ToyRegressor
 from mmengine.config import Config
-from mmengine.dataset import BaseDataset
 from mmengine.hooks import EMAHook
-from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
-from torch import nn
 
 from mmext.agvm import ema_interval_messages
 from mmext.cli import build_runner
 
-
-@MODELS.register_module(force=True)
-class ChecksToyModel(BaseModel):
-
-    def __init__(self):
-        super().__init__()
-        self.backbone = nn.Linear(2, 4)
-        self.head = nn.Linear(4, 1)
-
-    def forward(self, inputs, labels=None, mode='tensor', **kwargs):
-        out = self.head(torch.tanh(self.backbone(torch.stack(inputs))))
-        if mode == 'loss':
-            return dict(loss=((out - torch.stack(labels))**2).mean())
-        return out
-
-
-@DATASETS.register_module(force=True)
-class ChecksToyData(BaseDataset):
-
-    def __init__(self, **kwargs):
-        super().__init__(serialize_data=False, **kwargs)
-
-    def load_data_list(self):
-        gen = torch.Generator().manual_seed(0)
-        return [dict(inputs=torch.randn(2, generator=gen),
-                     labels=torch.randn(1, generator=gen))
-                for _ in range(16)]
+MODELS.register_module(name='ChecksToyModel', module=ToyRegressor, force=True)
+DATASETS.register_module(name='ChecksToyData', module=ToyRegressionData,
+                         force=True)
 
 
 def _train(tmp_path, start_iter, custom_hooks=(), by_epoch=False):

@@ -16,8 +16,8 @@ def _tool():
     return module
 
 
-def test_load_and_plot(tmp_path):
-    # Two runs (a resume): the curves continue across them.
+def _write_runs(tmp_path):
+    """Two runs (a resume) of re-estimates at iterations 2, 4 and 6."""
     for run, steps in (('20260101_000000', (2, 4)), ('20260101_010000',
                                                       (6, ))):
         vis = tmp_path / run / 'vis_data'
@@ -34,6 +34,11 @@ def test_load_and_plot(tmp_path):
             json.dumps(line) for line in lines))
     (tmp_path / 'run.py').write_text(
         'optim_wrapper = dict(start_iter=2, clip_grad_window=(0, 2))\n')
+
+
+def test_load_and_plot(tmp_path):
+    # The curves continue across the resume.
+    _write_runs(tmp_path)
     tool = _tool()
     factors, variances = tool.load_agvm_scalars(str(tmp_path))
     # One point per re-estimate, not per logged iteration.
@@ -52,3 +57,19 @@ def test_load_and_plot(tmp_path):
 def test_work_dir_without_agvm_scalars(tmp_path):
     with pytest.raises(FileNotFoundError, match='agvm_s'):
         _tool().load_agvm_scalars(str(tmp_path))
+
+
+def test_image_goes_into_the_work_dir_by_default(tmp_path, monkeypatch,
+                                                 capsys):
+    work_dir = tmp_path / 'work'
+    _write_runs(work_dir)
+    elsewhere = tmp_path / 'cwd'
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    _tool().main([str(work_dir)])
+    assert (work_dir / 'agvm.png').stat().st_size > 1000
+    assert list(elsewhere.iterdir()) == []
+    assert capsys.readouterr().out.startswith(
+        f'wrote {work_dir / "agvm.png"}: 2 modules, 3 re-estimates')
+    _tool().main([str(work_dir), '--out', 'mine.png'])
+    assert (elsewhere / 'mine.png').stat().st_size > 1000

@@ -1,13 +1,15 @@
 """Plot AGVM's per-module factors and gradient variances over iterations.
 
-Usage: python tools/analysis/plot_agvm.py WORK_DIR [--config CFG] [--out agvm.png]
+Usage: python tools/analysis/plot_agvm.py WORK_DIR [--config CFG]
+    [--out IMAGE (default WORK_DIR/agvm.png)]
 
 Reads ``WORK_DIR/<timestamp>/vis_data/scalars.json`` (mmengine's
 LocalVisBackend; all runs of the work dir in time order, so a resumed run
 continues the curves). ``AGVMOptimWrapper`` writes
 ``SCALAR_VARIANCE/<module>`` (d_i = 1 - cos of the halves' gradients) and
-``SCALAR_ESTIMATE/<module>`` (the factor s_i after the update) at every re-estimate, whatever the logger interval, so the
-curves have one point per real re-estimate. The AGVM start and the gradient
+``SCALAR_ESTIMATE/<module>`` (the factor s_i after the update) at every
+re-estimate, whatever the logger interval, so the curves have one point per
+real re-estimate. The AGVM start and the gradient
 clipping window come from the config mmengine saved in the work dir (or
 ``--config``).
 """
@@ -133,15 +135,18 @@ def plot(factors: Series, variances: Series, out: str,
     fig.savefig(out, dpi=110)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('work_dir')
     parser.add_argument('--config', help='config of the run (default: the '
                         'one mmengine saved in WORK_DIR)')
-    parser.add_argument('--out', default='agvm.png')
-    args = parser.parse_args()
+    parser.add_argument('--out', help='image to write (default: agvm.png '
+                        'in WORK_DIR, beside the run, not the current '
+                        'folder)')
+    args = parser.parse_args(argv)
     if not osp.isdir(args.work_dir):
         parser.error(f'work dir {args.work_dir} does not exist')
+    args.out = args.out or osp.join(args.work_dir, 'agvm.png')
     factors, variances = load_agvm_scalars(args.work_dir)
     config = args.config or saved_config(args.work_dir)
     plot(factors, variances, args.out, agvm_window(config),

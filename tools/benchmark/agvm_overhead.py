@@ -3,7 +3,7 @@
 Usage: python tools/benchmark/agvm_overhead.py
 [--config configs/demo/faster-rcnn_r18_fpn_agvm_demo-det.py]
 [--steps 20] [--warmup 2] [--update-interval 10] [--depth 18]
-[--batch-size 2] [--nprocs 1 2] [--device cpu|cuda]
+[--batch-size 2] [--nprocs 1 4] [--device cpu|cuda] [--json]
 
 Two copies of one model, one trained with the plain wrapper, one with AGVM
 (the same SGD settings), on the same pre-loaded batches at every step (so
@@ -14,20 +14,30 @@ goes first) so load changes on the machine hit both alike. One process:
 both accumulate 2 micro-batches per step (AGVM's halves). N processes
 (DDP): no accumulation, AGVM's halves are the ranks; the plain copy
 reduces with DDP's stock all-reduce, the AGVM copy through AGVM's
-communication hook. With ``--device cuda`` and N processes:
-NCCL when there are N GPUs, else gloo with every rank on GPU 0.
+communication hook. 4 processes (the default) put 2 ranks in each half, so
+the all-reduce inside each half runs (with 2 it is skipped). With
+``--device cuda`` and N processes: NCCL when there are N GPUs, else gloo
+with every rank on GPU 0. ``--steps`` must be a multiple of
+``--update-interval``, so the timed steps hold exactly 1 re-estimate per
+interval.
 
 Printed per setting: mean seconds per optimizer step of each (re-estimation
 steps included, so the cost is amortised over update_interval), the ratio of
 the means and of the medians, and AGVM's own work per step from
 instrumenting it: ``update_factors`` (the statistics exchange and the
-factor update), the first half's snapshot in one process, and the
-per-bucket work of the hook (half reduction, per-module norms), including
-the parts that overlap with the backward pass. Its share of the plain step
-is the figure least sensitive to other load on the machine. The load
-average (``uptime``) is printed before and after.
+factor update), the first half's snapshot in one process, and in DDP the
+whole communication hook on every step (on ordinary steps it hands the
+bucket to DDP's default all-reduce: the Python call and the launch of the
+all-reduce, which plain DDP makes in C++, so an upper bound), with its half
+reduction and per-module norms on re-estimation steps, including the parts
+that overlap with the backward pass. That work is shown per ordinary step,
+per re-estimation step and amortised; its share of the plain step is the
+figure least sensitive to other load on the machine. The load average
+(``uptime``) is printed before and after; ``--json`` adds everything as one
+line.
 """
 import argparse
+import json
 import os
 import statistics
 import time
@@ -47,7 +57,11 @@ from mmext.testing.timing import WorkTimer
 # AGVM's own work; nested calls (the flat fallback's reduction inside
 # update_factors) are counted once.
 _WRAPPER_WORK = ['update_factors']
-_HALVES_WORK = ['after_backward', 'share_half_sum', 'measure_sum']
+# The comm hook is registered on the first step, after instrumenting: DDP
+# calls the timed one on every step (share_half_sum nests inside it;
+# measure_sum runs in the all-reduce's callback, on its own).
+_HALVES_WORK = ['after_backward', '_comm_hook', 'share_half_sum',
+                'measure_sum']
 
 
 def _device(args, rank, backend):
@@ -119,10 +133,9 @@ def _bench(rank, world_size, args, result_path, backend=None):
     timer.instrument(agvm, _WRAPPER_WORK)
     timer.instrument(agvm.halves, _HALVES_WORK)
     times = {'plain': [], 'agvm': []}
+    work = {'ordinary': [], 'estimate': []}
     batch_iter = iter(batches * 1000)
     for step in range(args.warmup + args.steps):
-        if step == args.warmup:
-            timer.seconds.clear()
         # Both wrappers train on the same batches (box counts, and so the
         # RoI work, differ between images).
         step_batches = [next(batch_iter) for _ in range(counts)]
@@ -132,14 +145,19 @@ def _bench(rank, world_size, args, result_path, backend=None):
             _synchronize(device)
             if world_size > 1:
                 dist.barrier()
+            calls, updates = len(timer.seconds), agvm.ema.num_updates
             start = time.perf_counter()
             for data in step_batches:
                 model.train_step(data, optim_wrapper=wrapper)
             _synchronize(device)
             if step >= args.warmup:
                 times[name].append(time.perf_counter() - start)
+                if name == 'agvm':
+                    kind = ('estimate' if agvm.ema.num_updates > updates
+                            else 'ordinary')
+                    work[kind].append(sum(timer.seconds[calls:]))
     if rank == 0:
-        torch.save(dict(times=times, agvm_work=timer.seconds,
+        torch.save(dict(times=times, work=work,
                         hooked=agvm.uses_comm_hook(models[1])),
                    result_path)
 
@@ -164,7 +182,7 @@ def _load_average():
     return ' '.join(f'{x:.2f}' for x in os.getloadavg())
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         '--config',
@@ -174,41 +192,98 @@ def main():
     parser.add_argument('--update-interval', type=int, default=10)
     parser.add_argument('--depth', type=int, default=18)
     parser.add_argument('--batch-size', type=int, default=2)
-    parser.add_argument('--nprocs', type=int, nargs='+', default=[1, 2])
+    parser.add_argument('--nprocs', type=int, nargs='+', default=[1, 4])
     parser.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
-    args = parser.parse_args()
+    parser.add_argument('--json', action='store_true')
+    args = parser.parse_args(argv)
+    for name in ('steps', 'update_interval', 'batch_size'):
+        if getattr(args, name) < 1:
+            parser.error(f'--{name.replace("_", "-")} must be >= 1, got '
+                         f'{getattr(args, name)}')
+    if args.steps % args.update_interval:
+        fixed = args.update_interval * max(
+            1, round(args.steps / args.update_interval))
+        parser.error(f'--steps ({args.steps}) must be a multiple of '
+                     f'--update-interval ({args.update_interval}), so the '
+                     f'timed steps hold 1 re-estimate per interval; e.g. '
+                     f'--steps {fixed}')
+    if any(n < 1 for n in args.nprocs):
+        parser.error(f'--nprocs must be >= 1, got {args.nprocs}')
     if args.device == 'cuda' and not torch.cuda.is_available():
         parser.error('--device cuda: torch sees no CUDA device')
+    return args
+
+
+def summarize_setting(world_size: int, result: dict, args) -> dict:
+    """Per-step figures of one setting from its timings.
+
+    Args:
+        world_size (int): Processes.
+        result (dict): ``times`` (``plain``/``agvm``: seconds per timed
+            step), ``work`` (AGVM's instrumented seconds per ``ordinary``
+            and per ``estimate`` step), ``hooked``, ``backend``.
+        args: The parsed options (``batch_size``).
+
+    Returns:
+        dict: ``setting``, ``batch`` (effective), ``plain`` and ``agvm``
+        mean s/step, ``ratio`` of the means, ``median_ratio``, AGVM work
+        per ``ordinary`` step, per ``estimate`` step and ``amortised`` over
+        all timed steps (s), ``share`` (amortised work / plain mean),
+        ``estimates`` (count of re-estimation steps timed).
+    """
+    times, work = result['times'], result['work']
+    plain = statistics.mean(times['plain'])
+    agvm = statistics.mean(times['agvm'])
+    steps = len(work['ordinary']) + len(work['estimate'])
+    amortised = (sum(work['ordinary']) + sum(work['estimate'])) / steps
+    if world_size == 1:
+        setting = '1 process, 2 accum.'
+    else:
+        exchange = 'hook' if result['hooked'] else 'flat'
+        setting = f'{world_size} proc {result["backend"]} {exchange}'
+    return dict(
+        setting=setting,
+        # Loader batch x world size x accumulative_counts (2 in 1 process).
+        batch=args.batch_size * max(world_size, 2),
+        plain=plain, agvm=agvm, ratio=agvm / plain,
+        median_ratio=(statistics.median(times['agvm']) /
+                      statistics.median(times['plain'])),
+        ordinary=(statistics.mean(work['ordinary'])
+                  if work['ordinary'] else 0.0),
+        estimate=(statistics.mean(work['estimate'])
+                  if work['estimate'] else 0.0),
+        amortised=amortised, share=amortised / plain,
+        estimates=len(work['estimate']))
+
+
+def main():
+    args = parse_args()
     args.num_batches = 8
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(args.nprocs)))
+    load_before = _load_average()
     print(f'config {args.config}, ResNet-{args.depth}, batch {args.batch_size}'
           f' per process, {args.steps} timed steps per wrapper, '
           f'update_interval {args.update_interval}, device {args.device}; '
           f'batches pre-loaded (compute-bound, no data wait)')
-    print(f'load average (1, 5, 15 min) before: {_load_average()}')
-    print(f'{"setting":<26}{"eff. batch":>11}{"plain s/step":>13}'
-          f'{"AGVM s/step":>13}'
-          f'{"ratio":>8}{"median ratio":>14}{"AGVM work s/step":>18}'
-          f'{"share":>8}')
+    print(f'load average (1, 5, 15 min) before: {load_before}')
+    print(f'{"setting":<24}{"batch":>6}{"plain s/step":>13}{"AGVM s/step":>12}'
+          f'{"ratio":>7}{"median":>8}{"AGVM work s: ordinary":>23}'
+          f'{"estimate":>9}{"amortised":>10}{"share":>7}')
+    rows = []
     for world_size in args.nprocs:
-        result = _run(world_size, args)
-        times = result['times']
-        plain = statistics.mean(times['plain'])
-        agvm = statistics.mean(times['agvm'])
-        median_ratio = (statistics.median(times['agvm']) /
-                        statistics.median(times['plain']))
-        work = sum(result['agvm_work']) / len(times['agvm'])
-        if world_size == 1:
-            setting = '1 process, 2 accum.'
-        else:
-            exchange = 'hook' if result['hooked'] else 'flat'
-            setting = f'{world_size} proc {result["backend"]} {exchange}'
-        # Loader batch x world size x accumulative_counts (2 in 1 process).
-        batch = args.batch_size * max(world_size, 2)
-        print(f'{setting:<26}{batch:>11}{plain:>13.3f}{agvm:>13.3f}'
-              f'{agvm / plain:>8.3f}'
-              f'{median_ratio:>14.3f}{work:>18.4f}{work / plain:>8.2%}')
-    print(f'load average (1, 5, 15 min) after: {_load_average()}')
+        row = summarize_setting(world_size, _run(world_size, args), args)
+        rows.append(row)
+        print(f"{row['setting']:<24}{row['batch']:>6}{row['plain']:>13.3f}"
+              f"{row['agvm']:>12.3f}{row['ratio']:>7.3f}"
+              f"{row['median_ratio']:>8.3f}{row['ordinary']:>23.4f}"
+              f"{row['estimate']:>9.4f}{row['amortised']:>10.4f}"
+              f"{row['share']:>7.2%}  ({row['estimates']} re-estimates)")
+    load_after = _load_average()
+    print(f'load average (1, 5, 15 min) after: {load_after}')
+    if args.json:
+        print(json.dumps(dict(
+            args=vars(args),
+            load_before=load_before, load_after=load_after, settings=rows)))
 
 
 if __name__ == '__main__':

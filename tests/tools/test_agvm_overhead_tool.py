@@ -1,0 +1,75 @@
+"""tools/benchmark/agvm_overhead.py: options and the per-step arithmetic on
+hand-made timings."""
+import pytest
+
+from tools.benchmark.agvm_overhead import parse_args, summarize_setting
+
+
+def test_defaults_time_4_processes_and_whole_intervals():
+    args = parse_args([])
+    assert args.nprocs == [1, 4]  # 4: 2 ranks per half
+    assert args.steps % args.update_interval == 0
+
+
+def test_options_are_validated(capsys):
+    for argv, message in [
+        (['--steps', '12'], '--steps (12) must be a multiple of '
+         '--update-interval (10), so the timed steps hold 1 re-estimate per '
+         'interval; e.g. --steps 10'),
+        (['--steps', '25', '--update-interval', '10'], 'e.g. --steps 20'),
+        (['--update-interval', '0'], '--update-interval must be >= 1, got 0'),
+        (['--nprocs', '1', '0'], '--nprocs must be >= 1, got [1, 0]'),
+    ]:
+        with pytest.raises(SystemExit):
+            parse_args(argv)
+        assert message in capsys.readouterr().err
+
+
+def test_share_counts_the_hook_on_ordinary_steps():
+    args = parse_args(['--steps', '4', '--update-interval', '2',
+                       '--batch-size', '3'])
+    result = dict(
+        times=dict(plain=[1.0, 1.0, 2.0, 4.0], agvm=[1.5, 1.0, 2.5, 3.0]),
+        # 2 ordinary steps with 0.01 s of hook each, 2 re-estimates.
+        work=dict(ordinary=[0.01, 0.01], estimate=[0.2, 0.3]),
+        hooked=True, backend='gloo')
+    row = summarize_setting(4, result, args)
+    assert row['setting'] == '4 proc gloo hook'
+    assert row['batch'] == 12
+    assert row['plain'] == pytest.approx(2.0)
+    assert row['agvm'] == pytest.approx(2.0)
+    assert row['ratio'] == pytest.approx(1.0)
+    # Medians: agvm (1.5 + 2.5) / 2 = 2.0, plain (1 + 2) / 2 = 1.5.
+    assert row['median_ratio'] == pytest.approx(2.0 / 1.5)
+    assert row['ordinary'] == pytest.approx(0.01)
+    assert row['estimate'] == pytest.approx(0.25)
+    # (0.01 + 0.01 + 0.2 + 0.3) / 4 steps, over the plain 2.0 s/step.
+    assert row['amortised'] == pytest.approx(0.13)
+    assert row['share'] == pytest.approx(0.065)
+    assert row['estimates'] == 2
+    one = summarize_setting(1, dict(result, hooked=False, backend=None), args)
+    assert (one['setting'], one['batch']) == ('1 process, 2 accum.', 6)
+
+
+def test_work_timer_keeps_signatures_and_counts_nested_calls_once():
+    import inspect
+
+    from mmext.testing.timing import WorkTimer
+
+    class Hooks:
+
+        def comm_hook(self, state, bucket):
+            return self.inner(bucket) + 1
+
+        def inner(self, bucket):
+            return bucket * 2
+
+    hooks, timer = Hooks(), WorkTimer()
+    timer.instrument(hooks, ['comm_hook', 'inner', 'missing'])
+    # DDP's register_comm_hook checks the parameter named `bucket`.
+    assert list(inspect.signature(hooks.comm_hook).parameters) == [
+        'state', 'bucket']
+    assert hooks.comm_hook(None, 3) == 7
+    assert len(timer.seconds) == 1  # inner ran nested: counted once
+    hooks.inner(1)
+    assert len(timer.seconds) == 2
