@@ -171,13 +171,25 @@ def check_multigrid(output: str, work_dir: str) -> str:
             f'{len(losses)} iterations, last loss {losses[-1]:.3f}')
 
 
-def check_table(output: str, work_dir: str) -> str:
-    """``agvm_overhead.py``'s result rows, one per setting."""
-    rows = [line.strip() for line in output.splitlines()
-            if re.match(r'^(\d+ proc|1 process)', line.strip())]
-    if not rows:
-        raise CheckFailed('no result row printed')
-    return ' | '.join(' '.join(row.split()) for row in rows)
+def _last_json(output: str) -> dict:
+    """The JSON object a benchmark run with ``--json`` prints last."""
+    for line in reversed(output.splitlines()):
+        if line.strip().startswith('{'):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    raise CheckFailed('no JSON result printed (--json)')
+
+
+def check_overhead(output: str, work_dir: str) -> str:
+    """``agvm_overhead.py --json``: per setting, the AGVM/plain time ratio
+    and AGVM's share of a step."""
+    settings = _last_json(output).get('settings') or []
+    if not settings:
+        raise CheckFailed('no setting measured')
+    return ' | '.join(f"{s['setting']}: ratio {s['ratio']:.3f}, share "
+                      f"{s['share']:.1%}" for s in settings)
 
 
 def check_last_line(output: str, work_dir: str) -> str:
@@ -232,9 +244,10 @@ LINES = [
          _train(MULTIGRID_CONFIG), check_multigrid, 120),
     Line('agvm-overhead', 'tools/benchmark/agvm_overhead.py --device cuda',
          lambda _: [_python(), 'tools/benchmark/agvm_overhead.py', '--device',
-                    'cuda', '--steps', '12', '--warmup', '2',
-                    '--update-interval', '10', '--nprocs', '1', '2'],
-         check_table, 150, True),
+                    'cuda', '--steps', '20', '--warmup', '2',
+                    '--update-interval', '10', '--nprocs', '1', '4',
+                    '--json'],
+         check_overhead, 150, True),
     Line('mg-speedup-gpu',
          'tools/benchmark/multigrid_speedup.py --synthetic --device cuda',
          _benchmark('tools/benchmark/multigrid_speedup.py', '--synthetic',
@@ -250,7 +263,7 @@ LINES = [
     Line('agvm-large-batch-gpu',
          'tools/benchmark/agvm_large_batch.py --device cuda',
          _benchmark('tools/benchmark/agvm_large_batch.py', '--device', 'cuda',
-                    '--epochs', '2', '--warmup-epochs', '1', '--seeds', '0'),
+                    '--jobs', '1', '--seeds', '0'),
          check_last_line, 150, True),
 ]
 

@@ -129,12 +129,17 @@ def test_benchmark_lines_pass_their_arguments_and_work_dir():
 
 def _line(name, code, timeout=60):
     return gpu_check.Line(name, name, lambda _: [sys.executable, '-c', code],
-                          gpu_check.check_table, timeout)
+                          gpu_check.check_overhead, timeout)
+
+
+OVERHEAD_JSON = json.dumps(dict(settings=[
+    dict(setting='1 process, 2 accum.', ratio=1.0412, share=0.0305),
+    dict(setting='4 proc gloo hook', ratio=0.9911, share=0.0252)]))
 
 
 def test_table_and_exit_code(monkeypatch, capsys, tmp_path):
     lines = [
-        _line('good', 'print("1 process   0.10  0.11  1.010")'),
+        _line('good', f'print("figures"); print({OVERHEAD_JSON!r})'),
         _line('bad', 'import sys; print("boom"); sys.exit(3)'),
         _line('slow', 'import time; time.sleep(30)', timeout=1),
     ]
@@ -149,14 +154,19 @@ def test_table_and_exit_code(monkeypatch, capsys, tmp_path):
     assert f'torch {torch.__version__}, CUDA {torch.version.cuda}' in (
         environment)
     assert rows[0].split()[:2] == ['good', 'pass']
-    assert rows[0].endswith('1 process 0.10 0.11 1.010')
+    assert rows[0].endswith(
+        '1 process, 2 accum.: ratio 1.041, share 3.0% | 4 proc gloo hook: '
+        'ratio 0.991, share 2.5%')
     assert rows[1].split()[:2] == ['bad', 'FAIL']
     assert 'exit 3: boom' in rows[1]
     assert rows[2].split()[:2] == ['slow', 'FAIL']
     assert 'timed out after 1 s' in rows[2]
     assert os.path.exists(tmp_path / 'bad.log')
-    with pytest.raises(gpu_check.CheckFailed, match='no result row'):
-        gpu_check.check_table('setting  plain s/step\n', str(tmp_path))
+    with pytest.raises(gpu_check.CheckFailed, match=r'no JSON result '
+                       r'printed \(--json\)'):
+        gpu_check.check_overhead('setting  plain s/step\n', str(tmp_path))
+    with pytest.raises(gpu_check.CheckFailed, match='no setting measured'):
+        gpu_check.check_overhead('{"settings": []}', str(tmp_path))
     # Only the passing line: exit 0.
     monkeypatch.setattr(gpu_check, 'LINES', lines[:1])
     assert gpu_check.main(['--work-dir', str(tmp_path)]) == 0

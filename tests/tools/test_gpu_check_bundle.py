@@ -53,10 +53,10 @@ def bundle(tmp_path, monkeypatch):
     lines = [
         gpu_check.Line('plain', 'plain', lambda _: [
             sys.executable, '-c', 'print("1 process 0.1 0.1 1.0")'
-        ], gpu_check.check_table, 60),
+        ], gpu_check.check_last_line, 60),
         gpu_check.Line('with-ops', 'with-ops', lambda _: [
             sys.executable, '-c', 'print("2 procs 0.2 0.2 1.0")'
-        ], gpu_check.check_table, 60, needs_ops=True),
+        ], gpu_check.check_last_line, 60, needs_ops=True),
     ]
     monkeypatch.setattr(gpu_check, 'LINES', lines)
     monkeypatch.setattr(gpu_check, 'dry_run', lambda lines: [])
