@@ -10,6 +10,7 @@ Importing :mod:`mmext` changes one thing process-wide: it adds ``mmext`` to
 mmengine's table of packages whose configs ``_base_ = 'pkg::path'`` may name.
 Checkpoint loading is relaxed only inside :func:`trusted_checkpoint_loading`.
 """
+import logging
 import os.path as osp
 from contextlib import contextmanager
 from typing import Iterator, List
@@ -28,7 +29,9 @@ __all__ = [
     'train_loader_batch_size', 'trusted_checkpoint_loading',
     'trust_runner_checkpoints', 'batch_norm_xd_type', 'drop_logged_scalar',
     'grad_clipping_off', 'reset_to_initial_values', 'initial_value',
-    'shadow_tensor', 'clear_shadow', 'registered_tensor'
+    'shadow_tensor', 'clear_shadow', 'registered_tensor',
+    'dynamo_recompile_limit', 'set_dynamo_recompile_limit',
+    'dynamo_graph_count', 'DynamoRecompileLimitWatch'
 ]
 
 MMENGINE_CHECKED = '0.10.7'
@@ -252,6 +255,64 @@ def trust_runner_checkpoints(runner) -> None:
             return load(*args, **kwargs)
 
     runner.load_checkpoint = load_checkpoint
+
+
+# torch.compile (dynamo). torch 2.13's public API has ``torch.compile(...,
+# recompile_limit=N)`` per call, but mmengine's runner makes that call
+# itself; the process-wide limit, the compile counter and the fallback
+# warning are dynamo internals (checked against torch 2.13). dynamo is
+# imported on first use only: importing it costs seconds.
+def dynamo_recompile_limit() -> int:
+    """Compiled entries one code object (frame) may hold before dynamo
+    stops compiling it and runs it eagerly
+    (``torch._dynamo.config.recompile_limit``, ``cache_size_limit`` before
+    torch 2.6; default 8)."""
+    import torch._dynamo
+    return torch._dynamo.config.recompile_limit
+
+
+def set_dynamo_recompile_limit(limit: int) -> None:
+    """Set :func:`dynamo_recompile_limit` (process-wide; read at each
+    compilation, so it applies to functions compiled before too)."""
+    import torch._dynamo
+    torch._dynamo.config.recompile_limit = int(limit)
+
+
+def dynamo_graph_count() -> int:
+    """Graphs dynamo has compiled in this process so far (its
+    ``counters['stats']['unique_graphs']``, which ``torch.compiler.reset``
+    does not clear); differences of two calls count one stretch."""
+    from torch._dynamo.utils import counters
+    return int(counters['stats']['unique_graphs'])
+
+
+class DynamoRecompileLimitWatch(logging.Handler):
+    """Collect the functions dynamo stopped compiling (ran eagerly from
+    then on) because they hit its recompile limit.
+
+    dynamo reports this only as a warning of ``torch._dynamo.convert_frame``
+    (``'torch._dynamo hit config.%s (%s)'``, then the function); the handler
+    keeps ``"<limit name>: <function> (<file>:<line>)"`` per hit in
+    :attr:`fallbacks`. Use as a context manager.
+    """
+
+    LOGGER = 'torch._dynamo.convert_frame'
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.fallbacks: List[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith('torch._dynamo hit config.') and (
+                len(record.args or ()) >= 3):
+            self.fallbacks.append(f'{record.args[0]}: {record.args[2]}')
+
+    def __enter__(self) -> 'DynamoRecompileLimitWatch':
+        logging.getLogger(self.LOGGER).addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        logging.getLogger(self.LOGGER).removeHandler(self)
 
 
 register_config_package('mmext')

@@ -240,6 +240,36 @@ def test_shadow_tensor_reads_value_and_keeps_the_registered_tensor():
     assert layer.weight is weight and layer.table.tolist() == [0, 1, 2, 3]
 
 
+def test_dynamo_recompile_limit_graph_count_and_fallback_watch():
+    """A function compiled once per value of a guarded int: 2 graphs under
+    a limit of 2, then dynamo gives up on it, which the watch records."""
+    import torch._dynamo
+
+    def scaled(x, n):
+        return x * n
+
+    previous = compat.dynamo_recompile_limit()
+    assert previous == torch._dynamo.config.recompile_limit
+    torch.compiler.reset()
+    try:
+        compat.set_dynamo_recompile_limit(2)
+        assert torch._dynamo.config.recompile_limit == 2
+        fn = torch.compile(scaled, backend='eager', dynamic=False)
+        before = compat.dynamo_graph_count()
+        with compat.DynamoRecompileLimitWatch() as watch:
+            outputs = [fn(torch.ones(2), n) for n in range(4)]
+        assert compat.dynamo_graph_count() - before == 2
+        assert [o.tolist() for o in outputs] == [[n, n] for n in range(4)]
+        assert len(watch.fallbacks) == 1
+        assert watch.fallbacks[0].startswith("recompile_limit: 'scaled' (")
+        # Outside the context nothing is collected any more.
+        fn(torch.ones(2), 7)
+        assert len(watch.fallbacks) == 1
+    finally:
+        compat.set_dynamo_recompile_limit(previous)
+        torch.compiler.reset()
+
+
 # mmengine internals with public-looking names: attributes and keys that
 # mmengine documents nowhere, used by mmext through compat only.
 _INTERNAL_NAMES = ('clip_grad_kwargs', 'log_scalars', 'MODULE2PACKAGE',

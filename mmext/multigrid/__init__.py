@@ -26,7 +26,9 @@ Glue to mmengine/mmaction2:
   training, with or without multigrid);
 * :mod:`.amp`: ``mmext.Float32HeadHook`` (class scores in float32 under
   bfloat16 autocast);
-* :mod:`.allocator`: glibc told to keep freed memory (CPU training).
+* :mod:`.allocator`: glibc told to keep freed memory (CPU training);
+* :mod:`.compiled`: ``torch.compile`` under multigrid (dynamo's recompile
+  limit sized to the plan, graphs counted).
 """
 from .hook import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN, SCALAR_CROP_SIZE,
                    SCALAR_PRECISE_BN, MultigridHook)

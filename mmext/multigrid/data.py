@@ -12,13 +12,17 @@ import multiprocessing
 import warnings
 from typing import Iterator, List, Sequence, Tuple, Union
 
+from mmaction.datasets import RepeatAugDataset
 from mmengine.dataset import Compose
 from torch.utils.data import Dataset, Sampler
 
 from mmext.compat import random_other_index
 from .schedule import iterations_per_epoch
 
-__all__ = ['BrokenClipError', 'MultigridDataset', 'ShortCycleBatchSampler']
+__all__ = [
+    'BrokenClipError', 'MultigridDataset', 'ShortCycleBatchSampler',
+    'clips_per_sample'
+]
 
 # Keys of a data info naming the clip's file (mmaction2 VideoDataset,
 # RawframeDataset, image datasets).
@@ -34,6 +38,33 @@ def _clip_path(info: dict) -> str:
         if key in info:
             return str(info[key])
     return '<no file name in the data info>'
+
+
+def clips_per_sample(dataset) -> int:
+    """Clips one dataset index gives: ``num_repeats`` for mmaction2's
+    ``RepeatAugDataset`` (one decoded video, several clips, flattened into
+    the batch by ``repeat_pseudo_collate``), else 1."""
+    if isinstance(dataset, RepeatAugDataset):
+        return int(dataset.num_repeats)
+    return 1
+
+
+class _RepeatAugView:
+    """``RepeatAugDataset.prepare_data``'s view of its dataset with another
+    pipeline: mmaction2's decode-once code runs at the multigrid shape."""
+
+    def __init__(self, dataset: RepeatAugDataset, pipeline: Compose):
+        self.dataset = dataset
+        self.pipeline = pipeline
+
+    def __getattr__(self, name):
+        # Not for 'dataset' itself (e.g. while unpickling in a worker).
+        if name == 'dataset' or name.startswith('__'):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def prepare(self, idx: int) -> list:
+        return RepeatAugDataset.prepare_data(self, idx)
 
 
 class MultigridDataset(Dataset):
@@ -54,13 +85,18 @@ class MultigridDataset(Dataset):
             loader workers. False raises :class:`BrokenClipError`.
 
     Items are ``(index, shape_index)``; a plain ``index`` uses the last
-    shape (the long-cycle shape).
+    shape (the long-cycle shape). A ``RepeatAugDataset`` keeps its
+    decode-once sampling: each index gives its ``num_repeats`` clips at the
+    shape (a list; the recipe's ``repeat_pseudo_collate`` flattens it).
     """
 
     def __init__(self, dataset, pipelines: Sequence[List[dict]],
                  max_refetch: int = 100, skip_broken_clips: bool = False):
         self.dataset = dataset
         self.pipelines = [Compose(p) for p in pipelines]
+        self._repeat_views = [
+            _RepeatAugView(dataset, p) for p in self.pipelines
+        ] if isinstance(dataset, RepeatAugDataset) else None
         self.max_refetch = max_refetch
         self.skip_broken_clips = skip_broken_clips
         # Shared memory: loader workers skip, the main process reads.
@@ -106,7 +142,8 @@ class MultigridDataset(Dataset):
         for _ in range(self.max_refetch + 1):
             info = self.dataset.get_data_info(idx)
             try:
-                out = self.pipelines[shape](info)
+                out = (self._repeat_views[shape].prepare(idx)
+                       if self._repeat_views else self.pipelines[shape](info))
             except Exception as error:
                 self._broken(idx, info, error)
                 out = None

@@ -21,7 +21,9 @@ from mmext.runner import register_resume_guard, restart_hint
 from .allocator import keep_freed_memory_for
 from .amp import autocasts_to_bf16, float32_head_outputs
 from .bn import disable_sub_bn, enable_sub_bn, update_precise_bn
-from .data import MultigridDataset, ShortCycleBatchSampler
+from .compiled import CompiledRun, compile_enabled
+from .data import (MultigridDataset, ShortCycleBatchSampler,
+                   clips_per_sample)
 from .model_checks import check_run
 from .monitor import DataWaitWatch
 from .options import MultigridOptions
@@ -156,6 +158,7 @@ class MultigridHook(Hook):
         self._data_seconds = 0.0
         self._loader_stage: Optional[MultigridStage] = None
         self._restore_lrs: Optional[Callable[[], None]] = None
+        self._compiled: Optional[CompiledRun] = None
 
     # ------------------------------------------------------------ set-up
     def before_run(self, runner) -> None:
@@ -180,6 +183,14 @@ class MultigridHook(Hook):
         check_run(self.plan, model, self._pipeline)
         for line in shape_adapters(model):
             print_log(f'Multigrid: shape adapter: {line}', logger='current')
+        repeats = clips_per_sample(self._dataset)
+        if repeats > 1:
+            self.plan.check_sub_bn(repeats)
+            print_log(f'Multigrid: RepeatAugDataset: each video decoded '
+                      f'once gives {repeats} clips at the shape of its '
+                      f'iteration; batches hold {repeats}x the clips of the '
+                      f'plan\'s batch sizes (which count videos)',
+                      logger='current')
         if self.options.keep_cpu_memory:
             message = keep_freed_memory_for(model)
             if message:
@@ -193,6 +204,11 @@ class MultigridHook(Hook):
             # Once, before mmengine compiles the model: the layers split
             # every batch at forward time.
             enable_sub_bn(model, self.options.bn_base_size)
+        if compile_enabled(runner.cfg.get('compile')):
+            # Before Runner.train compiles train_step (after before_run).
+            self._compiled = CompiledRun(self.plan)
+            print_log('Multigrid: ' + self._compiled.start(
+                model, runner.message_hub), logger='current')
         set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
         if self.plan.param_scheduler:
             self._rebuild_schedulers(runner)
@@ -334,9 +350,14 @@ class MultigridHook(Hook):
 
     def after_train(self, runner) -> None:
         """Leave the recipe's plain BN modules (and no shape adapters) in
-        the trained model."""
+        the trained model; log the graphs ``compile=...`` made."""
         disable_sub_bn(_unwrap(runner.model))
         remove_shape_adapters(_unwrap(runner.model))
+        if self._compiled is not None:
+            message = self._compiled.stop()
+            print_log('Multigrid: ' + message, logger='current',
+                      level=logging.WARNING if self._compiled.fallbacks
+                      else logging.INFO)
 
     # ------------------------------------------------------------ iterations
     def before_train_iter(self, runner, batch_idx: int,

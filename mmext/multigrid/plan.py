@@ -130,7 +130,7 @@ class MultigridPlan:
                 raise
             raise ValueError(f'{error} Recipe values the schedule cannot '
                              f'honour: {" ".join(dropped)}') from error
-        self._check_sub_bn()
+        self.check_sub_bn()
         self.cum_iters: Optional[List[int]] = None
         if samples_per_rank is not None:
             self.cum_iters = self._count_iterations(samples_per_rank)
@@ -424,20 +424,36 @@ class MultigridPlan:
             self.estimated_iters(s) for s in self.stages)
 
     # ------------------------------------------------------------ checks
-    def _check_sub_bn(self) -> None:
+    def check_sub_bn(self, clips_per_sample: int = 1) -> None:
+        """Check that sub-batch BN can split every batch of the run (run by
+        the constructor for one clip per dataset index).
+
+        Args:
+            clips_per_sample (int): Clips one dataset index gives
+                (``RepeatAugDataset``'s ``num_repeats``): batches hold that
+                many times the plan's batch sizes.
+
+        Raises:
+            ValueError: Naming the batches, the stage and the fixes.
+        """
         base = self.options.bn_base_size
         if not base:
             return
         for stage in self.stages:
-            sizes = self.batch_sizes(stage)
+            sizes = [b * clips_per_sample for b in self.batch_sizes(stage)]
             if [b for b in sizes if b > base and b % base]:
+                per_video = (f' ({clips_per_sample} clips per video: '
+                             f'RepeatAugDataset num_repeats)'
+                             if clips_per_sample > 1 else '')
+                batch = ('train_dataloader.batch_size' if clips_per_sample
+                         == 1 else f'{clips_per_sample} x '
+                         f'train_dataloader.batch_size')
                 raise ValueError(
-                    f'Sub-batch BN cannot split per-device batches {sizes} '
-                    f'(epochs {stage.start_epoch}-{stage.end_epoch}) into '
-                    f'groups of bn_base_size={base}. Make '
-                    f'train_dataloader.batch_size a multiple of '
-                    f'bn_base_size or a divisor of it, or change '
-                    f'bn_base_size.')
+                    f'Sub-batch BN cannot split per-device batches {sizes}'
+                    f'{per_video} (epochs {stage.start_epoch}-'
+                    f'{stage.end_epoch}) into groups of bn_base_size={base}.'
+                    f' Make {batch} a multiple of bn_base_size or a divisor '
+                    f'of it, or change bn_base_size.')
 
     def stage_shapes(self) -> List[Tuple[int, int, int]]:
         """Distinct long-cycle ``(batch, T, S)`` of the run, in order."""

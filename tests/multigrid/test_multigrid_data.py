@@ -8,7 +8,8 @@ from mmengine.dataset import pseudo_collate
 from torch.utils.data import DataLoader
 
 import mmext  # noqa: F401
-from mmext.multigrid.data import BrokenClipError, MultigridDataset
+from mmext.multigrid.data import (BrokenClipError, MultigridDataset,
+                                  clips_per_sample)
 
 
 def _dataset(ann, num_good=2, **kwargs):
@@ -75,3 +76,56 @@ def test_refetch_exhausted_names_the_last_file(ann_file):
             f'retries \\(last: dataset index 0, {broken}\\)'):
         dataset[(0, 0)]
     assert dataset.skipped_clips == 3
+
+
+def _repeat_aug(ann, repeats):
+    from mmaction.datasets import RepeatAugDataset
+    from mmengine.registry import init_default_scope
+    init_default_scope('mmaction')
+    return RepeatAugDataset(ann, pipeline=PIPELINE, num_repeats=repeats,
+                            indices=3)
+
+
+def test_repeat_aug_dataset_gives_its_clips_at_each_shape(ann_file):
+    """RepeatAugDataset under the short cycle: one decode, num_repeats
+    clips of the iteration's shape per index, flattened by its collate."""
+    from mmaction.datasets.repeat_aug_dataset import repeat_pseudo_collate
+
+    from mmext.multigrid.pipeline import resize_pipeline
+    ann, _ = ann_file
+    wrapped = _repeat_aug(ann, 3)
+    assert clips_per_sample(wrapped) == 3
+    label = wrapped.get_data_info(1)['label']
+    dataset = MultigridDataset(wrapped, [resize_pipeline(PIPELINE, 2, 16),
+                                         PIPELINE])
+    for shape, size in ((0, (1, 3, 2, 16, 16)), (1, (1, 3, 4, 32, 32))):
+        clips = dataset[(1, shape)]
+        assert [c['inputs'].shape for c in clips] == [size] * 3
+        assert [c['data_samples'].gt_label.item() for c in clips] == [
+            label] * 3
+    batch = next(iter(DataLoader(dataset, sampler=[(1, 0), (2, 0)],
+                                 batch_size=2, num_workers=1,
+                                 collate_fn=repeat_pseudo_collate)))
+    assert [x.shape for x in batch['inputs']] == [(1, 3, 2, 16, 16)] * 6
+
+
+def test_clips_per_sample_and_sub_bn_check_of_repeated_clips(ann_file):
+    from mg_helpers import PIPE, STEP
+    from mmaction.datasets import VideoDataset
+
+    from mmext.multigrid import MultigridOptions, MultigridPlan
+    ann, _ = ann_file
+    assert clips_per_sample(VideoDataset(ann, pipeline=[])) == 1
+    # Base batch 2 videos, bn_base_size 4: every batch of videos splits,
+    # and x2 clips, but not x3 (6 clips at the base shape, last stage).
+    plan = MultigridPlan(PIPE, 2, 4, [STEP], options=MultigridOptions(
+        bn_base_size=4))
+    plan.check_sub_bn(1)
+    plan.check_sub_bn(2)
+    with pytest.raises(ValueError) as info:
+        plan.check_sub_bn(3)
+    assert str(info.value) == (
+        'Sub-batch BN cannot split per-device batches [24, 12, 6] (3 clips '
+        'per video: RepeatAugDataset num_repeats) (epochs 4-5) into groups of '
+        'bn_base_size=4. Make 3 x train_dataloader.batch_size a multiple '
+        'of bn_base_size or a divisor of it, or change bn_base_size.')

@@ -104,3 +104,83 @@ def test_bad_options_stop_before_training(tmp_path, args, message):
     assert res.returncode == 2
     assert message in res.stderr
     assert 'Epoch(train)' not in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--project', '--compile', '--channels-last'],
+     '--channels-last --compile apply to the training runs; --project '
+     'times the shapes eagerly in float32'),
+    (['--synthetic', '--repeat-aug', '2'],
+     '--repeat-aug needs the real clips'),
+    (['--repeat-aug', '0'], '--repeat-aug must be >= 1, got 0'),
+    (['--device', 'cpu', '--amp'],
+     "--amp: mmengine's AmpOptimWrapper refuses to build without an "
+     'accelerator'),
+    (['--amp', 'float64'], "invalid choice: 'float64'"),
+])
+def test_bad_stack_options_stop_before_training(tmp_path, args, message):
+    test_bad_options_stop_before_training(tmp_path, args, message)
+
+
+def _tool_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        'multigrid_speedup', f'{REPO_ROOT}/{TOOL}')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize('multigrid', [False, True])
+def test_stack_options_reach_both_configs(multigrid):
+    """Each speed option edits the baseline's and the multigrid run's
+    config alike; the JSON's ``stack`` names them."""
+    from argparse import Namespace
+
+    from mmext.cli import load_run_config
+    tool = _tool_module()
+    cfg = load_run_config(f'{REPO_ROOT}/{tool.DEFAULT_CONFIG}', None)
+    if not multigrid:
+        tool._drop_multigrid(cfg)
+    hooks = [h['type'] for h in cfg.custom_hooks]
+    batch, optim = cfg.train_dataloader.batch_size, cfg.optim_wrapper.copy()
+    args = Namespace(channels_last=True, compile='aot_eager', amp='bfloat16',
+                     repeat_aug=2)
+    tool._apply_stack(cfg, args)
+    assert [h['type'] for h in cfg.custom_hooks] == [
+        'mmext.Float32HeadHook', 'mmext.ChannelsLastHook'] + hooks
+    assert cfg.compile == dict(backend='aot_eager')
+    assert cfg.optim_wrapper == dict(optim, type='AmpOptimWrapper',
+                                     dtype='bfloat16')
+    loader = cfg.train_dataloader
+    assert (loader.batch_size, loader.collate_fn) == (
+        batch // 2, dict(type='repeat_pseudo_collate'))
+    assert (loader.dataset.type, loader.dataset.num_repeats) == (
+        'RepeatAugDataset', 2)
+    assert tool._stack(args) == dict(channels_last=True, compile='aot_eager',
+                                     amp='bfloat16', repeat_aug=2)
+    fp16 = load_run_config(f'{REPO_ROOT}/{tool.DEFAULT_CONFIG}', None)
+    tool._apply_stack(fp16, Namespace(channels_last=False, compile=None,
+                                      amp='float16', repeat_aug=None))
+    assert fp16.optim_wrapper == dict(optim, type='AmpOptimWrapper',
+                                      dtype='float16', loss_scale='dynamic')
+    assert 'compile' not in fp16 and fp16.custom_hooks[0]['type'] != (
+        'mmext.ChannelsLastHook')
+
+
+@pytest.mark.slow
+def test_compiled_channels_last_run(tmp_path):
+    """--compile eager --channels-last on both runs: the JSON says so and
+    counts each run's graphs; multigrid's run has none falling back."""
+    proc = run_tool([sys.executable, TOOL, '--synthetic', '--epochs', '1',
+                     '--compile', 'eager', '--channels-last', '--json',
+                     '--work-dir', str(tmp_path)] + TINY)
+    out = _json(proc)
+    assert out['stack'] == dict(channels_last=True, compile='eager',
+                                amp=None, repeat_aug=None)
+    base, mg = out['baseline']['compile'], out['multigrid']['compile']
+    assert base['graphs'] > 0 and mg['graphs'] > base['graphs']
+    assert mg == dict(graphs=mg['graphs'], fallbacks=[], fell_back=False)
+    assert 'ChannelsLastHook: ' in proc.stdout + proc.stderr
+    assert (out['multigrid']['iters'], out['baseline']['iters']) == (17, 30)
+    assert 'multigrid: torch.compile: ' in proc.stdout

@@ -140,7 +140,7 @@ def main():
         MultigridPlan.from_config(cfg)
     except ValueError as error:
         parser.error(f'--epochs {args.epochs}: {error}')
-    torch = setup_torch(args)
+    torch = setup_torch(parser, args)
     start = time.perf_counter()
     runs, plan, val_clips = [], None, None
     for seed in args.seeds:

@@ -5,6 +5,7 @@ Usage: python tools/benchmark/multigrid_speedup.py
 [--project [--project-iters N] [--samples-per-rank N] [--batch-size B]
  [--crop-size S]] [--threads N] [--json] [--work-dir DIR]
 [--cfg-options key=value ...]
+[--channels-last] [--compile [BACKEND]] [--amp [DTYPE]] [--repeat-aug N]
 
 Default mode trains the config (default: ResNet3d-18 at full width on the
 fight clips, compute-bound on 2 CPU cores) for ``--epochs`` recipe epochs
@@ -25,6 +26,18 @@ by the schedule's exact iteration counts (plus precise BN), printing the
 projected full-schedule wall-clock time of both recipes and the speed-up.
 ``--batch-size``/``--crop-size`` time smaller base shapes (e.g. the SlowFast
 Kinetics recipe on CPU); minutes are then those of the reduced shapes.
+
+The speed options a video user turns on apply to both runs alike:
+``--channels-last`` (``mmext.ChannelsLastHook``: weights and backbone
+inputs in channels_last_3d), ``--compile [BACKEND]`` (mmengine's
+``compile=dict(backend=...)``, default inductor; dynamo's caches are reset
+before each run, whose graph count and frames that fell back to eager are
+reported), ``--amp [float16|bfloat16]`` (``AmpOptimWrapper``; float16 with
+dynamic loss scaling; mmengine builds it only with an accelerator) and
+``--repeat-aug N`` (mmaction2's ``RepeatAugDataset``: each decoded video
+gives N clips, ``batch_size / N`` videos per iteration, so an epoch trains N
+times the clips; real clips only, it needs decord). The JSON's ``stack``
+says which were on.
 """
 import argparse
 import gc
@@ -35,12 +48,14 @@ import statistics
 import sys
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 
 from mmengine.config import DictAction
 
 from mmext.cli import build_runner, load_run_config
 from mmext.multigrid import (MultigridOptions, MultigridPlan, describe,
                              is_multigrid_hook)
+from mmext.multigrid.compiled import run_outside_dynamo
 from mmext.multigrid.monitor import DATA_WAIT_THRESHOLD, bound_by, \
     data_wait_share
 from mmext.multigrid.pipeline import parse_grid_shape, resize_pipeline
@@ -103,6 +118,40 @@ def _make_synthetic(cfg, work_dir):
     cfg.val_dataloader.dataset.pipeline = val
 
 
+def _apply_stack(cfg, args):
+    """The speed options (``--channels-last`` ...) on one run's config."""
+    hooks = list(cfg.get('custom_hooks', []))
+    if args.channels_last:
+        hooks.insert(0, dict(type='mmext.ChannelsLastHook'))
+    if args.amp:
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.dtype = args.amp
+        if args.amp == 'float16':
+            cfg.optim_wrapper.loss_scale = 'dynamic'
+        else:
+            # mmaction2's top-k accuracy is numpy, which has no bfloat16.
+            hooks.insert(0, dict(type='mmext.Float32HeadHook'))
+    cfg.custom_hooks = hooks
+    if args.compile:
+        cfg.compile = dict(backend=args.compile)
+    if args.repeat_aug:
+        loader = cfg.train_dataloader
+        if loader.batch_size % args.repeat_aug:
+            sys.exit(f'--repeat-aug {args.repeat_aug}: the config\'s '
+                     f'train batch_size {loader.batch_size} is not a multiple '
+                     f'of it (each video gives {args.repeat_aug} clips).')
+        loader.batch_size //= args.repeat_aug
+        loader.collate_fn = dict(type='repeat_pseudo_collate')
+        loader.dataset.type = 'RepeatAugDataset'
+        loader.dataset.num_repeats = args.repeat_aug
+
+
+def _stack(args):
+    """Which speed options were on (the JSON's ``stack``)."""
+    return dict(channels_last=args.channels_last, compile=args.compile,
+                amp=args.amp, repeat_aug=args.repeat_aug)
+
+
 def _drop_multigrid(cfg):
     cfg.custom_hooks = [h for h in cfg.get('custom_hooks', [])
                         if not is_multigrid_hook(h)]
@@ -118,12 +167,18 @@ def _run(args, multigrid):
         _make_synthetic(cfg, work_dir)
     if not multigrid:
         _drop_multigrid(cfg)
+    _apply_stack(cfg, args)
     runner = build_runner(cfg)
+    if args.compile and not multigrid:
+        # As MultigridHook does for its run (mmext.multigrid.compiled):
+        # these two recompile at every iteration, whatever the shapes.
+        run_outside_dynamo(runner.model, runner.message_hub)
     recorder = RunRecorder()
     runner.register_hook(recorder)
-    start = time.perf_counter()
-    runner.train()
-    seconds = time.perf_counter() - start
+    with _compile_count(args) as compiled:
+        start = time.perf_counter()
+        runner.train()
+        seconds = time.perf_counter() - start
     top1 = None if args.synthetic else runner.val_loop.run()['acc/top1']
     samples = len(runner.train_dataloader.sampler)
     # Stop this run's persistent loader workers now, outside the timing: left
@@ -131,7 +186,30 @@ def _run(args, multigrid):
     # inside the next run's set-up (measured: 21 s instead of 2 s).
     del runner
     gc.collect()
-    return _summarise(recorder, seconds, top1), cfg, samples
+    result = _summarise(recorder, seconds, top1)
+    if compiled is not None:
+        result['compile'] = compiled
+    return result, cfg, samples
+
+
+@contextmanager
+def _compile_count(args):
+    """With ``--compile``: dynamo's caches reset (the other run's graphs
+    would count against this run's recompile limit); yields the dict that
+    gets the run's ``graphs``, ``fallbacks`` (frames that hit a recompile
+    limit and ran eagerly) and ``fell_back``. Otherwise yields None."""
+    if not args.compile:
+        yield None
+        return
+    import torch
+    from mmext.compat import DynamoRecompileLimitWatch, dynamo_graph_count
+    torch.compiler.reset()
+    out = {}
+    start = dynamo_graph_count()
+    with DynamoRecompileLimitWatch() as watch:
+        yield out
+    out.update(graphs=dynamo_graph_count() - start,
+               fallbacks=watch.fallbacks, fell_back=bool(watch.fallbacks))
 
 
 def _summarise(recorder, seconds, top1):
@@ -194,6 +272,13 @@ def _print_runs(base, mg):
                   f'{s["compute_s_per_iter"] / base_iter:>11.2f} '
                   f'{s["compute_ms_per_clip"]:>8.1f} '
                   f'{s["data_s_per_iter"]:>12.3f}')
+    for name, r in (('baseline', base), ('multigrid', mg)):
+        if 'compile' in r:
+            c = r['compile']
+            print(f'{name}: torch.compile: {c["graphs"]} graphs; '
+                  + ('frames that fell back to eager: '
+                     + '; '.join(c['fallbacks']) if c['fell_back']
+                     else 'no frame fell back to eager'))
     first = {e: round(float(w), 2)
              for e, w in mg['first_batch_seconds'].items()}
     print(f'multigrid first-batch wait per epoch (s): {first}')
@@ -413,6 +498,21 @@ def add_run_options(parser, work_dir):
         help='torch threads of the training process (default: torch\'s, '
         'one per core); 1 keeps figures meaningful on a machine that other '
         'jobs load, where multi-threaded ops wait for descheduled threads')
+    parser.add_argument('--channels-last', action='store_true',
+                        help='both runs in channels_last_3d '
+                        '(mmext.ChannelsLastHook)')
+    parser.add_argument('--compile', nargs='?', const='inductor',
+                        metavar='BACKEND',
+                        help='both runs compiled (mmengine compile=dict('
+                        'backend=BACKEND), default inductor; eager and '
+                        'aot_eager trace without code generation)')
+    parser.add_argument('--amp', nargs='?', const='float16',
+                        choices=['float16', 'bfloat16'],
+                        help='both runs with AmpOptimWrapper (default '
+                        'float16, dynamic loss scaling); needs CUDA')
+    parser.add_argument('--repeat-aug', type=int, metavar='N',
+                        help='both runs on RepeatAugDataset: N clips per '
+                        'decoded video (real clips only)')
     parser.add_argument('--json', action='store_true',
                         help='also print one JSON object (last line)')
     parser.add_argument('--work-dir', default=work_dir)
@@ -424,19 +524,29 @@ def add_run_options(parser, work_dir):
 def check_run_options(parser, args, positive):
     """``parser.error`` for an option of ``positive`` below 1 or a config
     without ``MultigridHook``, before any model is built."""
-    for option in positive:
+    for option in (*positive, 'repeat_aug'):
         value = getattr(args, option)
         if value is not None and value < 1:
             parser.error(f'--{option.replace("_", "-")} must be >= 1, got '
                          f'{value}')
+    stack = [f'--{k.replace("_", "-")}' for k, v in _stack(args).items()
+             if v]
+    if getattr(args, 'project', False) and stack:
+        parser.error(f'{" ".join(stack)} apply to the training runs; '
+                     f'--project times the shapes eagerly in float32')
+    if args.repeat_aug and getattr(args, 'synthetic', False):
+        parser.error('--repeat-aug needs the real clips: RepeatAugDataset '
+                     'decodes with decord (DecordInit/DecordDecode), which '
+                     '--synthetic replaces')
     cfg = load_run_config(args.config, args.cfg_options)
     if not any(map(is_multigrid_hook, cfg.get('custom_hooks', []))):
         parser.error(f'{args.config} has no MultigridHook in custom_hooks: '
                      f'nothing to compare against its baseline')
 
 
-def setup_torch(args):
-    """Pick the device (``args.device``) and torch threads; return torch."""
+def setup_torch(parser, args):
+    """Pick the device (``args.device``) and torch threads; return torch.
+    ``parser.error`` for ``--amp`` without CUDA."""
     if args.device == 'cpu':
         # mmengine's runner trains on CUDA whenever it is visible.
         os.environ['CUDA_VISIBLE_DEVICES'] = ''
@@ -445,6 +555,10 @@ def setup_torch(args):
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
     if args.device == 'cuda' and not torch.cuda.is_available():
         sys.exit('--device cuda: no CUDA device is available.')
+    if args.amp and args.device != 'cuda':
+        parser.error("--amp: mmengine's AmpOptimWrapper refuses to build "
+                     "without an accelerator (CUDA here); use --device "
+                     "cuda")
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f'load average (1, 5, 15 min): {os.getloadavg()}; torch threads '
@@ -474,7 +588,7 @@ def main():
     check_run_options(parser, args, (
         'epochs', 'project_iters', 'samples_per_rank', 'batch_size',
         'crop_size', 'threads'))
-    torch = setup_torch(args)
+    torch = setup_torch(parser, args)
     if args.project:
         result = _project(args)
     else:
@@ -483,7 +597,8 @@ def main():
         plan = MultigridPlan.from_config(cfg, samples_per_rank=samples)
         _print_runs(base, mg)
         result = dict(mode='synthetic' if args.synthetic else 'real',
-                      device=args.device, baseline=base, multigrid=mg)
+                      device=args.device, stack=_stack(args), baseline=base,
+                      multigrid=mg)
         result.update(_overall(base, mg, plan))
         if mg['iters'] != plan.max_iters:
             print(f'warning: multigrid trained {mg["iters"]} iterations, '
