@@ -28,8 +28,8 @@ import time
 from argparse import Namespace
 
 import mmext  # noqa: F401
-from multigrid_speedup import (_run, _shorten, add_run_options,
-                               check_run_options, setup_torch)
+from multigrid_speedup import (add_run_options, check_run_options,
+                               setup_torch, shorten_schedule, train_arm)
 from seed_stats import format_summary, paired, summary
 
 from mmext.cli import load_run_config
@@ -44,7 +44,7 @@ def summarize(runs, iteration_saving=None, val_clips=None):
     Args:
         runs (list[dict]): ``dict(seed=S, recipe=R, multigrid=M)`` with
             ``R``/``M`` holding at least ``top1``, ``seconds`` and ``bound``
-            (the figures of ``multigrid_speedup._run``).
+            (the figures of ``multigrid_speedup.train_arm``).
         iteration_saving (float, optional): Recipe iterations / multigrid
             iterations (``MultigridPlan.iteration_saving()``).
         val_clips (int, optional): Validation clips, for the top-1 share of
@@ -135,7 +135,7 @@ def main():
     if min(args.seeds) < 0 or len(set(args.seeds)) != len(args.seeds):
         parser.error(f'--seeds must be distinct and >= 0, got {args.seeds}')
     cfg = load_run_config(args.config, args.cfg_options)
-    _shorten(cfg, args.epochs)
+    shorten_schedule(cfg, args.epochs)
     try:
         MultigridPlan.from_config(cfg)
     except ValueError as error:
@@ -148,8 +148,8 @@ def main():
         run_args = Namespace(config=args.config, cfg_options=options,
                              epochs=args.epochs, synthetic=False,
                              work_dir=osp.join(args.work_dir, f'seed{seed}'))
-        recipe, _, samples = _run(run_args, False)
-        mg, mg_cfg, _ = _run(run_args, True)
+        recipe, _, samples = train_arm(run_args, False)
+        mg, mg_cfg, _ = train_arm(run_args, True)
         runs.append(dict(seed=seed, recipe=recipe, multigrid=mg))
         print(f'seed {seed}: top-1 recipe {recipe["top1"]:.3f} '
               f'({recipe["seconds"]:.0f} s), multigrid {mg["top1"]:.3f} '

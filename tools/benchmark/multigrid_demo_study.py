@@ -325,7 +325,8 @@ class ShortCycleLR(Hook):
         stage = mg.plan.stage_at(runner.epoch)
         factor = len(data_batch['inputs']) / mg.plan.batch_sizes(
             stage, short_cycle=False)[0]
-        for group in mg._param_groups(runner):
+        # The demo trains one optimizer (no OptimWrapperDict).
+        for group in runner.optim_wrapper.optimizer.param_groups:
             group['lr'] *= factor
 
 

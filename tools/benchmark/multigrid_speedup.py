@@ -64,7 +64,7 @@ from mmext.testing.timing import RunRecorder
 DEFAULT_CONFIG = 'configs/multigrid/recognizer3d_r18w64_multigrid_fight.py'
 
 
-def _shorten(cfg, epochs):
+def shorten_schedule(cfg, epochs):
     """Train ``epochs`` recipe epochs, evaluating only at the end."""
     old = cfg.train_cfg.max_epochs
     cfg.train_cfg.max_epochs = epochs
@@ -157,12 +157,12 @@ def _drop_multigrid(cfg):
                         if not is_multigrid_hook(h)]
 
 
-def _run(args, multigrid):
+def train_arm(args, multigrid):
     """Train one run; return its figures (see ``--json``)."""
     name = 'multigrid' if multigrid else 'baseline'
     work_dir = osp.join(args.work_dir, name)
     cfg = load_run_config(args.config, args.cfg_options, work_dir)
-    _shorten(cfg, args.epochs)
+    shorten_schedule(cfg, args.epochs)
     if args.synthetic:
         _make_synthetic(cfg, work_dir)
     if not multigrid:
@@ -592,8 +592,8 @@ def main():
     if args.project:
         result = _project(args)
     else:
-        base, _, samples = _run(args, False)
-        mg, cfg, _ = _run(args, True)
+        base, _, samples = train_arm(args, False)
+        mg, cfg, _ = train_arm(args, True)
         plan = MultigridPlan.from_config(cfg, samples_per_rank=samples)
         _print_runs(base, mg)
         result = dict(mode='synthetic' if args.synthetic else 'real',
