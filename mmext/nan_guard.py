@@ -138,6 +138,9 @@ class NaNGuardHook(Hook):
         self._param_names: Dict[int, str] = {}
         self._wrappers = []
         self._bad_grads: Optional[List[str]] = None
+        # Why the last step was dropped, for the message: a non-finite loss
+        # of this process's window, or gradients whose total norm overflowed.
+        self._local_loss = self._norm_overflow = False
         self._bad_loss = False  # a non-finite loss in the current window
 
     def before_train(self, runner) -> None:
@@ -179,6 +182,7 @@ class NaNGuardHook(Hook):
         if params and self.check_grads:
             total = torch.nn.utils.get_total_norm([p.grad for p in params])
             bad_grads = not bool(torch.isfinite(total))
+        self._local_loss, self._norm_overflow = bad_loss, bad_grads
         if get_world_size() > 1:
             device = params[0].device if params else 'cpu'
             shared = torch.tensor([bad_loss], dtype=torch.float32,
@@ -233,8 +237,14 @@ class NaNGuardHook(Hook):
             names = bad_grads[:5] + (['...'] if len(bad_grads) > 5 else [])
             what.append(f'gradients of {len(bad_grads)} parameters '
                         f'({", ".join(names)})')
+        elif bad_grads is not None and self._norm_overflow:
+            # Every gradient finite, their total norm not (float overflow).
+            what.append('gradient norm (every gradient finite, their total '
+                        'norm overflows)')
         elif step_dropped and not bad_terms:
-            what.append('loss (on another rank)')
+            what.append('loss of an earlier micro-batch of this accumulation '
+                        'window' if self._local_loss else
+                        'loss (on another rank)')
         values = ', '.join(f'{k}={v:.4g}' for k, v in terms.items())
         done = ('its optimizer step was not taken' if step_dropped else
                 'the optimizer step of its accumulation window will not be '

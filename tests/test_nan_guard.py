@@ -1,6 +1,7 @@
 """mmext.nan_guard: NaNGuardHook stops (or skips the step) at a non-finite
 loss or gradient, naming the iteration, the loss terms and a hint; the
 poisoned step is never taken. BCCD's zero-size box is named."""
+import logging
 import math
 import os.path as osp
 
@@ -16,25 +17,30 @@ from mmext.cli import build_runner
 from mmext.nan_guard import NaNGuardHook, degenerate_boxes
 
 
-class _NaNGrad(torch.autograd.Function):
-    """Identity forward, NaN gradient backward."""
+class _ScaledGrad(torch.autograd.Function):
+    """Identity forward, the gradient times ``factor`` backward."""
 
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx, x, factor):
+        ctx.factor = factor
         return x.clone()
 
     @staticmethod
     def backward(ctx, grad):
-        return grad * math.nan
+        return grad * ctx.factor, None
 
 
 @MODELS.register_module(force=True)
 class GuardToyModel(BaseModel):
     """``inputs`` of index ``poison`` is NaN (a NaN loss); with
-    ``nan_grad`` the head gets a NaN gradient at that index only."""
+    ``nan_grad`` the head gets a gradient times ``grad_factor`` (NaN by
+    default) at that index only; with ``nan_const`` only the constant loss
+    term is NaN there (a NaN loss, finite gradients)."""
 
-    def __init__(self, nan_grad=False):
+    def __init__(self, nan_grad=False, grad_factor=math.nan,
+                 nan_const=False):
         super().__init__()
+        self.grad_factor, self.nan_const = grad_factor, nan_const
         torch.manual_seed(0)
         self.backbone = nn.Linear(2, 4)
         self.head = nn.Linear(4, 1)
@@ -43,14 +49,15 @@ class GuardToyModel(BaseModel):
     def forward(self, inputs, labels=None, sample_idx=None, mode='tensor'):
         x = torch.stack(inputs)
         poisoned = 5 in sample_idx
-        if poisoned and not self.nan_grad:
+        if poisoned and not (self.nan_grad or self.nan_const):
             x = x * math.nan
         out = self.head(torch.tanh(self.backbone(x)))
         if poisoned and self.nan_grad:
-            out = _NaNGrad.apply(out)
+            out = _ScaledGrad.apply(out, self.grad_factor)
         if mode == 'loss':
             return dict(loss_mse=((out - torch.stack(labels))**2).mean(),
-                        loss_const=out.new_tensor(0.5))
+                        loss_const=out.new_tensor(
+                            math.nan if poisoned and self.nan_const else 0.5))
         return out
 
 
@@ -61,10 +68,11 @@ class GuardToyData(ToyRegressionData):
     size = 8
 
 
-def _runner(tmp_path, action='stop', counts=1, nan_grad=False):
+def _runner(tmp_path, action='stop', counts=1, nan_grad=False,
+            check_grads=True, **model):
     """8 single-sample iterations, the one of sample 5 poisoned."""
     cfg = Config(dict(
-        model=dict(type='GuardToyModel', nan_grad=nan_grad),
+        model=dict(type='GuardToyModel', nan_grad=nan_grad, **model),
         work_dir=str(tmp_path),
         train_dataloader=dict(
             dataset=dict(type='GuardToyData'),
@@ -74,7 +82,8 @@ def _runner(tmp_path, action='stop', counts=1, nan_grad=False):
         train_cfg=dict(by_epoch=True, max_epochs=1),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1, momentum=0.9),
                            accumulative_counts=counts),
-        custom_hooks=[dict(type='mmext.NaNGuardHook', action=action)],
+        custom_hooks=[dict(type='mmext.NaNGuardHook', action=action,
+                           check_grads=check_grads)],
         default_hooks=dict(checkpoint=dict(type='CheckpointHook',
                                            interval=10)),
         launcher='none', env_cfg=dict(dist_cfg=dict(backend='gloo'))))
@@ -152,6 +161,37 @@ def test_accumulation_stops_at_the_poisoned_micro_batch(tmp_path):
         runner.train()
     assert ("at iteration 6 (the optimizer step of its accumulation window "
             'will not be taken)') in str(err.value)
+
+
+def test_a_gradient_norm_overflow_is_named_as_such(tmp_path):
+    """Gradients x 1e30: each finite in float32, their total norm inf."""
+    runner = _runner(tmp_path, nan_grad=True, grad_factor=1e30)
+    with pytest.raises(FloatingPointError) as err:
+        runner.train()
+    assert str(err.value).startswith(
+        'Non-finite gradient norm (every gradient finite, their total norm '
+        'overflows) at iteration 6 (its optimizer step was not taken).')
+
+
+def test_one_process_window_names_the_earlier_micro_batch(tmp_path):
+    """K=4 in one process, a NaN loss with finite gradients: the window's
+    step at iteration 8 is dropped for sample 5's loss (iteration 6), not
+    for "another rank"."""
+    runner = _runner(tmp_path, action='skip', counts=4, nan_const=True)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    runner.logger.addHandler(handler)
+    try:
+        runner.train()
+    finally:
+        runner.logger.removeHandler(handler)
+    lines = [r.getMessage() for r in records
+             if r.getMessage().startswith('Non-finite')]
+    dropped = [line for line in lines if 'at iteration 8' in line]
+    assert len(lines) == 2 and len(dropped) == 1 and dropped[0].startswith(
+        'Non-finite loss of an earlier micro-batch of this accumulation '
+        'window at iteration 8 (its optimizer step was not taken).')
 
 
 def test_the_guard_leaves_the_wrappers_as_it_found_them(tmp_path):
