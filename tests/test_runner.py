@@ -4,6 +4,7 @@ import os.path as osp
 import re
 
 import pytest
+import torch
 from helpers import ToyRegressionData, ToyRegressor
 from mmengine.config import Config
 from mmengine.hooks import Hook

@@ -291,9 +291,9 @@ def small_feature_map_message(plan, results: Sequence[ShapeResult]
     return (
         f'Multigrid shapes with a final feature map below '
         f'{MIN_FEATURE_MAP_SIDE}x{MIN_FEATURE_MAP_SIDE} (backbone output, '
-        f'H x W{at_base}): {shapes}. Measured cost on the shipped demo '
+        f'H x W{at_base}): {shapes}. Measured cost on the demo '
         f'(ResNet3d-18, base S=56, short_cycle_factors 0.5/0.707: S=28 '
-        f'gives a 1x1 map): top-1 0.69 against 1.00 without multigrid '
-        f'(3 seeds, 24 val clips), while long cycle only reached 0.99 and '
-        f'short_cycle_factors=[0.75, 0.875] (2x2 at the smallest shape) '
-        f'0.96. Fix: {"; or ".join(fixes)}.')
+        f'gives a 1x1 map): top-1 0.88 +- 0.12 against 1.00 without '
+        f'multigrid (10 seeds, 24 val clips); the same run at S=33 (2x2) '
+        f'0.96, long cycle only 0.98 (docs/en/multigrid_accuracy_study.md). '
+        f'Fix: {"; or ".join(fixes)}.')
