@@ -54,9 +54,7 @@ def register_resume_guard(guard: ResumeGuard) -> ResumeGuard:
     Returns:
         callable: ``guard`` itself.
     """
-    if guard not in _RESUME_GUARDS:
-        _RESUME_GUARDS.append(guard)
-    return guard
+    return _add_once(_RESUME_GUARDS, guard)
 
 
 # check(runner) -> messages: warnings about a run whose loops, optimizer
@@ -68,19 +66,18 @@ _START_CHECKS: List[StartCheck] = []
 def register_start_check(check: StartCheck) -> StartCheck:
     """Add a check that :class:`Runner` runs before the first iteration.
 
-    Usable as a decorator. Each check is called with the runner once
-    everything is built (optimizer wrappers, param schedulers, hooks; after
-    resuming) and returns warning messages, which the runner warns with.
-
-    Args:
-        check (callable): The check.
-
-    Returns:
-        callable: ``check`` itself.
+    Usable as a decorator (returns ``check``). Each check is called with
+    the runner once everything is built (optimizer wrappers, param
+    schedulers, hooks; after resuming) and returns warning messages, which
+    the runner warns with.
     """
-    if check not in _START_CHECKS:
-        _START_CHECKS.append(check)
-    return check
+    return _add_once(_START_CHECKS, check)
+
+
+def _add_once(registered: list, fn: Callable) -> Callable:
+    if fn not in registered:
+        registered.append(fn)
+    return fn
 
 
 def check_optim_wrapper_options(cfg) -> None:

@@ -73,6 +73,15 @@ class ToyRegressor(BaseModel):
         return out
 
 
+def toy_loader(dataset: str, batch_size: int) -> dict:
+    """A ``train_dataloader`` config of the registered dataset type
+    ``dataset``, in order (no shuffle), samples collated as lists."""
+    return dict(dataset=dict(type=dataset),
+                sampler=dict(type='DefaultSampler', shuffle=False),
+                collate_fn=dict(type='pseudo_collate'),
+                batch_size=batch_size, num_workers=0)
+
+
 class ToyRegressionData(BaseDataset):
     """``size`` seeded samples ``inputs`` (2,), ``labels`` (1,)."""
 

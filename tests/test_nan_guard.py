@@ -7,7 +7,7 @@ import os.path as osp
 
 import pytest
 import torch
-from helpers import ToyRegressionData
+from helpers import ToyRegressionData, toy_loader
 from mmengine.config import Config
 from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
@@ -74,11 +74,7 @@ def _runner(tmp_path, action='stop', counts=1, nan_grad=False,
     cfg = Config(dict(
         model=dict(type='GuardToyModel', nan_grad=nan_grad, **model),
         work_dir=str(tmp_path),
-        train_dataloader=dict(
-            dataset=dict(type='GuardToyData'),
-            sampler=dict(type='DefaultSampler', shuffle=False),
-            collate_fn=dict(type='pseudo_collate'), batch_size=1,
-            num_workers=0),
+        train_dataloader=toy_loader('GuardToyData', 1),
         train_cfg=dict(by_epoch=True, max_epochs=1),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1, momentum=0.9),
                            accumulative_counts=counts),

@@ -4,7 +4,7 @@ The resume guard is tested with the runner (tests/test_runner.py)."""
 import warnings
 
 import pytest
-from helpers import ToyRegressionData, ToyRegressor
+from helpers import ToyRegressionData, ToyRegressor, toy_loader
 from mmengine.config import Config
 from mmengine.hooks import EMAHook
 from mmengine.registry import DATASETS, MODELS
@@ -26,11 +26,7 @@ def _train(tmp_path, start_iter, custom_hooks=(), by_epoch=False):
                                         by_epoch=True, end=1))
     cfg = Config(dict(
         model=dict(type='ChecksToyModel'), work_dir=str(tmp_path),
-        train_dataloader=dict(
-            dataset=dict(type='ChecksToyData'),
-            sampler=dict(type='DefaultSampler', shuffle=False),
-            collate_fn=dict(type='pseudo_collate'), batch_size=2,
-            num_workers=0),
+        train_dataloader=toy_loader('ChecksToyData', 2),
         train_cfg=dict(by_epoch=True, max_epochs=2),
         param_scheduler=[warmup],
         optim_wrapper=dict(
