@@ -36,10 +36,7 @@ __all__ = [
 # Schedulers whose value only changes at their milestones: an ``end`` after
 # the run changes nothing, milestones after it do.
 STEP_TYPES = ('MultiStepLR', 'MultiStepParamScheduler')
-# Schedulers used as warm-ups (from a start factor up to the LR).
-WARMUP_TYPES = ('LinearLR', 'ConstantLR', 'ExpWarmupLR',
-                'LinearParamScheduler', 'ConstantParamScheduler')
-# Warm-up schedulers (type names, with or without a scope) and whether a
+# Warm-up LR schedulers (type names, with or without a scope) and whether a
 # config of that type raises the LR: mmengine's LinearLR from start_factor
 # (default 1/3) to end_factor (default 1), ConstantLR at factor (default 1/3)
 # until its end (mmcv's warmup='constant'), mmext's ExpWarmupLR.
@@ -49,6 +46,9 @@ _WARMUPS = {
     'ConstantLR': lambda c: c.get('factor', 1 / 3) < 1,
     'ExpWarmupLR': lambda c: c.get('start_factor', 0.001) < 1,
 }
+# Schedulers used as warm-ups (from a start factor up to the value): the LR
+# ones and their generic parameter-scheduler forms.
+WARMUP_TYPES = (*_WARMUPS, 'LinearParamScheduler', 'ConstantParamScheduler')
 
 
 def scheduler_configs(schedulers) -> List[dict]:
