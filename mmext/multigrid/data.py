@@ -8,6 +8,7 @@ holds one ``Compose`` per shape of the current short cycle, and names the file
 of a clip that fails to load (or skips it, counting over loader workers).
 """
 import copy
+import inspect
 import multiprocessing
 import warnings
 from typing import Iterator, List, Sequence, Tuple, Union
@@ -47,6 +48,29 @@ def clips_per_sample(dataset) -> int:
     if isinstance(dataset, RepeatAugDataset):
         return int(dataset.num_repeats)
     return 1
+
+
+def config_clips_per_sample(dataset_cfg) -> int:
+    """:func:`clips_per_sample` of the dataset a config would build.
+
+    Args:
+        dataset_cfg (dict): ``train_dataloader.dataset``; its ``type`` is
+            looked up in mmaction2's registry (a class, or a name with or
+            without the ``mmaction.`` scope). A type the registry does not
+            know counts as 1 clip per index.
+
+    Returns:
+        int: Its ``num_repeats`` (or the class's default) for a
+        ``RepeatAugDataset`` (or subclass), else 1.
+    """
+    from mmaction.registry import DATASETS
+    kind = dataset_cfg.get('type')
+    cls = kind if isinstance(kind, type) else (
+        DATASETS.get(kind) if isinstance(kind, str) else None)
+    if not (isinstance(cls, type) and issubclass(cls, RepeatAugDataset)):
+        return 1
+    default = inspect.signature(cls).parameters['num_repeats'].default
+    return int(dataset_cfg.get('num_repeats', default))
 
 
 class _RepeatAugView:

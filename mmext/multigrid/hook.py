@@ -17,13 +17,13 @@ from mmengine.runner import EpochBasedTrainLoop, Runner
 from mmext.compat import reset_to_initial_values, set_train_loop_length
 from mmext.lr_scaling import check_runner_lr_scaling, scale_lrs
 from mmext.registry import HOOKS
-from mmext.runner import register_resume_guard, restart_hint
+from mmext.runner import (reads_bn_statistics_after_epoch,
+                          register_resume_guard, restart_hint)
 from .allocator import keep_freed_memory_for
 from .amp import autocasts_to_bf16, float32_head_outputs
 from .bn import disable_sub_bn, enable_sub_bn, update_precise_bn
 from .compiled import CompiledRun, compile_enabled
-from .data import (MultigridDataset, ShortCycleBatchSampler,
-                   clips_per_sample)
+from .data import MultigridDataset, ShortCycleBatchSampler
 from .model_checks import check_run
 from .monitor import DataWaitWatch
 from .options import MultigridOptions
@@ -85,9 +85,9 @@ class MultigridHook(Hook):
     above ``bn_base_size`` (``bn_base_size`` clips per split at every
     iteration; BN layers the recipe trains: ``BatchNorm3d``, ``SyncBN`` and
     its reverted form; see :mod:`mmext.multigrid.bn`), precise BN of those
-    layers at the end of each long-cycle shape, and writes checkpoints with
-    the recipe's BN keys. The stage is
-    derived from ``runner.epoch``, so resuming is exact.
+    layers at the end of each long-cycle shape that evaluation or a
+    checkpoint follows, and writes checkpoints with the recipe's BN keys.
+    The stage is derived from ``runner.epoch``, so resuming is exact.
 
     Args:
         long_cycle (bool): Cycle through ``long_cycle_factors``.
@@ -101,9 +101,14 @@ class MultigridHook(Hook):
             PySlowFast) or ``'relative'`` (of the current ``S``, the paper).
         bn_base_size (int, optional): Clips per BN split; ``None`` or 0
             disables sub-batch BN.
-        precise_bn_iters (int): Batches for precise BN at the end of each
-            long-cycle shape; 0 disables it. Only BN layers in training mode
-            are updated; frozen ones keep their statistics.
+        precise_bn_iters (int): Batches for precise BN at the end of a
+            long-cycle shape (on that shape) when the statistics are read
+            next: the last epoch, or one after which the loop validates or
+            the epoch-based ``CheckpointHook`` saves
+            (:func:`mmext.runner.reads_bn_statistics_after_epoch`);
+            elsewhere the next shape's training would overwrite them
+            unread. 0 disables it. Only BN layers in training mode are
+            updated; frozen ones keep their statistics.
         lr_steps (Sequence[int], optional): LR stage starts in recipe epochs
             (``[0, ...]``); default from the recipe's ``MultiStepLR``, else
             ``[0, max_epochs]``.
@@ -183,9 +188,8 @@ class MultigridHook(Hook):
         check_run(self.plan, model, self._pipeline)
         for line in shape_adapters(model):
             print_log(f'Multigrid: shape adapter: {line}', logger='current')
-        repeats = clips_per_sample(self._dataset)
+        repeats = self.plan.clips_per_sample
         if repeats > 1:
-            self.plan.check_sub_bn(repeats)
             print_log(f'Multigrid: RepeatAugDataset: each video decoded '
                       f'once gives {repeats} clips at the shape of its '
                       f'iteration; batches hold {repeats}x the clips of the '
@@ -296,10 +300,16 @@ class MultigridHook(Hook):
         return Runner.build_dataloader(cfg, seed=seed)
 
     def after_train_epoch(self, runner) -> None:
-        """Count skipped clips; precise BN at the end of each shape."""
+        """Count skipped clips; precise BN at the end of a shape whose
+        statistics are read (see the class docstring)."""
         self._report_skipped(runner)
         iters = self.options.precise_bn_iters
         if not iters or not self.plan.is_shape_end(runner.epoch):
+            return
+        if not reads_bn_statistics_after_epoch(runner):
+            # The next shape's training overwrites the statistics before
+            # anything reads them (PySlowFast likewise runs precise BN only
+            # on evaluation and checkpoint epochs).
             return
         stage = self.plan.stage_at(runner.epoch)
         model = _unwrap(runner.model)

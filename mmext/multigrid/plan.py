@@ -13,6 +13,8 @@ resume record in :mod:`.resume`.
 import math
 from typing import List, NamedTuple, Optional, Tuple
 
+from .data import clips_per_sample as dataset_clips_per_sample
+from .data import config_clips_per_sample
 from .lr import dropped_recipe_values, find_lr_steps, remap_param_schedulers
 from .options import MultigridOptions, is_multigrid_hook
 from .pipeline import parse_grid_shape
@@ -29,10 +31,12 @@ class ShapeIterations(NamedTuple):
     Attributes:
         stage (MultigridStage): The stage.
         shape (GridShape): One of ``stage.short_cycle``.
-        batch_size (int): Clips per process of the shape.
+        batch_size (int): Dataset indices (clips, or videos of
+            ``RepeatAugDataset``) per process of the shape.
         sub_bn_splits (int): Sub-BN splits its iterations use
-            (:func:`sub_bn_splits` of its batch: ``bn_base_size`` clips per
-            split).
+            (:func:`sub_bn_splits` of its batch in clips, i.e.
+            ``batch_size`` times the plan's ``clips_per_sample``:
+            ``bn_base_size`` clips per split).
         iters (int): Its iterations over the whole stage (iteration ``i`` of
             an epoch has short-cycle shape ``i % len(stage.short_cycle)``,
             see :class:`~mmext.multigrid.data.ShortCycleBatchSampler`).
@@ -79,6 +83,10 @@ class MultigridPlan:
             the effective batch).
         options (MultigridOptions, optional): The hook's options; default
             ``MultigridOptions()``.
+        clips_per_sample (int): Clips one dataset index gives (mmaction2's
+            ``RepeatAugDataset``: ``num_repeats`` clips of one decoded
+            video). Batch sizes and iteration counts count dataset indices;
+            sub-BN splits count clips.
 
     Raises:
         ValueError: For out-of-range factors or ``epoch_factor`` (see
@@ -97,13 +105,15 @@ class MultigridPlan:
                  recipe_iters_per_epoch: Optional[int] = None,
                  world_size: int = 1,
                  accumulative_counts: int = 1,
-                 options: Optional[MultigridOptions] = None):
+                 options: Optional[MultigridOptions] = None,
+                 clips_per_sample: int = 1):
         self.options = options if options is not None else (
             MultigridOptions())
         # Effective batch / per-process batch.
         self.batch_multiplier = int(world_size) * int(accumulative_counts)
         self.world_size = int(world_size)
         self.accumulative_counts = int(accumulative_counts)
+        self.clips_per_sample = int(clips_per_sample)
         self.base_clip_len, _, self.base_crop_size = parse_grid_shape(pipeline)
         self.base_batch = int(batch_size)
         self.recipe_epochs = int(max_epochs)
@@ -166,9 +176,14 @@ class MultigridPlan:
     def for_config(cls, cfg, options: MultigridOptions,
                    samples_per_rank: Optional[int] = None,
                    world_size: int = 1,
-                   recipe_iters_per_epoch: Optional[int] = None
+                   recipe_iters_per_epoch: Optional[int] = None,
+                   clips_per_sample: Optional[int] = None
                    ) -> 'MultigridPlan':
         """Plan of the recipe in ``cfg`` trained with ``options``.
+
+        ``clips_per_sample`` (default: from the train dataset's config,
+        :func:`~mmext.multigrid.data.config_clips_per_sample`) and the other
+        arguments are as in the constructor.
 
         Raises:
             ValueError: For a train loop without ``max_epochs``, a train
@@ -187,13 +202,15 @@ class MultigridPlan:
                 f'none: dataset wrappers (RepeatDataset, ConcatDataset ...) '
                 f'are not supported. Configure the video dataset and its '
                 f'pipeline directly as train_dataloader.dataset.')
+        if clips_per_sample is None:
+            clips_per_sample = config_clips_per_sample(dataset)
         return cls(dataset.pipeline, cfg.train_dataloader.batch_size,
                    cfg.train_cfg.max_epochs, cfg.get('param_scheduler'),
                    samples_per_rank, recipe_iters_per_epoch,
                    world_size=world_size,
                    accumulative_counts=cfg.get('optim_wrapper', {}).get(
                        'accumulative_counts', 1),
-                   options=options)
+                   options=options, clips_per_sample=clips_per_sample)
 
     @classmethod
     def for_runner(cls, runner, options: MultigridOptions
@@ -202,7 +219,8 @@ class MultigridPlan:
 
         Clips per process and the recipe's iterations per epoch come from
         the runner's train loader (``len(sampler)``, ``len(loader)``), the
-        world size from the runner.
+        world size from the runner, the clips per dataset index from the
+        built train dataset.
 
         Raises:
             ValueError: As :meth:`for_config`.
@@ -211,7 +229,9 @@ class MultigridPlan:
         return cls.for_config(runner.cfg, options,
                               samples_per_rank=len(loader.sampler),
                               world_size=runner.world_size,
-                              recipe_iters_per_epoch=len(loader))
+                              recipe_iters_per_epoch=len(loader),
+                              clips_per_sample=dataset_clips_per_sample(
+                                  loader.dataset))
 
     # ------------------------------------------------------------ shapes
     @property
@@ -255,8 +275,12 @@ class MultigridPlan:
         clips per split, see :mod:`mmext.multigrid.bn`), so the short
         cycle's larger batches have more splits than the long-cycle one.
         """
-        return max(sub_bn_splits(b, self.options.bn_base_size)
-                   for b in self.batch_sizes(stage))
+        return max(self._splits(b) for b in self.batch_sizes(stage))
+
+    def _splits(self, batch: int) -> int:
+        """Sub-BN splits of a batch of ``batch`` dataset indices."""
+        return sub_bn_splits(batch * self.clips_per_sample,
+                             self.options.bn_base_size)
 
     def is_shape_end(self, epoch: int) -> bool:
         """Whether ``epoch`` is the last of a long-cycle shape (precise BN).
@@ -285,8 +309,7 @@ class MultigridPlan:
                     zip(cycle, self.batch_sizes(stage))):
                 per_epoch = n // len(cycle) + (k < n % len(cycle))
                 out.append(ShapeIterations(
-                    stage, shape, batch,
-                    sub_bn_splits(batch, self.options.bn_base_size),
+                    stage, shape, batch, self._splits(batch),
                     per_epoch * stage.num_epochs))
         return out
 
@@ -424,14 +447,14 @@ class MultigridPlan:
             self.estimated_iters(s) for s in self.stages)
 
     # ------------------------------------------------------------ checks
-    def check_sub_bn(self, clips_per_sample: int = 1) -> None:
+    def check_sub_bn(self, clips_per_sample: Optional[int] = None) -> None:
         """Check that sub-batch BN can split every batch of the run (run by
-        the constructor for one clip per dataset index).
+        the constructor).
 
         Args:
-            clips_per_sample (int): Clips one dataset index gives
+            clips_per_sample (int, optional): Clips one dataset index gives
                 (``RepeatAugDataset``'s ``num_repeats``): batches hold that
-                many times the plan's batch sizes.
+                many times the plan's batch sizes. Default: the plan's.
 
         Raises:
             ValueError: Naming the batches, the stage and the fixes.
@@ -439,6 +462,8 @@ class MultigridPlan:
         base = self.options.bn_base_size
         if not base:
             return
+        if clips_per_sample is None:
+            clips_per_sample = self.clips_per_sample
         for stage in self.stages:
             sizes = [b * clips_per_sample for b in self.batch_sizes(stage)]
             if [b for b in sizes if b > base and b % base]:

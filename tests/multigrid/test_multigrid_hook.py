@@ -380,7 +380,7 @@ def test_shape_changes_and_precise_bn_reach_the_visualizer(
     shape; precise BN (2 batches) runs after epochs 2 and 5 (iterations 9
     and 27)."""
     from mmext.multigrid import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN,
-                                 SCALAR_CROP_SIZE, SCALAR_PRECISE_BN)
+                                 SCALAR_CROP_SIZE)
     work_dir = [p for p in tmp_path_factory.getbasetemp().iterdir()
                 if p.name.startswith('mg_full')][0]
     [path] = work_dir.glob('*/vis_data/scalars.json')
@@ -389,8 +389,25 @@ def test_shape_changes_and_precise_bn_reach_the_visualizer(
                r[SCALAR_CROP_SIZE]) for r in records
               if SCALAR_CROP_SIZE in r]
     assert shapes == [(0, 16, 8, 40), (9, 4, 16, 56)]
-    assert [(r['step'], r[SCALAR_PRECISE_BN]) for r in records
-            if SCALAR_PRECISE_BN in r] == [(9, 2), (27, 2)]
+    assert _precise_bn_steps(work_dir) == [(9, 2), (27, 2)]
+
+
+def _precise_bn_steps(work_dir):
+    from mmext.multigrid import SCALAR_PRECISE_BN
+    [path] = work_dir.glob('*/vis_data/scalars.json')
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [(r['step'], r[SCALAR_PRECISE_BN]) for r in records
+            if SCALAR_PRECISE_BN in r]
+
+
+def test_precise_bn_only_where_its_statistics_are_read(tmp_path):
+    """Without validation or a checkpoint after the first shape's end
+    (epoch 2), only the last epoch gets precise BN: the second shape's
+    training would overwrite the first one's statistics unread. The full
+    run above (checkpoint every epoch) gets it after both."""
+    _train(tmp_path, train_cfg=dict(val_interval=100),
+           default_hooks=dict(checkpoint=dict(interval=100)))
+    assert _precise_bn_steps(tmp_path) == [(27, 2)]
 
 
 class _SplitRecorder(Hook):

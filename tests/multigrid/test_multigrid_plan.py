@@ -79,3 +79,39 @@ def test_for_config_names_what_the_plan_needs(edit, message):
         cfg.train_dataloader.dataset = edit['train_dataloader']['dataset']
     with pytest.raises(ValueError, match=message):
         MultigridPlan.from_config(cfg)
+
+
+def test_sub_bn_splits_count_the_clips_of_repeated_videos():
+    """RepeatAugDataset: 1 video per index, 4 clips each. Short cycle only
+    (batches of 4, 2, 1 videos), bn_base_size=4: 16, 8 and 4 clips, so 4, 2
+    and 1 splits; counted per video none would split and sub-batch BN would
+    never be enabled."""
+    options = MultigridOptions(long_cycle=False, bn_base_size=4)
+    per_video = MultigridPlan(PIPE, 1, 4, [STEP], samples_per_rank=8,
+                              options=options)
+    plan = MultigridPlan(PIPE, 1, 4, [STEP], samples_per_rank=8,
+                         options=options, clips_per_sample=4)
+    assert [x.batch_size for x in plan.shape_iterations()][:3] == [4, 2, 1]
+    assert [x.sub_bn_splits for x in plan.shape_iterations()][:3] == [4, 2, 1]
+    assert [x.sub_bn_splits for x in per_video.shape_iterations()][:3] == [
+        1, 1, 1]
+    assert max(plan.sub_bn_splits(s) for s in plan.stages) == 4
+    with pytest.raises(ValueError, match=r'batches \[12, 6, 3\] \(3 clips '):
+        MultigridPlan(PIPE, 1, 4, [STEP], options=options, clips_per_sample=3)
+
+
+@pytest.mark.parametrize('dataset, clips', [
+    (dict(type='RepeatAugDataset', num_repeats=2), 2),
+    (dict(type='mmaction.RepeatAugDataset', num_repeats=3), 3),
+    (dict(type='RepeatAugDataset'), 4),  # mmaction2's default num_repeats
+    (dict(type='VideoDataset'), 1),
+    (dict(type='NoSuchDataset'), 1),
+])
+def test_plan_from_config_reads_the_clips_per_video(dataset, clips):
+    cfg = Config(dict(
+        custom_hooks=[dict(type='mmext.MultigridHook', bn_base_size=1)],
+        train_cfg=dict(type='EpochBasedTrainLoop', max_epochs=4),
+        train_dataloader=dict(batch_size=1,
+                              dataset=dict(dataset, pipeline=PIPE)),
+        param_scheduler=[STEP]))
+    assert MultigridPlan.from_config(cfg).clips_per_sample == clips

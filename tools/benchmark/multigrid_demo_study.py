@@ -109,9 +109,6 @@ ARMS = {
                                 text='both off'),
     'precise16': _arm(hook=dict(precise_bn_iters=16),
                       text='precise_bn_iters=16 (every train clip)'),
-    'subbn_per_batch': _arm(patches=['sub_bn_per_batch'],
-                            text='patched: sub-BN splits set per short-cycle '
-                            'batch (every split bn_base_size clips)'),
     'short_lr': _arm(patches=['short_cycle_lr'],
                      text='patched: LR x (short-cycle batch / long-cycle '
                      'batch)'),
@@ -281,35 +278,6 @@ class Diagnostics(Hook):
         model.load_state_dict(final, strict=False)
 
 
-class SubBNPerBatch(Hook):
-    """Patch: sub-BN splits of each iteration's own batch (not the stage's).
-
-    The hook sets ``batch // bn_base_size`` splits for the long-cycle batch
-    once per stage, so the short cycle's 2x/4x batches normalise over 2-4x
-    ``bn_base_size`` clips per split. This sets the splits before every
-    iteration from its batch and puts the stage's back after it (precise BN
-    runs on the long-cycle batch).
-    """
-
-    priority = 'NORMAL'
-
-    def before_train_iter(self, runner, batch_idx, data_batch=None):
-        from mmext.multigrid.bn import set_sub_bn_splits
-        from mmext.multigrid.plan import sub_bn_splits
-        mg = _multigrid_hook(runner)
-        base = mg.options['bn_base_size']
-        set_sub_bn_splits(runner.model, sub_bn_splits(
-            len(data_batch['inputs']), base))
-
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
-                         outputs=None):
-        from mmext.multigrid.bn import set_sub_bn_splits
-        mg = _multigrid_hook(runner)
-        set_sub_bn_splits(runner.model,
-                          mg.plan.sub_bn_splits(mg.plan.stage_at(
-                              runner.epoch)))
-
-
 class ShortCycleLR(Hook):
     """Patch: LR x (this iteration's batch / the long-cycle batch).
 
@@ -330,7 +298,7 @@ class ShortCycleLR(Hook):
             group['lr'] *= factor
 
 
-PATCHES = dict(sub_bn_per_batch=SubBNPerBatch, short_cycle_lr=ShortCycleLR)
+PATCHES = dict(short_cycle_lr=ShortCycleLR)
 
 
 def _record_precise_bn(records, runner_ref):

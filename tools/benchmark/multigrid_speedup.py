@@ -334,13 +334,21 @@ def _time_shapes(cfg, shapes, device, iters):
     from mmaction.utils import register_all_modules
     from mmengine.optim import build_optim_wrapper
 
+    from mmext.multigrid.allocator import keep_freed_memory_for
     from mmext.multigrid.bn import disable_sub_bn, enable_sub_bn
 
     register_all_modules()
     model = MODELS.build(cfg.model).to(device)
     model.train()
-    base_size = MultigridOptions.from_hook_config(next(
-        h for h in cfg.custom_hooks if is_multigrid_hook(h))).bn_base_size
+    options = MultigridOptions.from_hook_config(next(
+        h for h in cfg.custom_hooks if is_multigrid_hook(h)))
+    base_size = options.bn_base_size
+    if options.keep_cpu_memory:
+        # As the hook: otherwise the round-robin's changing sizes map and
+        # unmap the activations at every step, which training does not.
+        message = keep_freed_memory_for(model)
+        if message:
+            print(f'  {message}')
     if max(key[3] for key in shapes) > 1:
         # As the hook: every batch is split at forward time.
         enable_sub_bn(model, base_size)
