@@ -21,10 +21,22 @@ anything worth compiling (stacking and normalising the clips, log
 bookkeeping), so :meth:`CompiledRun.start` runs both outside dynamo
 (``torch.compiler.disable`` on the instances); the recognizer's frames then
 compile once per shape and nothing falls back.
+
+Static graphs. By default dynamo recompiles a frame that sees a second input
+shape with symbolic sizes (automatic dynamic shapes). With inductor on CPU
+(torch 2.13) that graph fails to lower the ResNet3d's first convolution
+(``LoweringException: ValueRangeError: Invalid ranges [0:-1]``, measured on
+the fight benchmark's model at its second grid shape), so the run turns
+automatic dynamic shapes off: each grid shape gets its own static graph,
+which is also what inductor generates the best kernels for. Without
+automatic dynamic shapes every new value of a Python scalar that a frame
+reads is a recompile too; the optimizer's ``step`` reads the LR, which
+multigrid changes every iteration, so the step also runs outside dynamo.
 """
 from typing import Callable, List, Optional
 
 import torch
+from torch._dynamo import config as dynamo_config
 
 from mmext.compat import (DynamoRecompileLimitWatch, dynamo_graph_count,
                           dynamo_recompile_limit, set_dynamo_recompile_limit)
@@ -55,18 +67,27 @@ def train_shape_count(plan: MultigridPlan) -> int:
                  x.sub_bn_splits) for x in plan.shape_iterations() if x.iters})
 
 
-def run_outside_dynamo(model: torch.nn.Module,
-                       message_hub=None) -> Callable[[], None]:
-    """Run ``model.data_preprocessor`` and ``message_hub.update_scalar``
-    outside dynamo (``torch.compiler.disable`` on the instances; see the
-    module docstring for why).
+def run_outside_dynamo(model: torch.nn.Module, message_hub=None,
+                       optim_wrapper=None) -> Callable[[], None]:
+    """Run ``model.data_preprocessor``, ``message_hub.update_scalar`` and
+    the optimizers' ``step`` outside dynamo (``torch.compiler.disable`` on
+    the instances; see the module docstring for why).
+
+    Args:
+        model (nn.Module): The unwrapped model.
+        message_hub (MessageHub, optional): The runner's.
+        optim_wrapper (OptimWrapper | OptimWrapperDict, optional): The
+            runner's; the ``step`` of each of its optimizers.
 
     Returns:
         callable: Undoes it (removes the instance attributes).
     """
+    wrappers = list(getattr(optim_wrapper, 'optim_wrappers', {}).values()
+                    ) or ([optim_wrapper] if optim_wrapper is not None else [])
     done = []
     for owner, name in ((getattr(model, 'data_preprocessor', None),
-                         'forward'), (message_hub, 'update_scalar')):
+                         'forward'), (message_hub, 'update_scalar'),
+                        *[(w.optimizer, 'step') for w in wrappers]):
         if owner is not None and name not in vars(owner):
             setattr(owner, name, torch.compiler.disable(getattr(owner, name)))
             done.append((owner, name))
@@ -100,19 +121,23 @@ class CompiledRun:
         self.graphs = 0
         self.fallbacks: List[str] = []
         self._previous: Optional[int] = None
+        self._automatic_dynamic = True
         self._start_graphs = 0
         self._watch: Optional[DynamoRecompileLimitWatch] = None
         self._undo: Optional[Callable[[], None]] = None
 
-    def start(self, model: torch.nn.Module, message_hub=None) -> str:
-        """Raise the recompile limit, keep the per-iteration frames out of
-        dynamo, start counting.
+    def start(self, model: torch.nn.Module, message_hub=None,
+              optim_wrapper=None) -> str:
+        """Raise the recompile limit, compile every shape statically, keep
+        the per-iteration frames out of dynamo, start counting.
 
         Args:
             model (nn.Module): The unwrapped model (its ``data_preprocessor``
                 runs outside dynamo).
             message_hub (MessageHub, optional): The runner's; its
                 ``update_scalar`` runs outside dynamo.
+            optim_wrapper (OptimWrapper, optional): The runner's; its
+                optimizers' ``step`` runs outside dynamo.
 
         Returns:
             str: What was set, for the log.
@@ -120,16 +145,28 @@ class CompiledRun:
         self._previous = dynamo_recompile_limit()
         self.limit = max(self.shapes, self._previous)
         set_dynamo_recompile_limit(self.limit)
-        self._undo = run_outside_dynamo(model, message_hub)
+        # A frame that sees a second shape is otherwise recompiled with
+        # symbolic sizes, which inductor's convolution lowering rejects on
+        # torch 2.13 (ValueRangeError, measured on ResNet3d at the second
+        # grid shape); static graphs, one per shape, are what the limit is
+        # sized for. The same setting would make every new LR value (a
+        # guard of the optimizer's step) recompile the step, so the step
+        # runs outside dynamo.
+        self._automatic_dynamic = dynamo_config.automatic_dynamic_shapes
+        dynamo_config.automatic_dynamic_shapes = False
+        self._undo = run_outside_dynamo(model, message_hub, optim_wrapper)
         self._watch = DynamoRecompileLimitWatch().__enter__()
         self._start_graphs = dynamo_graph_count()
         return (f'torch.compile: dynamo recompile limit {self.limit} (was '
                 f'{self._previous}; the plan has {self.shapes} train shapes, '
-                f'one graph each per compiled frame); the data preprocessor '
-                f'and the message hub run outside dynamo')
+                f'one static graph each per compiled frame: automatic '
+                f'dynamic shapes off for the run); the data preprocessor, '
+                f'the message hub and the optimizer step run outside '
+                f'dynamo')
 
     def stop(self) -> str:
-        """Restore the limit; count graphs and fallbacks.
+        """Restore the limit and automatic dynamic shapes; count graphs and
+        fallbacks.
 
         Returns:
             str: The count (and any fallback), for the log.
@@ -141,6 +178,7 @@ class CompiledRun:
             self._watch = None
         if self._previous is not None:
             set_dynamo_recompile_limit(self._previous)
+            dynamo_config.automatic_dynamic_shapes = self._automatic_dynamic
             self._previous = None
         if self._undo is not None:
             self._undo()

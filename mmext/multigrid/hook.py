@@ -212,7 +212,8 @@ class MultigridHook(Hook):
             # Before Runner.train compiles train_step (after before_run).
             self._compiled = CompiledRun(self.plan)
             print_log('Multigrid: ' + self._compiled.start(
-                model, runner.message_hub), logger='current')
+                model, runner.message_hub, runner.optim_wrapper),
+                logger='current')
         set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
         if self.plan.param_scheduler:
             self._rebuild_schedulers(runner)

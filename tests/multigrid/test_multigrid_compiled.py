@@ -123,6 +123,48 @@ def _eval_and_precise_bn(model, batches):
         **model.data_preprocessor(b, True), mode='tensor'))
 
 
+def _symbolic_inputs_per_graph(step, inputs):
+    """Compile ``step`` with a backend that records, per graph, whether
+    any input size reached it symbolic; run it on ``inputs``."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        # A dynamic graph takes its symbolic sizes as SymInt inputs.
+        graphs.append(any(isinstance(x, torch.SymInt)
+                          for x in example_inputs))
+        return gm.forward
+
+    compiled = torch.compile(step, backend=backend)
+    for x in inputs:
+        compiled(x)
+    return graphs
+
+
+def test_every_shape_compiles_a_static_graph(dynamo_state):
+    """Left to dynamo, the second shape recompiles the frame with symbolic
+    sizes (automatic dynamic shapes), which inductor's convolution lowering
+    rejects on torch 2.13 (``ValueRangeError: Invalid ranges [0:-1]`` on
+    the fight benchmark's ResNet3d); under CompiledRun each grid shape gets
+    a static graph, and stop() gives dynamo its setting back."""
+    conv = torch.nn.Conv3d(3, 4, 3, padding=1)
+    bn = torch.nn.BatchNorm3d(4)
+    enable_sub_bn(torch.nn.Sequential(conv, bn), 2)
+
+    def step(x):
+        return bn(conv(x)).sum()
+
+    inputs = [torch.randn(b, 3, t, s, s)
+              for b, t, s in ((4, 2, 8), (2, 4, 6), (8, 2, 4))]
+    assert True in _symbolic_inputs_per_graph(step, inputs)
+    torch.compiler.reset()
+    run = CompiledRun(_tiny_plan())
+    run.start(torch.nn.Module())
+    assert not torch._dynamo.config.automatic_dynamic_shapes
+    assert _symbolic_inputs_per_graph(step, inputs) == [False] * 3
+    run.stop()
+    assert torch._dynamo.config.automatic_dynamic_shapes
+
+
 @pytest.mark.slow
 def test_every_shape_compiles_once_val_and_precise_bn_add_nothing(
         dynamo_state):

@@ -370,8 +370,13 @@ def test_data_bound_run_warns_once(tmp_path, monkeypatch):
             for m in summaries] == rebuilds
     assert all('loader rebuild 0.00 s' in m and 'data wait 100%' in m
                for m in summaries)
+    # Neither validation nor checkpoints: precise BN only after the last
+    # epoch.
     precise = [m for _, m in logged if 'precise BN over 2 batches' in m]
-    assert len(precise) == len(rebuilds)
+    assert len(rebuilds) == 2 and len(precise) == 1
+    assert precise[0].startswith(
+        f'Multigrid: precise BN over 2 batches at epoch '
+        f'{plan.max_epochs - 1} ')
 
 
 def test_shape_changes_and_precise_bn_reach_the_visualizer(
