@@ -37,6 +37,13 @@ def test_synthetic_run_figures(tmp_path):
     assert out['speedup'] == pytest.approx(base['seconds'] / mg['seconds'])
     assert out['ratio'] == pytest.approx(out['speedup'] / (30 / 17))
     for run in (base, mg):
+        excess = [max(0, x['first_iter_s'] - x['steady_s_per_iter'])
+                  for x in run['shapes']]
+        assert run['first_iter_excess_seconds'] == pytest.approx(sum(excess))
+    assert out['speedup_net_of_first_iters'] == pytest.approx(
+        (base['seconds'] - base['first_iter_excess_seconds'])
+        / (mg['seconds'] - mg['first_iter_excess_seconds']))
+    for run in (base, mg):
         assert run['data_seconds'] + run['compute_seconds'] + run[
             'other_seconds'] == pytest.approx(run['seconds'])
         assert run['clips_per_s'] == pytest.approx(run['clips'] /
