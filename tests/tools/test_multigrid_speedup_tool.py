@@ -36,6 +36,10 @@ def test_synthetic_run_figures(tmp_path):
     assert out['iteration_saving'] == pytest.approx(30 / 17)
     assert out['speedup'] == pytest.approx(base['seconds'] / mg['seconds'])
     assert out['ratio'] == pytest.approx(out['speedup'] / (30 / 17))
+    # Both runs keep glibc's freed memory (the hook's setting), so only
+    # multigrid differs.
+    assert base['kept_freed_memory'] is mg['kept_freed_memory'] is True
+    assert 'keeps freed memory for reuse' in proc.stdout + proc.stderr
     for run in (base, mg):
         excess = [max(0, x['first_iter_s'] - x['steady_s_per_iter'])
                   for x in run['shapes']]

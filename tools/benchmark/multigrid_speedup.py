@@ -56,6 +56,7 @@ from mmengine.hooks import Hook
 from mmext.cli import build_runner, load_run_config
 from mmext.multigrid import (MultigridOptions, MultigridPlan, describe,
                              is_multigrid_hook)
+from mmext.multigrid.allocator import glibc_version, keep_freed_memory_for
 from mmext.multigrid.compiled import run_outside_dynamo
 from mmext.multigrid.monitor import DATA_WAIT_THRESHOLD, bound_by, \
     data_wait_share
@@ -158,14 +159,31 @@ def _drop_multigrid(cfg):
                         if not is_multigrid_hook(h)]
 
 
-class _OutsideDynamo(Hook):
-    """The baseline's frames outside dynamo as MultigridHook keeps its
-    run's (:mod:`mmext.multigrid.compiled`), so both runs compile the same
-    frames; once the optimizer exists."""
+class _AsMultigrid(Hook):
+    """What ``MultigridHook`` does to its run besides multigrid, done to
+    the baseline so that only multigrid differs: glibc keeps freed memory
+    (``keep_cpu_memory``; a constant shape's activations above glibc's 32
+    MiB mmap threshold are otherwise mapped and unmapped every iteration
+    too), and with ``--compile`` the same frames run outside dynamo
+    (:mod:`mmext.multigrid.compiled`). In ``before_run``, once the model
+    and the optimizer exist.
+
+    Attributes:
+        kept_freed_memory (bool): Whether the allocator setting was applied.
+    """
+
+    def __init__(self, keep_cpu_memory, compiled):
+        self.keep_cpu_memory = keep_cpu_memory
+        self.compiled = compiled
+        self.kept_freed_memory = False
 
     def before_run(self, runner):
-        run_outside_dynamo(runner.model, runner.message_hub,
-                           runner.optim_wrapper)
+        if self.keep_cpu_memory:
+            self.kept_freed_memory = bool(keep_freed_memory_for(
+                runner.model))
+        if self.compiled:
+            run_outside_dynamo(runner.model, runner.message_hub,
+                               runner.optim_wrapper)
 
 
 def train_arm(args, multigrid):
@@ -176,12 +194,16 @@ def train_arm(args, multigrid):
     shorten_schedule(cfg, args.epochs)
     if args.synthetic:
         _make_synthetic(cfg, work_dir)
+    options = MultigridOptions.from_hook_config(next(
+        h for h in cfg.custom_hooks if is_multigrid_hook(h)))
     if not multigrid:
         _drop_multigrid(cfg)
     _apply_stack(cfg, args)
     runner = build_runner(cfg)
-    if args.compile and not multigrid:
-        runner.register_hook(_OutsideDynamo())
+    same = None
+    if not multigrid:
+        same = _AsMultigrid(options.keep_cpu_memory, args.compile)
+        runner.register_hook(same)
     recorder = RunRecorder()
     runner.register_hook(recorder)
     with _compile_count(args) as compiled:
@@ -196,6 +218,10 @@ def train_arm(args, multigrid):
     del runner
     gc.collect()
     result = _summarise(recorder, seconds, top1)
+    # The hook applies it under the same condition (and logs it).
+    result['kept_freed_memory'] = same.kept_freed_memory if same else bool(
+        options.keep_cpu_memory and args.device == 'cpu'
+        and glibc_version() is not None)
     if compiled is not None:
         result['compile'] = compiled
     return result, cfg, samples
@@ -356,7 +382,6 @@ def _time_shapes(cfg, shapes, device, iters):
     from mmaction.utils import register_all_modules
     from mmengine.optim import build_optim_wrapper
 
-    from mmext.multigrid.allocator import keep_freed_memory_for
     from mmext.multigrid.bn import disable_sub_bn, enable_sub_bn
 
     register_all_modules()
