@@ -192,6 +192,26 @@ def check_overhead(output: str, work_dir: str) -> str:
                       f"{s['share']:.1%}" for s in settings)
 
 
+def check_speedup_stack(output: str, work_dir: str) -> str:
+    """``multigrid_speedup.py --json`` with speed options: which were on,
+    the ratio, and for ``--compile`` the graphs and that no frame of the
+    multigrid run fell back to eager (a fallback fails the line)."""
+    result = _last_json(output)
+    if 'ratio' not in result:
+        raise CheckFailed('no speed-up measured')
+    on = [k for k, v in result.get('stack', {}).items() if v]
+    detail = (f"{'+'.join(on) or 'plain'}: speed-up {result['speedup']:.2f}x,"
+              f" ratio {result['ratio']:.2f} (net of first iterations "
+              f"{result['ratio_net_of_first_iters']:.2f})")
+    compiled = result['multigrid'].get('compile')
+    if compiled is not None:
+        if compiled['fell_back']:
+            raise CheckFailed(f"multigrid fell back to eager: "
+                              f"{'; '.join(compiled['fallbacks'])[:200]}")
+        detail += f"; {compiled['graphs']} graphs, no eager fallback"
+    return detail
+
+
 def check_last_line(output: str, work_dir: str) -> str:
     """Another benchmark ran: its last printed line."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
@@ -253,6 +273,20 @@ LINES = [
          _benchmark('tools/benchmark/multigrid_speedup.py', '--synthetic',
                     '--device', 'cuda', '--epochs', '1'),
          check_last_line, 150),
+    Line('mg-speedup-amp-cl-gpu',
+         'tools/benchmark/multigrid_speedup.py --synthetic --device cuda '
+         '--amp --channels-last',
+         _benchmark('tools/benchmark/multigrid_speedup.py', '--synthetic',
+                    '--device', 'cuda', '--epochs', '1', '--amp',
+                    '--channels-last', '--json'),
+         check_speedup_stack, 150),
+    Line('mg-speedup-compile-gpu',
+         'tools/benchmark/multigrid_speedup.py --synthetic --device cuda '
+         '--compile',
+         _benchmark('tools/benchmark/multigrid_speedup.py', '--synthetic',
+                    '--device', 'cuda', '--epochs', '1', '--compile',
+                    '--json'),
+         check_speedup_stack, 240),
     Line('mg-project-gpu',
          'tools/benchmark/multigrid_speedup.py --project --device cuda '
          '(SlowFast R50 Kinetics-400 schedule)',

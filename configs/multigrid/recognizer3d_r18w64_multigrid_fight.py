@@ -1,10 +1,10 @@
 # Compute-bound CPU benchmark on the real fight clips (../shared/data/fight):
 # the fight recipe with a full-width ResNet3d-18 (64 base channels) at 112 px
 # crops. Decoding a clip costs the same at every grid shape (~0.03 s on one
-# core), so multigrid only pays where compute per clip dwarfs it; at 112 px
-# every grid shape keeps feature maps of at least 56 px, where CPU convolutions
-# are about as efficient per FLOP as at the base shape (coarser crops are not;
-# see docs/en/benchmarks.md). Used by tools/benchmark/multigrid_speedup.py.
+# core), so multigrid only pays where compute per clip dwarfs it. At 112 px the
+# smallest grid shapes still cost 1.5-1.7x the base iteration on this CPU at
+# equal B*T*S^2 (the last stage's 2x2 maps at S = 56; docs/en/benchmarks.md).
+# Used by tools/benchmark/multigrid_speedup.py.
 _base_ = './recognizer3d_r18_multigrid_fight.py'
 
 crop_size = 112

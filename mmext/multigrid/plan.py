@@ -314,8 +314,10 @@ class MultigridPlan:
         return out
 
     def precise_bn_stages(self) -> List[MultigridStage]:
-        """The stages after whose last epoch precise BN runs (at the stage's
-        long-cycle shape); none with ``precise_bn_iters=0``."""
+        """The stages after whose last epoch precise BN may run (at the
+        stage's long-cycle shape): the hook runs it there when validation, a
+        checkpoint or the last epoch follows; none with
+        ``precise_bn_iters=0``."""
         if not self.options.precise_bn_iters:
             return []
         return [s for s in self.stages if self.is_shape_end(s.end_epoch - 1)]

@@ -23,7 +23,7 @@ def test_without_cuda_one_line_and_exit_0_after_the_dry_run():
     else:
         assert lines == [
             'gpu_check: no CUDA device visible to torch, nothing to run '
-            '(dry run OK: 9 lines, configs parse).'
+            '(dry run OK: 11 lines, configs parse).'
         ]
 
 
@@ -174,3 +174,28 @@ def test_table_and_exit_code(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(gpu_check, 'LINES', lines)
     status, _, detail = gpu_check.run_line(lines[0], str(tmp_path), 0)
     assert status == 'FAIL' and 'budget' in detail
+
+
+def _speedup_json(compile_result=None):
+    mg = dict(compile=compile_result) if compile_result else {}
+    return 'log line\n' + json.dumps(dict(
+        stack=dict(channels_last=True, compile='inductor' if compile_result
+                   else None, amp='float16', repeat_aug=None),
+        speedup=2.1, ratio=0.7, ratio_net_of_first_iters=0.75,
+        multigrid=mg, baseline={}))
+
+
+def test_speedup_stack_check():
+    assert gpu_check.check_speedup_stack(_speedup_json(), '') == (
+        'channels_last+amp: speed-up 2.10x, ratio 0.70 (net of first '
+        'iterations 0.75)')
+    assert gpu_check.check_speedup_stack(_speedup_json(dict(
+        graphs=12, fallbacks=[], fell_back=False)), '').endswith(
+            '; 12 graphs, no eager fallback')
+    with pytest.raises(gpu_check.CheckFailed,
+                       match="fell back to eager: recompile_limit: 'f'"):
+        gpu_check.check_speedup_stack(_speedup_json(dict(
+            graphs=9, fallbacks=["recompile_limit: 'f' (x.py:1)"],
+            fell_back=True)), '')
+    with pytest.raises(gpu_check.CheckFailed, match='no JSON result'):
+        gpu_check.check_speedup_stack('no json here', '')
