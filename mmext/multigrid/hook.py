@@ -56,6 +56,24 @@ def _unwrap(model):
     return model.module if is_model_wrapper(model) else model
 
 
+def _check_repeat_collate(loader_cfg, repeats: int) -> None:
+    """A ``RepeatAugDataset`` item is a list of clips, which only mmaction2's
+    ``repeat_pseudo_collate`` flattens into the batch.
+
+    Raises:
+        ValueError: For another ``train_dataloader.collate_fn``, naming the
+            one to set.
+    """
+    kind = (loader_cfg.get('collate_fn') or {}).get('type', 'pseudo_collate')
+    name = getattr(kind, '__name__', str(kind)).rsplit('.', 1)[-1]
+    if name != 'repeat_pseudo_collate':
+        raise ValueError(
+            f'train_dataloader.dataset is a RepeatAugDataset ({repeats} clips '
+            f'per video), whose items are lists of clips that collate_fn '
+            f'{name!r} cannot batch. Set train_dataloader.collate_fn = '
+            f"dict(type='repeat_pseudo_collate').")
+
+
 def _synchronize(outputs) -> None:
     """Wait for the device of the step's loss, so its time ends here.
 
@@ -136,7 +154,8 @@ class MultigridHook(Hook):
         TypeError: In ``before_run`` if the train loop is not epoch based.
         ValueError: In ``before_run`` for out-of-range factors or
             ``epoch_factor`` (see :func:`build_multigrid_schedule`), a train
-            dataset without its own pipeline (dataset wrappers), a pipeline
+            dataset without its own pipeline (dataset wrappers), a
+            ``RepeatAugDataset`` without ``repeat_pseudo_collate``, a pipeline
             without ``SampleFrames`` or final fixed-size crop, a clip length
             the backbone cannot take, a batch sub-batch BN cannot split, a
             BN layer of a kind it cannot split (e.g. ``BatchNorm1d``), or a
@@ -190,6 +209,7 @@ class MultigridHook(Hook):
             print_log(f'Multigrid: shape adapter: {line}', logger='current')
         repeats = self.plan.clips_per_sample
         if repeats > 1:
+            _check_repeat_collate(runner.cfg.train_dataloader, repeats)
             print_log(f'Multigrid: RepeatAugDataset: each video decoded '
                       f'once gives {repeats} clips at the shape of its '
                       f'iteration; batches hold {repeats}x the clips of the '

@@ -44,7 +44,8 @@ def summary(plan, warnings: Sequence[str] = ()) -> dict:
 
     Returns:
         dict: ``base`` (batch, effective batch, T, S), ``recipe_epochs``,
-        ``epochs``, ``exact``, ``clips_per_process``, ``iters`` and
+        ``epochs``, ``exact``, ``clips_per_process`` (dataset indices:
+        videos of a ``RepeatAugDataset``), ``clips_per_sample``, ``iters`` and
         ``recipe_iters`` (exact counts, None without them),
         ``estimated_iters`` (in recipe iterations per epoch),
         ``iteration_saving``, ``flops_ratio``, ``world_size``,
@@ -62,6 +63,7 @@ def summary(plan, warnings: Sequence[str] = ()) -> dict:
         epochs=plan.max_epochs,
         exact=exact,
         clips_per_process=plan.samples_per_rank,
+        clips_per_sample=plan.clips_per_sample,
         iters=plan.max_iters if exact else None,
         recipe_iters=(plan.recipe_epochs * plan.recipe_iters_per_epoch
                       if exact else None),
@@ -106,11 +108,13 @@ def describe(plan) -> str:
     saving = (f'{info["iteration_saving"]:.2f}x fewer iterations')
     flops = f'FLOPs x{info["flops_ratio"]:.3f} of the recipe'
     if exact:
+        per = info['clips_per_sample']
+        count = (f'{info["clips_per_process"]} clips' if per == 1 else
+                 f'{info["clips_per_process"]} videos x {per} clips')
         lines.append(
             f'total: {info["epochs"]} epochs, {info["iters"]} '
-            f'iterations (exact, {info["clips_per_process"]} clips per '
-            f'process) vs {info["recipe_iters"]} of the recipe -> {saving}; '
-            f'{flops}')
+            f'iterations (exact, {count} per process) vs '
+            f'{info["recipe_iters"]} of the recipe -> {saving}; {flops}')
     else:
         lines.append(
             f'total: {info["epochs"]} epochs, {info["estimated_iters"]:.1f} '

@@ -540,3 +540,25 @@ def test_amp_multigrid_run(device, dtype, full_run, tmp_path, monkeypatch):
                        weights_only=False)['state_dict']
     model.load_state_dict(state, strict=True)
     assert all(v.dtype in (torch.float32, torch.int64) for v in state.values())
+
+
+@pytest.mark.parametrize('collate', [
+    None, dict(type='pseudo_collate'), dict(type='default_collate')])
+def test_repeat_aug_dataset_needs_its_collate(collate):
+    """Without repeat_pseudo_collate a RepeatAugDataset batch reaches the
+    model as lists of clip dicts (AttributeError in the first forward)."""
+    from mmext.multigrid.hook import _check_repeat_collate
+    cfg = dict(batch_size=2) if collate is None else dict(
+        batch_size=2, collate_fn=collate)
+    name = 'pseudo_collate' if collate is None else collate['type']
+    with pytest.raises(ValueError) as info:
+        _check_repeat_collate(cfg, 2)
+    assert str(info.value) == (
+        f'train_dataloader.dataset is a RepeatAugDataset (2 clips per '
+        f'video), whose items are lists of clips that collate_fn {name!r} '
+        f"cannot batch. Set train_dataloader.collate_fn = "
+        f"dict(type='repeat_pseudo_collate').")
+    from mmaction.datasets.repeat_aug_dataset import repeat_pseudo_collate
+    for ok in ('repeat_pseudo_collate', 'mmaction.repeat_pseudo_collate',
+               repeat_pseudo_collate):
+        _check_repeat_collate(dict(collate_fn=dict(type=ok)), 2)

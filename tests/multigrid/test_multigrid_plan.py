@@ -115,3 +115,14 @@ def test_plan_from_config_reads_the_clips_per_video(dataset, clips):
                               dataset=dict(dataset, pipeline=PIPE)),
         param_scheduler=[STEP]))
     assert MultigridPlan.from_config(cfg).clips_per_sample == clips
+
+
+def test_report_counts_videos_and_their_clips():
+    from mmext.multigrid import describe
+    options = MultigridOptions(long_cycle=False, bn_base_size=4)
+    plan = MultigridPlan(PIPE, 1, 4, [STEP], samples_per_rank=8,
+                         options=options, clips_per_sample=4)
+    assert '(exact, 8 videos x 4 clips per process)' in describe(plan)
+    plain = MultigridPlan(PIPE, 1, 4, [STEP], samples_per_rank=8,
+                          options=options)
+    assert '(exact, 8 clips per process)' in describe(plain)

@@ -119,7 +119,7 @@ def test_bad_options_stop_before_training(tmp_path, args, message):
 
 @pytest.mark.parametrize('args,message', [
     (['--project', '--compile', '--channels-last'],
-     '--channels-last --compile apply to the training runs; --project '
+     '--channels-last --compile: for the training runs only; --project '
      'times the shapes eagerly in float32'),
     (['--synthetic', '--repeat-aug', '2'],
      '--repeat-aug needs the real clips'),

@@ -587,7 +587,7 @@ def check_run_options(parser, args, positive):
     stack = [f'--{k.replace("_", "-")}' for k, v in _stack(args).items()
              if v]
     if getattr(args, 'project', False) and stack:
-        parser.error(f'{" ".join(stack)} apply to the training runs; '
+        parser.error(f'{" ".join(stack)}: for the training runs only; '
                      f'--project times the shapes eagerly in float32')
     if args.repeat_aug and getattr(args, 'synthetic', False):
         parser.error('--repeat-aug needs the real clips: RepeatAugDataset '
