@@ -183,6 +183,8 @@ class MultigridHook(Hook):
         self._loader_stage: Optional[MultigridStage] = None
         self._restore_lrs: Optional[Callable[[], None]] = None
         self._compiled: Optional[CompiledRun] = None
+        # Whether before_run made glibc keep freed memory (keep_cpu_memory).
+        self.kept_freed_memory = False
 
     # ------------------------------------------------------------ set-up
     def before_run(self, runner) -> None:
@@ -217,6 +219,7 @@ class MultigridHook(Hook):
                       logger='current')
         if self.options.keep_cpu_memory:
             message = keep_freed_memory_for(model)
+            self.kept_freed_memory = message is not None
             if message:
                 print_log(f'Multigrid: {message}', logger='current')
         if autocasts_to_bf16(runner.optim_wrapper) and float32_head_outputs(

@@ -449,14 +449,10 @@ class MultigridPlan:
             self.estimated_iters(s) for s in self.stages)
 
     # ------------------------------------------------------------ checks
-    def check_sub_bn(self, clips_per_sample: Optional[int] = None) -> None:
-        """Check that sub-batch BN can split every batch of the run (run by
-        the constructor).
-
-        Args:
-            clips_per_sample (int, optional): Clips one dataset index gives
-                (``RepeatAugDataset``'s ``num_repeats``): batches hold that
-                many times the plan's batch sizes. Default: the plan's.
+    def check_sub_bn(self) -> None:
+        """Check that sub-batch BN can split every batch of the run, in
+        clips (``clips_per_sample`` times the plan's batch sizes; run by the
+        constructor).
 
         Raises:
             ValueError: Naming the batches, the stage and the fixes.
@@ -464,8 +460,7 @@ class MultigridPlan:
         base = self.options.bn_base_size
         if not base:
             return
-        if clips_per_sample is None:
-            clips_per_sample = self.clips_per_sample
+        clips_per_sample = self.clips_per_sample
         for stage in self.stages:
             sizes = [b * clips_per_sample for b in self.batch_sizes(stage)]
             if [b for b in sizes if b > base and b % base]:

@@ -118,12 +118,13 @@ def test_clips_per_sample_and_sub_bn_check_of_repeated_clips(ann_file):
     assert clips_per_sample(VideoDataset(ann, pipeline=[])) == 1
     # Base batch 2 videos, bn_base_size 4: every batch of videos splits,
     # and x2 clips, but not x3 (6 clips at the base shape, last stage).
-    plan = MultigridPlan(PIPE, 2, 4, [STEP], options=MultigridOptions(
-        bn_base_size=4))
-    plan.check_sub_bn(1)
-    plan.check_sub_bn(2)
+    options = MultigridOptions(bn_base_size=4)
+    for clips in (1, 2):
+        MultigridPlan(PIPE, 2, 4, [STEP], options=options,
+                      clips_per_sample=clips)
     with pytest.raises(ValueError) as info:
-        plan.check_sub_bn(3)
+        MultigridPlan(PIPE, 2, 4, [STEP], options=options,
+                      clips_per_sample=3)
     assert str(info.value) == (
         'Sub-batch BN cannot split per-device batches [24, 12, 6] (3 clips '
         'per video: RepeatAugDataset num_repeats) (epochs 4-5) into groups of '

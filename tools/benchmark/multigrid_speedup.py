@@ -54,9 +54,9 @@ from mmengine.config import DictAction
 from mmengine.hooks import Hook
 
 from mmext.cli import build_runner, load_run_config
-from mmext.multigrid import (MultigridOptions, MultigridPlan, describe,
-                             is_multigrid_hook)
-from mmext.multigrid.allocator import glibc_version, keep_freed_memory_for
+from mmext.multigrid import (MultigridHook, MultigridOptions, MultigridPlan,
+                             describe, is_multigrid_hook)
+from mmext.multigrid.allocator import keep_freed_memory_for
 from mmext.multigrid.compiled import run_outside_dynamo
 from mmext.multigrid.monitor import DATA_WAIT_THRESHOLD, bound_by, \
     data_wait_share
@@ -200,10 +200,12 @@ def train_arm(args, multigrid):
         _drop_multigrid(cfg)
     _apply_stack(cfg, args)
     runner = build_runner(cfg)
-    same = None
-    if not multigrid:
-        same = _AsMultigrid(options.keep_cpu_memory, args.compile)
-        runner.register_hook(same)
+    # Either records whether glibc keeps freed memory in its run.
+    if multigrid:
+        keeper = next(h for h in runner.hooks if isinstance(h, MultigridHook))
+    else:
+        keeper = _AsMultigrid(options.keep_cpu_memory, args.compile)
+        runner.register_hook(keeper)
     recorder = RunRecorder()
     runner.register_hook(recorder)
     with _compile_count(args) as compiled:
@@ -212,16 +214,14 @@ def train_arm(args, multigrid):
         seconds = time.perf_counter() - start
     top1 = None if args.synthetic else runner.val_loop.run()['acc/top1']
     samples = len(runner.train_dataloader.sampler)
+    kept_freed_memory = keeper.kept_freed_memory
     # Stop this run's persistent loader workers now, outside the timing: left
     # to the garbage collector, their shutdown (up to 5 s per loader) landed
     # inside the next run's set-up (measured: 21 s instead of 2 s).
-    del runner
+    del runner, keeper
     gc.collect()
     result = _summarise(recorder, seconds, top1)
-    # The hook applies it under the same condition (and logs it).
-    result['kept_freed_memory'] = same.kept_freed_memory if same else bool(
-        options.keep_cpu_memory and args.device == 'cpu'
-        and glibc_version() is not None)
+    result['kept_freed_memory'] = kept_freed_memory
     if compiled is not None:
         result['compile'] = compiled
     return result, cfg, samples
