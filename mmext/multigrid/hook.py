@@ -64,7 +64,10 @@ def _check_repeat_collate(loader_cfg, repeats: int) -> None:
         ValueError: For another ``train_dataloader.collate_fn``, naming the
             one to set.
     """
-    kind = (loader_cfg.get('collate_fn') or {}).get('type', 'pseudo_collate')
+    # As Runner.build_dataloader: a dict (type: a name or a function), or
+    # the function itself.
+    collate = loader_cfg.get('collate_fn', dict(type='pseudo_collate'))
+    kind = collate.get('type') if isinstance(collate, dict) else collate
     name = getattr(kind, '__name__', str(kind)).rsplit('.', 1)[-1]
     if name != 'repeat_pseudo_collate':
         raise ValueError(

@@ -562,3 +562,8 @@ def test_repeat_aug_dataset_needs_its_collate(collate):
     for ok in ('repeat_pseudo_collate', 'mmaction.repeat_pseudo_collate',
                repeat_pseudo_collate):
         _check_repeat_collate(dict(collate_fn=dict(type=ok)), 2)
+    # mmengine also takes the function itself.
+    _check_repeat_collate(dict(collate_fn=repeat_pseudo_collate), 2)
+    with pytest.raises(ValueError, match="collate_fn 'pseudo_collate'"):
+        from mmengine.dataset import pseudo_collate
+        _check_repeat_collate(dict(collate_fn=pseudo_collate), 2)
