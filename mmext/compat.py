@@ -13,9 +13,10 @@ Checkpoint loading is relaxed only inside :func:`trusted_checkpoint_loading`.
 import logging
 import os.path as osp
 from contextlib import contextmanager
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import torch
+from mmengine.config import Config
 from mmengine.config import utils as config_utils
 from mmengine.optim.scheduler.param_scheduler import INF
 from mmengine.runner import CheckpointLoader
@@ -24,11 +25,11 @@ from torch.nn.modules.instancenorm import _InstanceNorm
 
 __all__ = [
     'MMENGINE_CHECKED', 'SCHEDULER_INF', 'BatchNormBase', 'InstanceNormBase', 'register_config_package',
-    'set_train_loop_length', 'optim_wrapper_counts',
-    'set_optim_wrapper_max_counts', 'random_other_index',
+    'set_train_loop_length', 'accumulative_counts', 'max_counts',
+    'run_config', 'random_other_index',
     'train_loader_batch_size', 'trusted_checkpoint_loading',
     'trust_runner_checkpoints', 'batch_norm_xd_type', 'drop_logged_scalar',
-    'grad_clipping_off', 'reset_to_initial_values', 'initial_value',
+    'grad_clipping_off', 'reset_to_initial_values',
     'shadow_tensor', 'clear_shadow', 'registered_tensor',
     'dynamo_recompile_limit', 'set_dynamo_recompile_limit',
     'dynamo_graph_count', 'DynamoRecompileLimitWatch'
@@ -66,25 +67,38 @@ def set_train_loop_length(loop, max_epochs: int, max_iters: int) -> None:
     loop._max_iters = int(max_iters)
 
 
-def optim_wrapper_counts(wrapper) -> tuple:
-    """``(inner_count, accumulative_counts, max_counts)`` of an OptimWrapper.
+def accumulative_counts(wrapper) -> int:
+    """Micro-batches per optimizer step of an OptimWrapper (its
+    ``accumulative_counts`` option; the public ``inner_count`` counts the
+    micro-batches done)."""
+    return wrapper._accumulative_counts
 
-    ``inner_count`` is the number of ``update_params`` calls so far, which
-    the train loop initialises to ``runner.iter`` (so it survives resume);
-    ``max_counts`` is -1 until ``initialize_count_status`` ran.
+
+def max_counts(wrapper) -> int:
+    """Micro-batches an OptimWrapper expects in total (``max_iters``): -1
+    until the train loop ran ``initialize_count_status``."""
+    return wrapper._max_counts
+
+
+def run_config(message_hub) -> Optional[Config]:
+    """The config of the run, for components that see no runner.
+
+    mmengine's ``RuntimeInfoHook.before_run`` stores the runner's merged
+    config as text (``cfg.pretty_text``, runtime info ``'cfg'``); an optimizer
+    wrapper reads it there to check itself against the run (param
+    schedulers, hooks, ``auto_scale_lr``) with any runner.
+
+    Returns:
+        Config | None: None before ``before_run`` (no runner, e.g. a wrapper
+        built by hand) or for a text that does not parse back.
     """
-    return (wrapper._inner_count, wrapper._accumulative_counts,
-            wrapper._max_counts)
-
-
-def set_optim_wrapper_max_counts(wrapper, max_counts: int) -> None:
-    """Set the iteration count an OptimWrapper expects in total.
-
-    Its last incomplete accumulation window is detected with it; it is set
-    once from the loop's ``max_iters`` when training starts, so it must follow
-    a loop whose length changed.
-    """
-    wrapper._max_counts = int(max_counts)
+    text = message_hub.get_info('cfg')
+    if not text:
+        return None
+    try:
+        return Config.fromstring(text, '.py')
+    except Exception:  # noqa: B902 e.g. objects that print as no Python
+        return None
 
 
 def drop_logged_scalar(message_hub, key: str) -> None:
@@ -127,13 +141,6 @@ def reset_to_initial_values(param_groups: List[dict]) -> None:
     for group in param_groups:
         for key in [k for k in group if k.startswith('initial_')]:
             group[key[len('initial_'):]] = group[key]
-
-
-def initial_value(group: dict, name: str = 'lr') -> float:
-    """A param group's ``name`` value before the param schedulers acted
-    (``initial_<name>``, which the first scheduler built records), or its
-    current value where no scheduler touched the group."""
-    return group.get(f'initial_{name}', group[name])
 
 
 def shadow_tensor(module: torch.nn.Module, name: str,

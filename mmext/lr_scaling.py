@@ -11,12 +11,11 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 
-from .compat import optim_wrapper_counts
+from .compat import accumulative_counts
 
 __all__ = [
     'RUNNER_TYPE', 'EFFECTIVE_BATCH_INFO', 'effective_batch',
-    'optim_wrappers', 'check_auto_scale_lr', 'check_runner_lr_scaling',
-    'scale_lrs', 'scaled_lrs'
+    'optim_wrappers', 'check_auto_scale_lr', 'scale_lrs', 'scaled_lrs'
 ]
 
 # ``runner_type`` of :class:`mmext.runner.Runner` in configs.
@@ -53,57 +52,39 @@ def optim_wrappers(optim_wrapper) -> Dict[str, OptimWrapper]:
     return {'': optim_wrapper}
 
 
-def check_auto_scale_lr(runner_info,
-                        enabled: bool,
-                        accumulative_counts: int,
-                        ratio: Optional[float] = None) -> None:
+def check_auto_scale_lr(auto_scale_lr: Optional[dict], optim_wrapper,
+                        message_hub) -> None:
     """Raise if mmengine's own ``auto_scale_lr`` missed the accumulation.
 
     mmengine's ``Runner.scale_lr`` scales by loader batch x world size only,
     so with ``accumulative_counts = K > 1`` it sets an LR K times too small
     for the batch of an optimizer step. :class:`mmext.runner.Runner` counts K
     and records it in the message hub (``EFFECTIVE_BATCH_INFO``); that record
-    clears the run.
+    clears the run. Called by the mmext components that see the run
+    (``MultigridHook.before_run``, ``AGVMOptimWrapper`` when training
+    starts), so it holds with any runner.
 
     Args:
-        runner_info (MessageHub): The runner's message hub.
-        enabled (bool): Whether ``auto_scale_lr`` scaled the LRs (the
-            config's ``auto_scale_lr.enable``, or seen in the LRs).
-        accumulative_counts (int): K of the optimizer wrapper.
-        ratio (float, optional): The factor mmengine applied, if known.
+        auto_scale_lr (dict, optional): The run's ``auto_scale_lr``.
+        optim_wrapper (OptimWrapper | OptimWrapperDict): The run's wrappers.
+        message_hub (MessageHub): The run's message hub.
 
     Raises:
-        ValueError: If ``auto_scale_lr`` is enabled and K > 1 under a runner
-            that is not :class:`mmext.runner.Runner`.
+        ValueError: If ``auto_scale_lr`` is enabled, some wrapper has K > 1
+            and the runner did not count K.
     """
-    if (not enabled or accumulative_counts <= 1
-            or runner_info.get_info(EFFECTIVE_BATCH_INFO) is not None):
+    if not (auto_scale_lr and auto_scale_lr.get('enable', False)) or (
+            message_hub.get_info(EFFECTIVE_BATCH_INFO) is not None):
         return
-    applied = '' if ratio is None else f' (it applied x{ratio:g})'
-    raise ValueError(
-        f'auto_scale_lr is enabled and optim_wrapper.accumulative_counts='
-        f"{accumulative_counts}, but mmengine's Runner.scale_lr scales the "
-        f'LR by loader batch x world size only{applied}, '
-        f'{accumulative_counts}x too small for the batch of an optimizer '
-        f"step. Set runner_type='{RUNNER_TYPE}' in the config (mmext's "
-        f'tools/train.py does), or disable auto_scale_lr and set the LR for '
-        f'the effective batch yourself.')
-
-
-def check_runner_lr_scaling(runner) -> None:
-    """:func:`check_auto_scale_lr` for every optimizer wrapper of ``runner``
-    (after ``Runner.train`` scaled the LRs; the config's
-    ``auto_scale_lr.enable`` tells whether it did).
-
-    Raises:
-        ValueError: As :func:`check_auto_scale_lr`.
-    """
-    enabled = bool(runner.auto_scale_lr
-                   and runner.auto_scale_lr.get('enable', False))
-    for wrapper in optim_wrappers(runner.optim_wrapper).values():
-        if isinstance(wrapper, OptimWrapper):
-            check_auto_scale_lr(runner.message_hub, enabled,
-                                optim_wrapper_counts(wrapper)[1])
+    for wrapper in optim_wrappers(optim_wrapper).values():
+        counts = accumulative_counts(wrapper)
+        if counts > 1:
+            raise ValueError(
+                f"auto_scale_lr: mmengine's Runner scales the LR by loader "
+                f'batch x world size, leaving out optim_wrapper.'
+                f'accumulative_counts={counts}. Set runner_type='
+                f"'{RUNNER_TYPE}' (it counts it), or disable auto_scale_lr "
+                f'and set the LR for the effective batch.')
 
 
 def scale_lrs(param_groups: Sequence[dict],

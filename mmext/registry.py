@@ -13,12 +13,11 @@ from mmengine.registry import \
 from mmengine.registry import OPTIM_WRAPPERS as MMENGINE_OPTIM_WRAPPERS
 from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
 from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
-from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
 
 __all__ = [
     'HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS',
-    'PARAM_SCHEDULERS', 'RUNNERS', 'TRANSFORMS'
+    'PARAM_SCHEDULERS', 'RUNNERS'
 ]
 
 
@@ -37,6 +36,3 @@ OPTIM_WRAPPER_CONSTRUCTORS = _child('optimizer wrapper constructor',
 PARAM_SCHEDULERS = _child('parameter scheduler', MMENGINE_PARAM_SCHEDULERS,
                           'mmext.warmup')
 RUNNERS = _child('runner', MMENGINE_RUNNERS, 'mmext.runner')
-# Benchmark stand-ins for video decoding (random in-memory clips).
-TRANSFORMS = _child('transform', MMENGINE_TRANSFORMS,
-                    'mmext.testing.synthetic')

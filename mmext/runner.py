@@ -15,7 +15,7 @@ from mmengine.optim import OptimWrapper
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 from mmengine.runner import Runner as MMEngineRunner
 
-from .compat import (optim_wrapper_counts, set_train_loop_length,
+from .compat import (accumulative_counts, set_train_loop_length,
                      train_loader_batch_size, trusted_checkpoint_loading)
 from .frozen_check import frozen_without_weights
 from .lr_scaling import EFFECTIVE_BATCH_INFO, effective_batch, optim_wrappers
@@ -226,7 +226,7 @@ class Runner(MMEngineRunner):
                              'auto_scale_lr.base_batch_size')
         batches = {}
         for name, wrapper in optim_wrappers(optim_wrapper).items():
-            counts = optim_wrapper_counts(wrapper)[1]
+            counts = accumulative_counts(wrapper)
             batch = loader_batch * self.world_size * counts
             batches[name] = batch
             prefix = f'{name}: ' if name else ''
@@ -285,7 +285,7 @@ class Runner(MMEngineRunner):
                              'that a hook (MultigridHook) rebuilds on its own '
                              'axis; remove one of them')
         wrappers = optim_wrappers(optim_wrapper)
-        counts = {optim_wrapper_counts(w)[1] for w in wrappers.values()}
+        counts = {accumulative_counts(w) for w in wrappers.values()}
         if len(counts) != 1:
             raise ValueError(f'auto_scale_schedule needs one '
                              f'accumulative_counts for all optimizer '

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 from mmengine.config import Config
-from mmengine.logging import HistoryBuffer
+from mmengine.logging import HistoryBuffer, MessageHub
 from mmengine.optim import OptimWrapper
 from mmengine.runner import load_checkpoint as mmengine_load_checkpoint
 
@@ -90,11 +90,23 @@ def test_optim_wrapper_counts():
     model = nn.Linear(2, 1)
     wrapper = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1),
                            accumulative_counts=2)
-    assert compat.optim_wrapper_counts(wrapper) == (0, 2, -1)
+    assert (wrapper.inner_count, compat.accumulative_counts(wrapper),
+            compat.max_counts(wrapper)) == (0, 2, -1)
     wrapper.initialize_count_status(model, 4, 10)
-    assert compat.optim_wrapper_counts(wrapper) == (4, 2, 10)
+    assert compat.max_counts(wrapper) == 10
     wrapper.update_params(model(torch.ones(1, 2)).sum())
-    assert compat.optim_wrapper_counts(wrapper)[0] == 5
+    assert wrapper.inner_count == 5
+
+
+def test_run_config_reads_the_runtime_info():
+    hub = MessageHub.get_instance('test_run_config')
+    assert compat.run_config(hub) is None
+    hub.update_info('cfg', Config(dict(
+        param_scheduler=[dict(type='LinearLR', end=5)])).pretty_text)
+    assert compat.run_config(hub).param_scheduler == [
+        dict(type='LinearLR', end=5)]
+    hub.update_info('cfg', 'x = <object at 0x1>')
+    assert compat.run_config(hub) is None
 
 
 def test_random_other_index():
@@ -185,14 +197,13 @@ def test_grad_clipping_off():
     assert wrapper.clip_grad_kwargs == dict(max_norm=1.0)
 
 
-def test_reset_to_initial_values_and_initial_value():
+def test_reset_to_initial_values():
     from mmengine.optim.scheduler import LinearLR
     optimizer = torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.2)
     group = optimizer.param_groups[0]
-    assert compat.initial_value(group) == 0.2  # no scheduler yet
     scheduler = LinearLR(optimizer, start_factor=0.1, end=4)
     assert group['lr'] == pytest.approx(0.02)
-    assert compat.initial_value(group) == 0.2
+    assert group['initial_lr'] == 0.2
     compat.reset_to_initial_values(optimizer.param_groups)
     assert group['lr'] == 0.2
     assert scheduler.end == 4

@@ -7,7 +7,7 @@ import torch.distributed as dist
 from mmengine.config import Config
 
 from mmext.dist import finish_distributed, setup_cpu_distributed
-from mmext.testing import run_gloo_processes
+from bench_utils import run_gloo_processes
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='CUDA present')

@@ -46,23 +46,26 @@ def test_length_mismatch_rejected():
         scale_lrs([dict(lr=0.1)], [1.0, 2.0])
 
 
+def _wrapper(counts):
+    param = torch.nn.Parameter(torch.zeros(1))
+    return OptimWrapper(torch.optim.SGD([param], lr=0.1),
+                        accumulative_counts=counts)
+
+
 @pytest.mark.parametrize('auto, counts, info', [
     (False, 2, None), (True, 1, None), (True, 2, {'': 4})])
 def test_auto_scale_lr_check_passes(auto, counts, info):
     hub = MessageHub.get_instance(f'check_auto_scale_lr_{counts}_{info}')
     if info is not None:
         hub.update_info(EFFECTIVE_BATCH_INFO, info)
-    check_auto_scale_lr(hub, auto, counts)
+    check_auto_scale_lr(dict(enable=auto, base_batch_size=8),
+                        _wrapper(counts), hub)
 
 
 def test_auto_scale_lr_check_names_the_missing_factor():
     hub = MessageHub.get_instance('check_auto_scale_lr_refused')
-    with pytest.raises(ValueError) as err:
-        check_auto_scale_lr(hub, True, 4, ratio=0.25)
-    assert str(err.value) == (
-        "auto_scale_lr is enabled and optim_wrapper.accumulative_counts=4, "
-        "but mmengine's Runner.scale_lr scales the LR by loader batch x "
-        'world size only (it applied x0.25), 4x too small for the batch of '
-        "an optimizer step. Set runner_type='mmext.Runner' in the config "
-        "(mmext's tools/train.py does), or disable auto_scale_lr and set "
-        'the LR for the effective batch yourself.')
+    wrappers = OptimWrapperDict(gen=_wrapper(1), disc=_wrapper(4))
+    with pytest.raises(ValueError, match=r"accumulative_counts=4\. Set "
+                       r"runner_type='mmext\.Runner'"):
+        check_auto_scale_lr(dict(enable=True, base_batch_size=8), wrappers,
+                            hub)

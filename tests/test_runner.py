@@ -111,10 +111,8 @@ def test_mmengine_runner_with_accumulation_is_refused(tmp_path):
     runner = MMEngineRunner.from_cfg(_cfg(tmp_path, auto_scale_lr=AUTO))
     with pytest.raises(ValueError) as err:
         runner.train()
-    assert ("accumulative_counts=2, but mmengine's Runner.scale_lr scales "
-            'the LR by loader batch x world size only (it applied x0.25), '
-            '2x too small') in str(err.value)
-    assert "Set runner_type='mmext.Runner'" in str(err.value)
+    assert ("leaving out optim_wrapper.accumulative_counts=2. Set "
+            "runner_type='mmext.Runner'") in str(err.value)
     assert runner.iter == 0
 
 

@@ -307,7 +307,7 @@ def agvm_ranks_worker(rank: int, world_size: int, backend: str,
                       work_dir: str) -> None:
     """Train :data:`AGVM_CONFIG` in DDP and save every rank's factors.
 
-    Runs under :func:`mmext.testing.run_processes` (the process group is
+    Runs under ``tools/benchmark/bench_utils.run_processes`` (the process group is
     set up; with NCCL rank r is on GPU r, with gloo every rank on GPU 0, or
     on the CPU without CUDA).
     """
@@ -343,7 +343,7 @@ def agvm_ranks_worker(rank: int, world_size: int, backend: str,
 def run_agvm_ranks(world_size: int, work_dir: str) -> None:
     import torch
 
-    from mmext.testing import run_processes
+    from benchmark.bench_utils import run_processes
     backend = 'nccl' if torch.cuda.device_count() >= world_size else 'gloo'
     os.makedirs(work_dir, exist_ok=True)
     run_processes(agvm_ranks_worker, world_size, (backend, work_dir),

@@ -5,7 +5,7 @@
 # and fewer proposals and RoIs than mmdet's (about 2.5x cheaper per image).
 _base_ = 'mmdet::faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py'
 
-data_root = 'data/demo/det/'
+data_root = '{{$MMEXT_DEMO_DATA:data/demo}}/det/'
 metainfo = dict(classes=('rectangle', 'disc'))
 image_scale = (128, 128)
 

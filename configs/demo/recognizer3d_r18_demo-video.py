@@ -3,7 +3,7 @@
 # model needs temporal information. Trains in about a minute on 2 CPU cores.
 _base_ = 'mmaction::recognition/i3d/i3d_imagenet-pretrained-r50_8xb8-32x2x1-100e_kinetics400-rgb.py'  # noqa: E501
 
-data_root = 'data/demo/video'
+data_root = '{{$MMEXT_DEMO_DATA:data/demo}}/video'
 clip_len = 16
 frame_interval = 2
 crop_size = 56

@@ -14,8 +14,8 @@ from mmengine.visualization import Visualizer
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from mmext.compat import (drop_logged_scalar, grad_clipping_off,
-                          initial_value, optim_wrapper_counts)
+from mmext.compat import (accumulative_counts, drop_logged_scalar,
+                          grad_clipping_off, max_counts, run_config)
 from mmext.lr_scaling import check_auto_scale_lr, scaled_lrs
 from mmext.registry import OPTIM_WRAPPERS
 from .exchange import AccumulationHalves, DistributedHalves
@@ -136,9 +136,6 @@ class AGVMOptimWrapper(OptimWrapper):
                 'clip_grad_window')
         self.statistic = statistic
         self._clipping = bool(kwargs.get('clip_grad'))
-        # The LRs as configured, before any runner scaled them
-        # (auto_scale_lr): what the accumulation check compares with.
-        self._configured_lrs = [g['lr'] for g in optimizer.param_groups]
         self.layout = GradientLayout(optimizer, module_names)
         self.module_names = self.layout.module_names
         # Factors are consumed on the host (Python LRs) every step, so they
@@ -202,9 +199,10 @@ class AGVMOptimWrapper(OptimWrapper):
                   level=logging.INFO)
         for message in self.schedule.unused_values(max_counts):
             warnings.warn(message)
-        ratio = self._runner_lr_scale()
-        check_auto_scale_lr(self.message_hub, ratio != 1.0, self._counts[1],
-                            ratio)
+        cfg = run_config(self.message_hub)
+        if cfg is not None:
+            check_auto_scale_lr(cfg.get('auto_scale_lr'), self,
+                                self.message_hub)
 
     def rescale_iterations(self, scale) -> List[str]:
         """Rescale the runner-iteration options (``start_iter``,
@@ -240,25 +238,6 @@ class AGVMOptimWrapper(OptimWrapper):
             halves_description(world_size, self._counts[1]), self.schedule,
             self._clipping, self.statistic, max_iters)
 
-    def _runner_lr_scale(self) -> float:
-        """The factor by which the runner scaled the configured LRs.
-
-        Read off the param groups' LRs before the schedulers acted (the
-        runner scales between building the wrapper and the schedulers);
-        1.0 where nothing scaled them or the groups do not match.
-        """
-        groups = self.optimizer.param_groups
-        # Rounded: groups of different LRs scaled alike differ in the last
-        # bits of their ratio.
-        ratios = {
-            round(initial_value(g, 'lr') / lr, 9)
-            for g, lr in zip(groups, self._configured_lrs) if lr
-        }
-        if len(groups) != len(self._configured_lrs) or len(ratios) != 1:
-            return 1.0
-        ratio = ratios.pop()
-        return 1.0 if abs(ratio - 1.0) < 1e-9 else ratio
-
     @property
     def distributed(self) -> bool:
         """Whether the halves are halves of the ranks."""
@@ -279,7 +258,8 @@ class AGVMOptimWrapper(OptimWrapper):
     @property
     def _counts(self) -> Tuple[int, int, int]:
         """mmengine's ``(inner_count, accumulative_counts, max_counts)``."""
-        return optim_wrapper_counts(self)
+        return (self.inner_count, accumulative_counts(self),
+                max_counts(self))
 
     def _measures(self, iteration: int) -> bool:
         """Whether the step of ``iteration`` re-estimates the factors."""

@@ -12,7 +12,7 @@ from mmengine.hooks import EMAHook
 from mmengine.optim import BaseOptimWrapper
 from mmengine.runner import EpochBasedTrainLoop
 
-from mmext.compat import optim_wrapper_counts
+from mmext.compat import accumulative_counts
 from mmext.lr_scaling import optim_wrappers
 from mmext.runner import (register_resume_guard, register_start_check,
                           restart_hint)
@@ -106,5 +106,5 @@ def agvm_start_checks(runner) -> List[str]:
         messages += wrapper.schedule.inside_warmup(
             warmup_ends(own, epoch_length))
         messages += ema_interval_messages(runner.hooks,
-                                          optim_wrapper_counts(wrapper)[1])
+                                          accumulative_counts(wrapper))
     return messages

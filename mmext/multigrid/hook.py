@@ -15,7 +15,7 @@ from mmengine.registry import DATA_SAMPLERS
 from mmengine.runner import EpochBasedTrainLoop, Runner
 
 from mmext.compat import reset_to_initial_values, set_train_loop_length
-from mmext.lr_scaling import check_runner_lr_scaling, scale_lrs
+from mmext.lr_scaling import check_auto_scale_lr, scale_lrs
 from mmext.registry import HOOKS
 from mmext.runner import (reads_bn_statistics_after_epoch,
                           register_resume_guard, restart_hint)
@@ -198,7 +198,8 @@ class MultigridHook(Hook):
         """
         if not isinstance(runner.optim_wrapper, BaseOptimWrapper):
             return
-        check_runner_lr_scaling(runner)
+        check_auto_scale_lr(runner.auto_scale_lr, runner.optim_wrapper,
+                            runner.message_hub)
         loop = runner.train_loop
         if not isinstance(loop, EpochBasedTrainLoop):
             raise TypeError(

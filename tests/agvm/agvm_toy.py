@@ -7,7 +7,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import \
     allreduce_hook
 
-from mmext.testing import run_gloo_processes
+from bench_utils import run_gloo_processes
 
 MODULES = ['backbone', 'neck', 'head']
 

@@ -6,9 +6,9 @@ import pytest
 
 
 @pytest.fixture
-def ann_file(tmp_path, repo_demo_data):
+def ann_file(tmp_path, demo_data):
     """Annotations listing a truncated mp4 first, then good demo clips."""
-    video_dir = osp.join(repo_demo_data, 'video')
+    video_dir = osp.join(demo_data, 'video')
     with open(osp.join(video_dir, 'train.txt')) as f:
         good = [line.split() for line in f.read().splitlines()]
     src = osp.join(video_dir, good[0][0])

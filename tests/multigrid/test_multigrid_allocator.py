@@ -62,7 +62,7 @@ def test_keep_freed_memory_serves_large_blocks_from_the_heap():
     assert applied['MMAPPED'] == 0
 
 
-@pytest.mark.usefixtures('repo_demo_data')
+@pytest.mark.usefixtures('demo_data')
 @pytest.mark.parametrize('keep,device,applied', [
     (True, 'cpu', True), (False, 'cpu', False), (True, 'meta', False),
     pytest.param(True, 'cuda', False, marks=CUDA_MARKS)

@@ -18,7 +18,7 @@ from mmaction.models.common import SubBatchNorm3D
 from mmext.compat import batch_norm_xd_type
 from mmext.multigrid.bn import (SubBatchNorm, disable_sub_bn, enable_sub_bn,
                                 unsplittable_bn_layers, update_precise_bn)
-from mmext.testing import run_gloo_processes
+from bench_utils import run_gloo_processes
 
 KINDS = [nn.BatchNorm3d, nn.SyncBatchNorm, batch_norm_xd_type()]
 CL = torch.channels_last_3d

@@ -228,7 +228,7 @@ class _GraphCounts(Hook):
 
 
 @pytest.mark.slow
-def test_compiled_multigrid_run(tmp_path, dynamo_state, repo_demo_data):
+def test_compiled_multigrid_run(tmp_path, dynamo_state, demo_data):
     """The tiny recipe with compile=dict(backend='eager') and the default
     limit (8): graphs are compiled only in the epochs that bring new shapes
     (0 and 3, the stages' first), not in repeated epochs, validation or

@@ -21,10 +21,10 @@ import mmext  # noqa: F401
 from mmext.cli import build_runner, load_run_config
 from mmext.multigrid import (MultigridHook, MultigridPlan,
                              build_multigrid_schedule, iterations_per_epoch)
-from mmext.testing import find_free_port
-from mmext.testing.timing import RunRecorder
+from bench_utils import find_free_port
+from bench_utils import RunRecorder
 
-pytestmark = pytest.mark.usefixtures('repo_demo_data')
+pytestmark = pytest.mark.usefixtures('demo_data')
 
 # tiny_mg.py: base (B, T, S) = (4, 16, 56), 4 epochs, milestone 2, long
 # cycle (T/2, S/sqrt2) then base; 64 clips.
@@ -33,7 +33,10 @@ LR, BASE_B, CLIPS = 0.05, 4, 64
 
 def _train(work_dir, **options):
     os.chdir(ROOT)
-    cfg = load_run_config(TINY, options or None, str(work_dir))
+    # Its own message hub: runners of one config built within the same
+    # second share mmengine's experiment name, hence the hub's runtime info.
+    options.setdefault('experiment_name', osp.basename(work_dir))
+    cfg = load_run_config(TINY, options, str(work_dir))
     build_runner(cfg).train()
     with open(osp.join(work_dir, 'shapes_rank0.json')) as f:
         return json.load(f)
@@ -62,8 +65,10 @@ def _expected():
 
 
 @pytest.fixture(scope='module')
-def full_run(tmp_path_factory, repo_demo_data):
-    return _train(tmp_path_factory.mktemp('mg_full'))
+def full_run(tmp_path_factory, demo_data_dir):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('MMEXT_DEMO_DATA', demo_data_dir)
+        return _train(tmp_path_factory.mktemp('mg_full'))
 
 
 def test_observed_shapes_and_bookkeeping(full_run):
@@ -204,7 +209,7 @@ def test_auto_scale_lr_with_accumulation_needs_mmext_runner(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures('repo_demo_data')
+@pytest.mark.usefixtures('demo_data')
 def test_training_with_frozen_stages_keeps_loaded_statistics(tmp_path):
     """End to end: a run with precise BN and one without, both from a
     checkpoint with non-trivial statistics and ``frozen_stages=1``."""

@@ -13,7 +13,7 @@ from mmengine.hooks import Hook
 from mmext.cli import build_runner, load_run_config
 from mmext.multigrid import ChannelsLastHook
 from mmext.multigrid.memory_format import to_channels_last_3d
-from mmext.testing.timing import RunRecorder
+from bench_utils import RunRecorder
 
 CL = torch.channels_last_3d
 
@@ -40,6 +40,11 @@ class _FormatRecorder(Hook):
                                args[0].is_contiguous(memory_format=CL)))
 
         runner.model.backbone.conv1.bn.register_forward_pre_hook(record)
+
+
+@pytest.fixture(autouse=True)
+def _demo_data(demo_data):
+    """The tiny recipe trains on the demo data."""
 
 
 def _train(work_dir, channels_last):

@@ -15,7 +15,7 @@ from mmext.multigrid.resume import CHECKPOINT_KEY
 HOOK = dict(type='mmext.MultigridHook',
             long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)], bn_base_size=4,
             precise_bn_iters=2)
-pytestmark = pytest.mark.usefixtures('repo_demo_data')
+pytestmark = pytest.mark.usefixtures('demo_data')
 
 
 def _runner(work_dir, hooks, resume=None):
@@ -27,12 +27,14 @@ def _runner(work_dir, hooks, resume=None):
 
 
 @pytest.fixture(scope='module')
-def checkpoints(tmp_path_factory):
+def checkpoints(tmp_path_factory, demo_data_dir):
     """The epoch-1 checkpoint of a multigrid run, and the same without the
     hook's schedule record (what a run without multigrid writes)."""
     work_dir = tmp_path_factory.mktemp('multigrid')
-    _runner(work_dir, [HOOK, dict(type='ShapeRecorderHook',
-                                  stop_after_epoch=1)]).train()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('MMEXT_DEMO_DATA', demo_data_dir)
+        _runner(work_dir, [HOOK, dict(type='ShapeRecorderHook',
+                                      stop_after_epoch=1)]).train()
     ckpt = osp.join(work_dir, 'epoch_1.pth')
     state = torch.load(ckpt, weights_only=False)
     assert state['meta'].pop(CHECKPOINT_KEY)['max_epochs'] == 6
@@ -180,7 +182,7 @@ def test_one_process_checkpoint_resumed_on_two(checkpoints, tmp_path):
     """The issue's case, with the real launcher: refused with the fix."""
     import subprocess
 
-    from mmext.testing import find_free_port
+    from bench_utils import find_free_port
     env = dict(os.environ, PORT=str(find_free_port()), OMP_NUM_THREADS='1',
                PYTHONPATH=osp.join(ROOT, 'tests', 'multigrid'))
     proc = subprocess.run(

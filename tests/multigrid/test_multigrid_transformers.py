@@ -201,7 +201,7 @@ def test_adapters_are_installed_once_and_travel_with_copies():
     assert install_shape_adapters(build('ResNet3d')) == []
 
 
-@pytest.mark.usefixtures('repo_demo_data')
+@pytest.mark.usefixtures('demo_data')
 def test_hook_trains_a_timesformer_at_coarse_shapes(tmp_path):
     """The issue's case: TimeSformer died in the first multigrid iteration
     (``x = x + self.pos_embed``). One epoch of the coarse long-cycle shape

@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import DEVICES, run_tool
 
-from mmext.testing.scenes import SceneSegmentor, make_scenes, mean_iou
+from scenes import SceneSegmentor, make_scenes, mean_iou
 from tools.benchmark.agvm_large_batch import (agvm_verdict, arm_lr,
                                               background_floor,
                                               gate_verdict, parse_args, plan,

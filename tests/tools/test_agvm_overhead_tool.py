@@ -54,7 +54,7 @@ def test_share_counts_the_hook_on_ordinary_steps():
 def test_work_timer_keeps_signatures_and_counts_nested_calls_once():
     import inspect
 
-    from mmext.testing.timing import WorkTimer
+    from bench_utils import WorkTimer
 
     class Hooks:
 

@@ -23,7 +23,7 @@ def test_missing_demo_data_says_how_to_make_it(tmp_path):
 
 
 @pytest.mark.slow
-def test_demo_detector_table_json_and_figure(repo_demo_data, tmp_path):
+def test_demo_detector_table_json_and_figure(demo_data, tmp_path):
     fig = str(tmp_path / 'variance.png')
     proc = run_tool([
         sys.executable, 'tools/analysis/agvm_variance.py', DEMO_AGVM,

@@ -58,7 +58,7 @@ def test_plot_is_written(tmp_path):
     assert out.stat().st_size > 10000
 
 
-@pytest.mark.usefixtures('repo_demo_data')
+@pytest.mark.usefixtures('demo_data')
 def test_exact_count_matches_the_hook(tmp_path):
     """The tool's exact count is what the hook trains (partial batches
     dropped), and differs from the estimate."""
@@ -111,7 +111,7 @@ def test_tool_errors_exit_non_zero():
         'SampleFrames.clip_len.')
 
 
-@pytest.mark.usefixtures('repo_demo_data')
+@pytest.mark.usefixtures('demo_data')
 def test_hook_runs_the_same_checks_as_the_tool(tmp_path):
     from mmext.cli import build_runner, load_run_config
     option = 'param_scheduler.0.end=5'
@@ -204,7 +204,7 @@ def _wrapped(tmp_path, wrapper):
 
 
 @pytest.mark.parametrize('wrapper', ['RepeatDataset', 'ConcatDataset'])
-@pytest.mark.usefixtures('repo_demo_data')
+@pytest.mark.usefixtures('demo_data')
 def test_tool_refuses_dataset_wrappers(tmp_path, wrapper):
     for args in ((), ('--dataset', )):
         assert _refusal(_tool(_wrapped(tmp_path, wrapper), *args)) == (

@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import run_tool
 
-from mmext.testing import find_free_port
+from bench_utils import find_free_port
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEMO = osp.join(ROOT, 'configs/demo/faster-rcnn_r18_fpn_agvm_demo-det.py')

@@ -7,7 +7,7 @@ import sys
 import pytest
 from helpers import run_tool
 
-from mmext.testing import find_free_port
+from bench_utils import find_free_port
 
 DET_SMOKE = 'configs/smoke/faster-rcnn_r50_fpn_coco128-smoke.py'
 VIDEO_SMOKE = 'configs/smoke/i3d_r50_fight-smoke.py'

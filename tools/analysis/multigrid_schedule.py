@@ -29,6 +29,7 @@ import sys
 import warnings
 
 from mmengine.config import Config, DictAction
+from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
 from mmext.multigrid import MultigridPlan, describe, summary
@@ -131,6 +132,10 @@ def _failure(error: Exception) -> str:
 
 def load_config(args) -> Config:
     """The config with ``--cfg-options`` merged; refuses on any error."""
+    if args.json:
+        # stdout is the JSON alone: mmengine logs config substitutions
+        # (e.g. ``Using env variable ...``) at INFO to the current logger.
+        MMLogger.get_instance('multigrid_schedule', log_level='WARNING')
     try:
         cfg = Config.fromfile(args.config)
         if args.cfg_options:

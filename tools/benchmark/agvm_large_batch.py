@@ -9,7 +9,7 @@ Usage: python tools/benchmark/agvm_large_batch.py [--seeds 0 1 2]
 
 A setting where AGVM's mechanism can exist (Xue et al., NeurIPS 2022, Sec. 3:
 at a large batch the modules' gradient variances drift apart): semantic
-segmentation of generated scenes (``mmext.testing.scenes``) by a small FPN
+segmentation of generated scenes (``tools/benchmark/scenes.py``) by a small FPN
 segmentor whose backbone (BN) the tool pre-trains once on disjoint scenes and
 caches, with fresh neck and decode head in every run; BN always sees the
 same micro-batch (``--batch`` images). Arms, the same epochs and images per
@@ -60,7 +60,7 @@ from mmengine.optim.scheduler import PolyLR
 import mmext  # noqa: F401
 from mmext.agvm import (DEFAULT_RATIO_RANGE, module_layout, summarize,
                         variance_by_batch_size)
-from mmext.testing.scenes import (SceneSegmentor, make_scenes, mean_iou,
+from scenes import (SceneSegmentor, make_scenes, mean_iou,
                                   segmentation_loss)
 from mmext.warmup import ExpWarmupLR
 

@@ -51,8 +51,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import Runner
 
-from mmext.testing import run_processes
-from mmext.testing.timing import WorkTimer
+from bench_utils import WorkTimer, run_processes
 
 # AGVM's own work; nested calls (the flat fallback's reduction inside
 # update_factors) are counted once.

@@ -17,7 +17,7 @@ speed-up against the schedule's iteration saving (``MultigridPlan``, exact
 counts) and their ratio (target >= 0.85 on synthetic clips, 0.8 on real ones).
 
 ``--synthetic`` trains the same recipe, model, shapes and schedule on random
-in-memory clips (``mmext.SyntheticVideoDecode`` replaces decoding and
+in-memory clips (``SyntheticVideoDecode`` of ``bench_utils.py`` replaces decoding and
 augmentation), so the compute side is measured alone; top-1 is null.
 
 ``--project`` trains nothing: it times ``--project-iters`` iterations of every
@@ -61,7 +61,7 @@ from mmext.multigrid.compiled import run_outside_dynamo
 from mmext.multigrid.monitor import DATA_WAIT_THRESHOLD, bound_by, \
     data_wait_share
 from mmext.multigrid.pipeline import parse_grid_shape, resize_pipeline
-from mmext.testing.timing import RunRecorder
+from bench_utils import RunRecorder
 
 DEFAULT_CONFIG = 'configs/multigrid/recognizer3d_r18w64_multigrid_fight.py'
 
@@ -105,9 +105,9 @@ def _make_synthetic(cfg, work_dir):
     frames = clip_len * sampler.get('frame_interval', 1) * sampler.get(
         'num_clips', 1)
     synthetic = [
-        dict(type='mmext.SyntheticVideoInit', total_frames=frames),
+        dict(type='SyntheticVideoInit', total_frames=frames),
         dict(sampler),
-        dict(type='mmext.SyntheticVideoDecode', size=(crop, crop)),
+        dict(type='SyntheticVideoDecode', size=(crop, crop)),
         dict(type='Resize', scale=(crop, crop), keep_ratio=False),
         dict(fmt),
         dict(type='PackActionInputs')
@@ -115,6 +115,9 @@ def _make_synthetic(cfg, work_dir):
     for loader in (cfg.train_dataloader, cfg.val_dataloader):
         loader.dataset.ann_file = ann
         loader.dataset.pipeline = synthetic
+    # Registers the Synthetic* transforms (this tool's folder is on sys.path).
+    cfg.custom_imports = dict(imports=['bench_utils'],
+                              allow_failed_imports=False)
     val = [dict(t) for t in synthetic]
     val[1]['test_mode'] = True
     cfg.val_dataloader.dataset.pipeline = val

@@ -1,0 +1,262 @@
+"""Helpers of the benchmarks and tests: process groups on one machine,
+timing records of training runs, random in-memory clips.
+
+Not part of mmext: ``tools/benchmark/*.py`` import it as a sibling module, the
+tests through pytest's ``pythonpath`` (``setup.cfg``), and a config that
+trains on synthetic clips imports it with ``custom_imports=dict(imports=
+['bench_utils'])`` (which registers ``SyntheticVideoInit`` and
+``SyntheticVideoDecode`` in mmaction2's ``TRANSFORMS``).
+"""
+import functools
+import os
+import socket
+import threading
+import time
+from typing import (Callable, Dict, List, NamedTuple, Optional, Sequence,
+                    Tuple)
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from mmaction.registry import TRANSFORMS
+from mmcv.transforms import BaseTransform
+from mmengine.hooks import Hook
+
+
+# ---------------------------------------------------------------- processes
+def find_free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (for ``MASTER_PORT``)."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def _worker(rank: int, world_size: int, port: int, backend: str,
+            fn: Callable, args: Sequence) -> None:
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    if backend == 'nccl':
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    try:
+        fn(rank, world_size, *args)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_gloo_processes(fn: Callable,
+                       world_size: int,
+                       args: Sequence = (),
+                       timeout: Optional[float] = None) -> None:
+    """:func:`run_processes` with the gloo backend (CPU or CUDA tensors)."""
+    run_processes(fn, world_size, args, timeout, backend='gloo')
+
+
+def run_processes(fn: Callable,
+                  world_size: int,
+                  args: Sequence = (),
+                  timeout: Optional[float] = None,
+                  backend: str = 'gloo') -> None:
+    """Run ``fn(rank, world_size, *args)`` in spawned processes.
+
+    Each process joins a default process group on 127.0.0.1 (a free port)
+    and leaves it when ``fn`` returns. Used by tests and benchmarks that
+    compare distributed runs on one machine.
+
+    Args:
+        fn (callable): A picklable (module-level) function.
+        world_size (int): Number of processes.
+        args (Sequence): Extra arguments of ``fn``.
+        timeout (float, optional): Seconds after which the processes are
+            killed; None waits forever.
+        backend (str): ``'gloo'`` (CPU tensors, and CUDA tensors of a GPU
+            the processes may share) or ``'nccl'`` (rank r uses GPU r, set
+            as the current device before ``fn`` runs).
+
+    Raises:
+        TimeoutError: If the processes do not finish within ``timeout``.
+        ProcessRaisedException: If a process raised (from
+            ``torch.multiprocessing``).
+    """
+    ctx = mp.start_processes(
+        _worker,
+        args=(world_size, find_free_port(), backend, fn, tuple(args)),
+        nprocs=world_size, join=False, start_method='spawn')
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not ctx.join(timeout=1):
+        if deadline is not None and time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            raise TimeoutError(f'{world_size} processes hung for {timeout}s')
+
+
+# ---------------------------------------------------------------- timing
+class IterationRecord(NamedTuple):
+    """One training iteration.
+
+    Attributes:
+        epoch (int): The runner's epoch (0-based).
+        batch_size (int): Samples of the batch.
+        input_shape (tuple): Shape of the batch's first input, e.g.
+            ``(C, T, H, W)`` for a clip or ``(C, H, W)`` for an image.
+        loss (float): The iteration's total loss.
+        data_seconds (float): Time waiting for the batch (s).
+        seconds (float): Time of the whole iteration, wait included (s).
+    """
+    epoch: int
+    batch_size: int
+    input_shape: Tuple[int, ...]
+    loss: float
+    data_seconds: float
+    seconds: float
+
+
+class RunRecorder(Hook):
+    """Record every training iteration and epoch boundary of a run.
+
+    Runs after every other hook (``LOWEST``), so the time between epochs
+    brackets what other hooks do there (e.g. a multigrid loader rebuild or
+    precise BN).
+
+    Attributes:
+        iters (list[IterationRecord]): One per training iteration.
+        epoch_gaps (list[tuple[int, float]]): ``(epoch, seconds)`` from the
+            end of the previous epoch's last iteration to its start.
+        epoch_tails (list[tuple[int, float]]): ``(epoch, seconds)`` from its
+            last iteration to its end.
+        metrics (dict): The last validation metrics.
+    """
+
+    priority = 'LOWEST'
+
+    def __init__(self):
+        self.iters: List[IterationRecord] = []
+        self.epoch_gaps: List[Tuple[int, float]] = []
+        self.epoch_tails: List[Tuple[int, float]] = []
+        self.metrics: Dict[str, float] = {}
+        self._mark: Optional[float] = None
+
+    def before_train_epoch(self, runner) -> None:
+        now = time.perf_counter()
+        if self._mark is not None:
+            self.epoch_gaps.append((runner.epoch, now - self._mark))
+        self._mark = now
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
+                         outputs=None) -> None:
+        hub = runner.message_hub
+        inputs = data_batch['inputs']
+        loss = (outputs or {}).get('loss')
+        self.iters.append(IterationRecord(
+            runner.epoch, len(inputs), tuple(inputs[0].shape),
+            float('nan') if loss is None else float(loss),
+            hub.get_scalar('train/data_time').current(),
+            hub.get_scalar('train/time').current()))
+        self._mark = time.perf_counter()
+
+    def after_train_epoch(self, runner) -> None:
+        now = time.perf_counter()
+        self.epoch_tails.append((runner.epoch, now - self._mark))
+        self._mark = now
+
+    def after_val_epoch(self, runner, metrics=None) -> None:
+        self.metrics = dict(metrics or {})
+
+    @property
+    def data_seconds(self) -> float:
+        """float: Time all iterations waited for data (s)."""
+        return sum(r.data_seconds for r in self.iters)
+
+    @property
+    def iter_seconds(self) -> float:
+        """float: Time of all iterations, waits included (s)."""
+        return sum(r.seconds for r in self.iters)
+
+    def epoch_losses(self) -> List[float]:
+        """Mean training loss of each epoch, in order."""
+        by_epoch: Dict[int, List[float]] = {}
+        for r in self.iters:
+            by_epoch.setdefault(r.epoch, []).append(r.loss)
+        return [sum(v) / len(v) for _, v in sorted(by_epoch.items())]
+
+
+class WorkTimer:
+    """Sum the wall time of instrumented methods, outermost calls only.
+
+    ``instrument(obj, names)`` replaces each named bound method of ``obj``
+    by a timed one (nested calls among them count once); ``seconds`` holds
+    one entry per outermost call.
+    """
+
+    def __init__(self):
+        self.seconds: List[float] = []
+        self._depth = threading.local()
+
+    def instrument(self, obj, names: Sequence[str]) -> None:
+        """Time the methods ``names`` of ``obj`` (missing ones are skipped).
+        """
+        for name in names:
+            if hasattr(obj, name):
+                setattr(obj, name, self._timed(getattr(obj, name)))
+
+    def _timed(self, method):
+
+        # wraps: callers that inspect the signature (DDP checks a comm
+        # hook's parameter names) see the method's own.
+        @functools.wraps(method)
+        def timed(*args, **kwargs):
+            depth = getattr(self._depth, 'value', 0)
+            self._depth.value = depth + 1
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._depth.value = depth
+                if depth == 0:
+                    self.seconds.append(time.perf_counter() - start)
+
+        return timed
+
+
+# ---------------------------------------------------------------- synthetic clips
+@TRANSFORMS.register_module(force=True)
+class SyntheticVideoInit(BaseTransform):
+    """Stand-in for ``DecordInit``: a video of ``total_frames`` frames.
+
+    Args:
+        total_frames (int): Frames of every synthetic video.
+
+    Added keys: ``total_frames``, ``start_index`` (0).
+    """
+
+    def __init__(self, total_frames: int = 64):
+        self.total_frames = total_frames
+
+    def transform(self, results: dict) -> dict:
+        results['total_frames'] = self.total_frames
+        results['start_index'] = 0
+        return results
+
+
+@TRANSFORMS.register_module(force=True)
+class SyntheticVideoDecode(BaseTransform):
+    """Stand-in for ``DecordDecode``: random frames at ``frame_inds``.
+
+    Args:
+        size (tuple[int, int]): Frame ``(height, width)`` in pixels.
+
+    Required keys: ``frame_inds``. Added keys: ``imgs`` (list of
+    ``(height, width, 3)`` uint8 arrays), ``original_shape``, ``img_shape``.
+    """
+
+    def __init__(self, size=(64, 64)):
+        self.size = tuple(size)
+
+    def transform(self, results: dict) -> dict:
+        n = len(results['frame_inds'])
+        frames = np.random.randint(0, 256, (n, ) + self.size + (3, ),
+                                   dtype=np.uint8)
+        results['imgs'] = list(frames)
+        results['original_shape'] = results['img_shape'] = self.size
+        return results
