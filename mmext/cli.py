@@ -9,21 +9,27 @@ import argparse
 import copy
 import os
 import os.path as osp
-from typing import Optional
+from typing import List, Optional
 
 import torch
 from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS as ALL_RUNNERS
+from mmengine.registry import DefaultScope
 from mmengine.runner import Runner as MMEngineRunner
 
-from .compat import trust_runner_checkpoints
+from .compat import config_base_files, trust_runner_checkpoints
 from .dist import LAUNCHERS, setup_cpu_distributed
+from .log import warn
 from .lr_scaling import RUNNER_TYPE
+from .registry import (HOOKS, OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS,
+                       PARAM_SCHEDULERS, RUNNERS)
 from .runner import Runner
+from .scheduler_checks import scheduler_configs
 
 __all__ = [
     'AMP_WRAPPERS', 'parser_for_train', 'parser_for_test', 'config_for_train',
-    'config_for_test', 'load_run_config', 'build_runner', 'enable_amp'
+    'config_for_test', 'load_run_config', 'check_mmext_names',
+    'dropped_base_hooks', 'build_runner', 'enable_amp'
 ]
 
 # Optimizer wrappers and their mixed-precision counterparts (``--amp``).
@@ -342,12 +348,90 @@ def load_run_config(config: str,
     cfg.launcher = launcher
     if cfg_options is not None:
         cfg.merge_from_dict(cfg_options)
+    check_mmext_names(cfg)
+    for message in dropped_base_hooks(config, cfg):
+        warn(message)
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir', None) is None:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(config))[0])
     return cfg
+
+
+def _component_names(cfg: Config):
+    """``(key, name, mmext registry)`` where a config can name an mmext
+    class: hooks, the optimizer wrapper and its constructors, param
+    schedulers and the runner."""
+    hooks = [(f'custom_hooks[{i}]', h)
+             for i, h in enumerate(cfg.get('custom_hooks') or [])]
+    hooks += [(f'default_hooks.{k}', h)
+              for k, h in (cfg.get('default_hooks') or {}).items()]
+    for where, hook in hooks:
+        if isinstance(hook, dict):
+            yield f'{where}.type', hook.get('type'), HOOKS
+    wrapper = cfg.get('optim_wrapper') or {}
+    yield 'optim_wrapper.type', wrapper.get('type'), OPTIM_WRAPPERS
+    for key in ('constructor', 'base_constructor'):
+        yield (f'optim_wrapper.{key}', wrapper.get(key),
+               OPTIM_WRAPPER_CONSTRUCTORS)
+    for scheduler in scheduler_configs(cfg.get('param_scheduler')):
+        yield 'param_scheduler', scheduler.get('type'), PARAM_SCHEDULERS
+    yield 'runner_type', cfg.get('runner_type'), RUNNERS
+
+
+def check_mmext_names(cfg: Config) -> None:
+    """Refuse an mmext class named without its ``mmext.`` prefix.
+
+    mmengine looks an unprefixed name up in the config's default scope
+    (``mmdet``, ``mmaction``, ...), where mmext's classes are not: the build
+    would fail with a bare ``KeyError``.
+
+    Raises:
+        ValueError: Naming the key and the prefixed name to write.
+    """
+    with DefaultScope.overwrite_default_scope(cfg.get('default_scope')):
+        for where, name, registry in _component_names(cfg):
+            if not isinstance(name, str) or '.' in name or (
+                    registry.parent.get(name) is not None):
+                continue
+            registry.import_from_location()
+            if name in registry.module_dict:
+                raise ValueError(
+                    f"{where}={name!r} is an mmext class: write "
+                    f"'mmext.{name}' (mmext's classes are in the 'mmext' "
+                    f'scope).')
+
+
+def dropped_base_hooks(config: str, cfg: Config) -> List[str]:
+    """Warnings for mmext hooks of a ``_base_`` config that ``cfg`` lost.
+
+    mmengine replaces a list when a config sets it, so a ``custom_hooks``
+    list in a config that inherits e.g. a multigrid config drops the
+    base's ``mmext.MultigridHook`` without a word.
+
+    Args:
+        config (str): The config file (its ``_base_`` files are read).
+        cfg (Config): The merged config.
+
+    Returns:
+        list[str]: One message per dropped hook type.
+    """
+    kept = {str(h.get('type')) for h in cfg.get('custom_hooks') or []
+            if isinstance(h, dict)}
+    messages = []
+    for base in config_base_files(config):
+        hooks = Config.fromfile(base).get('custom_hooks') or []
+        for hook in hooks:
+            kind = str(hook.get('type')) if isinstance(hook, dict) else ''
+            if kind.startswith('mmext.') and kind not in kept:
+                kept.add(kind)
+                messages.append(
+                    f'{osp.basename(config)} sets custom_hooks, which '
+                    f'replaces the list of its _base_ {osp.basename(base)}: '
+                    f'{kind} is dropped. Repeat it in custom_hooks to keep '
+                    f'it.')
+    return messages
 
 
 def build_runner(cfg: Config) -> MMEngineRunner:

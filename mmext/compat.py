@@ -24,7 +24,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 
 __all__ = [
-    'MMENGINE_CHECKED', 'SCHEDULER_INF', 'BatchNormBase', 'InstanceNormBase', 'register_config_package',
+    'MMENGINE_CHECKED', 'SCHEDULER_INF', 'BatchNormBase', 'InstanceNormBase',
+    'register_config_package', 'config_base_files',
     'set_train_loop_length', 'accumulative_counts', 'max_counts',
     'run_config', 'random_other_index',
     'train_loader_batch_size', 'trusted_checkpoint_loading',
@@ -55,6 +56,14 @@ def register_config_package(name: str) -> None:
     ``MODULE2PACKAGE`` table (``mmengine/config/utils.py``).
     """
     config_utils.MODULE2PACKAGE.setdefault(name, name)
+
+
+def config_base_files(filename: str) -> List[str]:
+    """The files a config's ``_base_`` names, as paths (``pkg::path``
+    resolved), the way ``Config.fromfile`` finds them (its
+    ``_get_base_files`` and ``_get_cfg_path``)."""
+    return [Config._get_cfg_path(base, filename)[0]
+            for base in Config._get_base_files(filename)]
 
 
 def set_train_loop_length(loop, max_epochs: int, max_iters: int) -> None:

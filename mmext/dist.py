@@ -7,12 +7,16 @@ ends a completed run's process group cleanly.
 """
 import os
 import subprocess
+from typing import List
 
 import torch
 import torch.distributed as dist
 from mmengine.config import Config
 
-__all__ = ['LAUNCHERS', 'setup_cpu_distributed', 'finish_distributed']
+__all__ = [
+    'LAUNCHERS', 'SYNC_BN_TYPES', 'sync_bn_paths', 'setup_cpu_distributed',
+    'finish_distributed'
+]
 
 # ``--launcher`` values of the toolboxes' tools/train.py.
 LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
@@ -34,6 +38,33 @@ def _slurm_env_to_torch_env(port: str) -> None:
     os.environ['LOCAL_RANK'] = os.environ['SLURM_LOCALID']
 
 
+# Norm layer types that synchronise across processes (torch's, mmcv's).
+SYNC_BN_TYPES = ('SyncBN', 'MMSyncBN', 'SyncBatchNorm')
+
+
+def sync_bn_paths(cfg, prefix: str = 'model') -> List[str]:
+    """Dotted paths of the ``type`` keys in a model config that build SyncBN.
+
+    Args:
+        cfg (dict | list): A model config (or part of one).
+        prefix (str): Path of ``cfg`` itself.
+
+    Returns:
+        list[str]: e.g. ``['model.backbone.norm_cfg.type']``.
+    """
+    found = []
+    if isinstance(cfg, dict):
+        for key, value in cfg.items():
+            if key == 'type' and value in SYNC_BN_TYPES:
+                found.append(f'{prefix}.type')
+            else:
+                found += sync_bn_paths(value, f'{prefix}.{key}')
+    elif isinstance(cfg, (list, tuple)):
+        for i, value in enumerate(cfg):
+            found += sync_bn_paths(value, f'{prefix}.{i}')
+    return found
+
+
 def setup_cpu_distributed(cfg: Config, launcher: str) -> None:
     """Initialise gloo distributed training when there is no CUDA device.
 
@@ -51,6 +82,8 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> None:
 
     Raises:
         RuntimeError: For ``'mpi'`` without CUDA.
+        ValueError: For a model with SyncBN layers (torch's SyncBatchNorm
+            runs on CUDA only), naming their config keys.
     """
     if launcher == 'none' or torch.cuda.is_available():
         return
@@ -59,6 +92,12 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> None:
             "--launcher mpi: mmengine's MPI set-up selects a CUDA device and "
             'there is none; on CPU use --launcher pytorch '
             '(tools/dist_train.sh) or slurm')
+    sync = sync_bn_paths(cfg.get('model'))
+    if sync:
+        raise ValueError(
+            f'SyncBN needs CUDA, and this {launcher} run is on CPU: '
+            f'{", ".join(sync)}. Use BN on CPU, e.g. --cfg-options '
+            f'{sync[0]}=BN.')
     if launcher == 'slurm':
         _slurm_env_to_torch_env(str(cfg.get('env_cfg', {}).get(
             'dist_cfg', {}).get('port', 29500)))

@@ -7,6 +7,8 @@ them must not resume register a guard with :func:`register_resume_guard`
 (the modules listed by mmext's registries register theirs on import).
 """
 import bisect
+import os
+import os.path as osp
 import warnings
 from typing import Callable, List, Optional
 
@@ -18,6 +20,7 @@ from mmengine.runner import Runner as MMEngineRunner
 from .compat import (accumulative_counts, set_train_loop_length,
                      train_loader_batch_size, trusted_checkpoint_loading)
 from .frozen_check import frozen_without_weights
+from .log import warn
 from .lr_scaling import EFFECTIVE_BATCH_INFO, effective_batch, optim_wrappers
 from .registry import HOOKS, OPTIM_WRAPPERS, RUNNERS
 from .scheduler_checks import (rescale_iterations, rescale_schedulers,
@@ -28,7 +31,8 @@ from .scheduler_checks import (rescale_iterations, rescale_schedulers,
 __all__ = [
     'Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint',
     'EFFECTIVE_BATCH_KEY', 'StartCheck', 'register_start_check',
-    'check_optim_wrapper_options', 'reads_bn_statistics_after_epoch'
+    'check_optim_wrapper_options', 'reads_bn_statistics_after_epoch',
+    'check_dataset_config', 'single_class_subset'
 ]
 
 # Where mmext.Runner's checkpoints record the run's effective batch per
@@ -143,6 +147,67 @@ def reads_bn_statistics_after_epoch(runner) -> bool:
         for hook in runner.hooks)
 
 
+def check_dataset_config(dataset_cfg: dict) -> None:
+    """Refuse a dataset whose annotation file is missing or lists nothing.
+
+    mmengine fails on both deep inside the dataset (``FileNotFoundError`` of
+    a relative path with no word of the folder it is relative to; ``need at
+    least one array to concatenate`` for an empty list).
+
+    Args:
+        dataset_cfg (dict): A loader's ``dataset`` (wrappers: their
+            ``dataset``).
+
+    Raises:
+        FileNotFoundError: For a missing ``ann_file``, saying that relative
+            paths are relative to the current folder.
+        ValueError: For an empty ``ann_file``.
+    """
+    while isinstance(dataset_cfg.get('dataset'), dict):
+        dataset_cfg = dataset_cfg['dataset']
+    ann_file = dataset_cfg.get('ann_file')
+    if not isinstance(ann_file, str) or not ann_file or '://' in ann_file:
+        return  # no file, or a remote one (backend_args)
+    path = ann_file if osp.isabs(ann_file) else osp.join(
+        dataset_cfg.get('data_root') or '', ann_file)
+    if not osp.exists(path):
+        where = ('' if osp.isabs(path) else
+                 f' (relative to the current folder {os.getcwd()}: run from '
+                 f"the folder the config's paths are relative to, the "
+                 f"project root for mmext's configs)")
+        raise FileNotFoundError(f'ann_file {path} does not exist{where}.')
+    if osp.isfile(path) and osp.getsize(path) == 0:
+        raise ValueError(f'ann_file {path} lists no samples.')
+
+
+def single_class_subset(dataset_cfg: dict, dataset) -> Optional[str]:
+    """The warning for an ``indices`` subset of a labelled dataset that
+    holds one class.
+
+    An int ``indices=N`` keeps the first N entries, which in a list sorted
+    by class (mmaction2's annotation lists often are) are all one class.
+
+    Args:
+        dataset_cfg (dict): The loader's ``dataset`` config.
+        dataset (Dataset): The built dataset.
+
+    Returns:
+        str, optional: The message; None unless ``indices`` is set and every
+        sample's ``label`` (mmaction2's data info) is the same.
+    """
+    if dataset_cfg.get('indices') is None or len(dataset) < 2 or not hasattr(
+            dataset, 'get_data_info'):
+        return None
+    labels = {dataset.get_data_info(i).get('label')
+              for i in range(len(dataset))}
+    if len(labels) != 1 or not isinstance(next(iter(labels)), int):
+        return None
+    return (f'indices={dataset_cfg["indices"]!r} keeps {len(dataset)} '
+            f'samples of one class (label {labels.pop()}): the list is '
+            f'sorted by class. Give indices spread over it, e.g. '
+            f'indices=[0, 10, 20, ...].')
+
+
 def restart_hint(filename: str) -> str:
     """The alternative every refused resume offers: start from the weights."""
     return (f'or start from its weights with load_from={filename} (no '
@@ -205,6 +270,23 @@ class Runner(MMEngineRunner):
                 self.model, model_cfg, [''] if loads_all else []):
             warnings.warn(message)
         return super().train()
+
+    @staticmethod
+    def build_dataloader(dataloader, seed: Optional[int] = None,
+                         diff_rank_seed: bool = False):
+        """mmengine's, with the dataset mistakes named before training
+        (:func:`check_dataset_config`, :func:`single_class_subset`);
+        arguments as there."""
+        if isinstance(dataloader, dict):
+            check_dataset_config(dataloader.get('dataset') or {})
+        loader = MMEngineRunner.build_dataloader(dataloader, seed,
+                                                 diff_rank_seed)
+        if isinstance(dataloader, dict):
+            message = single_class_subset(dataloader.get('dataset') or {},
+                                          loader.dataset)
+            if message:
+                warn(message)
+        return loader
 
     def scale_lr(self, optim_wrapper: OptimWrapper,
                  auto_scale_lr: Optional[dict] = None) -> None:

@@ -11,8 +11,10 @@ import re
 import pytest
 import torch
 
-from mmext.cli import (config_for_test, config_for_train, parser_for_test,
-                       parser_for_train)
+from mmengine.config import Config
+
+from mmext.cli import (check_mmext_names, config_for_test, config_for_train,
+                       parser_for_test, parser_for_train)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET = osp.join(ROOT, 'configs/demo/faster-rcnn_r18_fpn_demo-det.py')
@@ -226,3 +228,51 @@ def test_tools_accept_every_toolbox_option():
             union |= theirs
     assert {'--auto-scale-lr', '--no-validate', '--dump', '--out', '--tta',
             '--show-dir', '--diff-rank-seed'} <= union
+
+
+@pytest.mark.parametrize('key, value, fragment', [
+    ('custom_hooks', [dict(type='MultigridHook')],
+     "custom_hooks[0].type='MultigridHook' is an mmext class: write "
+     "'mmext.MultigridHook'"),
+    ('optim_wrapper', dict(type='mmext.AGVMOptimWrapper',
+                           constructor='AGVMOptimWrapperConstructor'),
+     "optim_wrapper.constructor='AGVMOptimWrapperConstructor' is an mmext "
+     "class: write 'mmext.AGVMOptimWrapperConstructor'"),
+    ('param_scheduler', [dict(type='ExpWarmupLR', end=5)],
+     "param_scheduler='ExpWarmupLR' is an mmext class: write "
+     "'mmext.ExpWarmupLR'"),
+])
+def test_an_mmext_name_without_its_prefix_is_named(key, value, fragment):
+    cfg = Config.fromfile(AGVM_DET)
+    cfg[key] = value
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        check_mmext_names(cfg)
+
+
+def test_names_of_the_toolbox_scope_pass():
+    """'Runner' is mmengine's too; the toolboxes' own hooks and mmext's
+    prefixed names need nothing."""
+    cfg = Config.fromfile(AGVM_DET)
+    cfg.runner_type = 'Runner'
+    cfg.custom_hooks = [dict(type='EMAHook'), dict(type='mmext.NaNGuardHook')]
+    check_mmext_names(cfg)
+
+
+def test_a_custom_hooks_override_that_drops_a_base_hook_warns(tmp_path):
+    child = tmp_path / 'child.py'
+    child.write_text(
+        f"_base_ = '{osp.join(ROOT, 'configs/demo/recognizer3d_r18_multigrid_demo-video.py')}'\n"  # noqa: E501
+        "custom_hooks = [dict(type='mmext.NaNGuardHook')]\n")
+    with pytest.warns(UserWarning, match=re.escape(
+            'child.py sets custom_hooks, which replaces the list of its '
+            '_base_ recognizer3d_r18_multigrid_demo-video.py: '
+            'mmext.MultigridHook is dropped.')):
+        _train(str(child))
+    child.write_text(child.read_text().replace(
+        "[dict(type='mmext.NaNGuardHook')]",
+        "[dict(type='mmext.NaNGuardHook'), dict(type='mmext.MultigridHook')]"))
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        _train(str(child))
+    assert not [w for w in caught if 'is dropped' in str(w.message)]

@@ -24,6 +24,19 @@ def test_cpu_launch_sets_up_gloo_ddp_without_device_ids(tmp_path):
         'gloo None MMDistributedDataParallel'] * 2
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason='CUDA present')
+def test_sync_bn_on_cpu_is_named_with_the_fix():
+    cfg = Config(dict(model=dict(
+        type='FasterRCNN', backbone=dict(norm_cfg=dict(type='BN')),
+        roi_head=dict(bbox_head=[dict(norm_cfg=dict(type='SyncBN'))]))))
+    with pytest.raises(ValueError, match=r'SyncBN needs CUDA.*'
+                       r'model\.roi_head\.bbox_head\.0\.norm_cfg\.type\. '
+                       r'Use BN on CPU, e\.g\. --cfg-options model\.roi_head'
+                       r'\.bbox_head\.0\.norm_cfg\.type=BN'):
+        setup_cpu_distributed(cfg, 'pytorch')
+    assert not dist.is_initialized()
+
+
 def _setup_and_report(rank, world_size, out_dir):
     cfg = Config(dict(launcher='pytorch'))
     setup_cpu_distributed(cfg, 'pytorch')

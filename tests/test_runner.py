@@ -1,7 +1,9 @@
 """mmext.runner: mmext.Runner (effective batch, auto_scale_lr, scheduler
 warnings, resume guards, trusted checkpoint loads) on toy runs."""
+import os
 import os.path as osp
 import re
+import warnings
 
 import pytest
 import torch
@@ -470,3 +472,46 @@ def test_reads_bn_statistics_after_epoch_follows_the_loop(kwargs, epochs):
     from mmext.runner import reads_bn_statistics_after_epoch
     assert [e for e in range(10) if reads_bn_statistics_after_epoch(
         _epoch_end(e, **kwargs))] == epochs
+
+
+def _video_loader(ann_file, **dataset):
+    return dict(batch_size=1, num_workers=0,
+                sampler=dict(type='DefaultSampler', shuffle=False),
+                dataset=dict(type='VideoDataset', ann_file=str(ann_file),
+                             pipeline=[], **dataset))
+
+
+@pytest.mark.parametrize('lines, indices, warned', [
+    (['a.mp4 0', 'b.mp4 0', 'c.mp4 1', 'd.mp4 1'], 2, 'label 0'),
+    (['a.mp4 0', 'b.mp4 0', 'c.mp4 1', 'd.mp4 1'], [0, 2], None),
+    (['a.mp4 0', 'b.mp4 0', 'c.mp4 1', 'd.mp4 1'], None, None),
+])
+def test_a_subset_of_one_class_warns(tmp_path, lines, indices, warned):
+    from mmengine.registry import DefaultScope
+    ann = tmp_path / 'train.txt'
+    ann.write_text('\n'.join(lines) + '\n')
+    with DefaultScope.overwrite_default_scope('mmaction'), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        loader = Runner.build_dataloader(_video_loader(ann, indices=indices))
+    messages = [str(w.message) for w in caught if 'indices=' in str(
+        w.message)]
+    assert len(loader.dataset) == (indices if isinstance(indices, int) else
+                                   len(indices or lines))
+    if warned is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and warned in messages[0]
+        assert 'Give indices spread over it' in messages[0]
+
+
+def test_a_missing_or_empty_annotation_list_is_named(tmp_path):
+    from mmengine.registry import DefaultScope
+    with DefaultScope.overwrite_default_scope('mmaction'):
+        with pytest.raises(FileNotFoundError, match=re.escape(
+                'ann_file no/such/folder/train.txt does not exist (relative '
+                f'to the current folder {os.getcwd()}')):
+            Runner.build_dataloader(_video_loader('no/such/folder/train.txt'))
+        (tmp_path / 'empty.txt').write_text('')
+        with pytest.raises(ValueError, match='empty.txt lists no samples'):
+            Runner.build_dataloader(_video_loader(tmp_path / 'empty.txt'))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: tools/dist_launch.sh NPROC SCRIPT [script args...]
-# torchrun SCRIPT on NPROC processes of this node (NNODES, NODE_RANK, MASTER_ADDR and PORT set
-# multi-node runs). Used by dist_train.sh and dist_test.sh.
+# torchrun SCRIPT on NPROC processes of this node. Environment: PORT (the master's TCP port,
+# default 29500: two runs on one machine need two ports, e.g. PORT=29501), NNODES, NODE_RANK and
+# MASTER_ADDR (multi-node runs). Used by dist_train.sh and dist_test.sh.
 NPROC=$1
 SCRIPT=$2
 NNODES=${NNODES:-1}
@@ -12,6 +13,18 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # The project's venv (make install) unless PYTHON names another interpreter.
 [ -x "$ROOT/.venv/bin/python" ] && PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 PYTHON=${PYTHON:-python}
+
+# The master binds PORT: a busy one would fail inside torchrun (EADDRINUSE) on every rank.
+if [ "$NODE_RANK" = 0 ] && ! "$PYTHON" -c "import socket, sys
+s = socket.socket()
+try:
+    s.bind(('', int('$PORT')))
+except OSError:
+    sys.exit(1)" 2>/dev/null; then
+    echo "torchrun's port $PORT is in use (another run on this machine?): choose another," \
+         "e.g. PORT=$((PORT + 1)) tools/dist_train.sh CONFIG $NPROC" >&2
+    exit 1
+fi
 
 PYTHONPATH="$ROOT:$PYTHONPATH" \
 exec "$PYTHON" -m torch.distributed.run \

@@ -1,11 +1,14 @@
 """End-to-end: tools/train.py, tools/test.py and tools/dist_train.sh on real data."""
 import glob
 import json
+import os
 import os.path as osp
+import socket
+import subprocess
 import sys
 
 import pytest
-from helpers import run_tool
+from helpers import REPO_ROOT, run_tool
 
 from bench_utils import find_free_port
 
@@ -105,6 +108,20 @@ def test_dist_train_two_processes_on_cpu(tmp_path, shared_data):
     # 6 clips over 2 ranks with batch 4 per rank: one iteration per epoch.
     assert 'Epoch(train) [1][1/1]' in log
     assert val_records(read_scalars(work_dir), 'acc/top1')
+
+
+def test_dist_train_on_a_busy_port_says_which_and_how(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(('', 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run(
+            ['bash', 'tools/dist_train.sh', VIDEO_SMOKE, '2'], cwd=REPO_ROOT,
+            env=dict(os.environ, PORT=str(port)), capture_output=True,
+            text=True, timeout=60)
+    assert proc.returncode == 1
+    assert (f"torchrun's port {port} is in use (another run on this "
+            f'machine?): choose another, e.g. PORT={port + 1} ') in proc.stderr
 
 
 def test_amp_without_cuda_is_a_clear_error(tmp_path):
