@@ -400,9 +400,9 @@ class AGVMOptimWrapperConstructor:
         if unread:
             raise ValueError(
                 f'optim_wrapper.paramwise_cfg keys {unread} are not read by '
-                f'{name} (optim_wrapper.base_constructor): set it to the '
-                f"recipe's former optim_wrapper.constructor (e.g. "
-                f"'LearningRateDecayOptimizerConstructor'), or remove them.")
+                f"{name}: set base_constructor to the recipe's former "
+                f"constructor (e.g. 'LearningRateDecayOptimizerConstructor') "
+                f'or remove them.')
         if 'custom_keys' in paramwise_cfg.read:
             _warn_unmatched_custom_keys(model, paramwise_cfg, name)
         return optimizer

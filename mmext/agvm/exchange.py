@@ -241,8 +241,8 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
     Uses the optimizer's stored second moment v (``exp_avg_sq``); the
     reference blends the current g into v first, but the stored v keeps the
     map linear and identical across ranks, so the norm identity of
-    :func:`mmext.agvm.statistics.half_dot_from_norms` holds. Parameters without state
-    yet (the first step) are left as they are.
+    :func:`mmext.agvm.statistics.half_dot_from_norms` holds. Parameters
+    without state yet (the first step) are left as they are.
 
     Args:
         optimizer (Optimizer): An Adam-family optimizer.

@@ -469,17 +469,22 @@ class AGVMOptimWrapper(OptimWrapper):
         ``end_iter``, ``clip_grad_window``) with ``scale(iterations)``, as
         ``mmext.Runner``'s ``auto_scale_schedule`` does to the recipe's
         other iteration counts; ``update_interval`` counts optimizer steps
-        and stays.
+        and stays. A window that rounding would empty keeps one iteration,
+        as the runner does for param schedulers
+        (:func:`mmext.scheduler_checks.rescale_schedulers`).
 
         Returns:
             list[str]: ``'optim_wrapper.<option> a -> b'`` per change.
         """
         old = self.schedule
-        window = old.clip_grad_window and tuple(
-            scale(v) for v in old.clip_grad_window)
-        end = None if old.end_iter == math.inf else scale(old.end_iter)
-        self.schedule = AGVMSchedule(old.update_interval,
-                                     scale(old.start_iter), end,
+        window = old.clip_grad_window
+        if window is not None:
+            begin = scale(window[0])
+            window = (begin, max(scale(window[1]), begin + 1))
+        start = scale(old.start_iter)
+        end = (None if old.end_iter == math.inf else max(
+            scale(old.end_iter), start + 1))
+        self.schedule = AGVMSchedule(old.update_interval, start, end,
                                      old.accumulative_counts, window)
         return [
             f'optim_wrapper.{name} {a} -> {b}' for name, a, b in (
@@ -679,9 +684,9 @@ class AGVMOptimWrapper(OptimWrapper):
         agvm = state_dict.pop('agvm', None)
         if agvm is None:
             raise ValueError(
-                'the checkpoint has no AGVM state: it comes from a run without '
-                "AGVM; resume with that run's optim_wrapper, "
-                + restart_hint('CKPT'))
+                'the checkpoint has no AGVM state: it comes from a run '
+                "without AGVM; resume with that run's optim_wrapper, " +
+                restart_hint('CKPT'))
         saved_names = list(agvm['module_names'])
         if saved_names != self.module_names:
             raise ValueError(

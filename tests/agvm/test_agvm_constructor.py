@@ -359,7 +359,8 @@ def test_unread_paramwise_keys_raise(paramwise_cfg, base, unread):
     cfg = dict(AGVM, optimizer=dict(type='AdamW', lr=1e-4,
                                     weight_decay=0.05),
                base_constructor=base, paramwise_cfg=paramwise_cfg)
-    with pytest.raises(ValueError, match=re.escape(f'keys {unread} are not read by')):
+    with pytest.raises(ValueError,
+                       match=re.escape(f'keys {unread} are not read by')):
         build_optim_wrapper(ConvNeXtDetector(), cfg)
 
 
