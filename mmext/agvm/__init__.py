@@ -1,56 +1,28 @@
 """AGVM (Xue et al., NeurIPS 2022): everything of the method in one package.
 
-Pure math, no runner:
-
-* :mod:`.statistics`: gradient variance, modulation factors, their EMA;
-* :mod:`.schedule`: when factors apply, when they are re-estimated, when
-  gradients are clipped;
-* :mod:`.modules`: which module each parameter belongs to;
-* :mod:`.layout`: the gradients module by module in one flat buffer.
-
-Glue to mmengine and torch.distributed:
-
-* :mod:`.exchange`: the two halves' statistics (DDP ranks or accumulated
-  micro-batches);
-* :mod:`.optim_wrapper`: ``mmext.AGVMOptimWrapper``; :mod:`.amp`:
-  ``mmext.AGVMAmpOptimWrapper``; :mod:`.summary`: its start-of-run log;
-* :mod:`.constructor`: ``mmext.AGVMOptimWrapperConstructor``;
-* :mod:`.runner_checks`: the resume guard and start checks it registers
-  with ``mmext.Runner`` (warm-up, EMA interval);
+* :mod:`.statistics`: the math (d_i, mu_i, their EMA; paper Sec. 3);
+* :mod:`.schedule`: when factors apply, are re-estimated, gradients clipped;
+* :mod:`.constructor`: ``mmext.AGVMOptimWrapperConstructor``, param groups
+  by module;
+* :mod:`.exchange`: the gradients laid out by module and the two halves'
+  statistics (DDP ranks or accumulated micro-batches);
+* :mod:`.optim_wrapper`: ``mmext.AGVMOptimWrapper`` and
+  ``mmext.AGVMAmpOptimWrapper``, their options, start checks and resume
+  guard;
 * :mod:`.diagnostic`: d_i of a model for two given halves, without training
   (``tools/analysis/agvm_variance.py``).
+
+Importing it registers the three classes (mmext's registries list it).
 """
-from .constructor import AGVMOptimWrapperConstructor, split_groups_by_module
+from .constructor import AGVMOptimWrapperConstructor
 from .diagnostic import (VarianceMeasurement, measure_gradient_variance,
-                         mmengine_loss, module_layout, summarize,
                          variance_by_batch_size)
-from .exchange import AccumulationHalves, DistributedHalves
-from .layout import GradientLayout, adam_precondition
-from .modules import (OTHERS, assign_parameters, default_module_names,
-                      resolve_module_names)
-from .amp import AGVMAmpOptimWrapper
 from .optim_wrapper import (SCALAR_ESTIMATE, SCALAR_FACTOR, SCALAR_VARIANCE,
-                            AGVMOptimWrapper)
-from .runner_checks import agvm_start_checks, ema_interval_messages
-from .schedule import AGVMSchedule, check_iteration
-from .statistics import (DEFAULT_RATIO_RANGE, HalfStatistics, ModulationEMA,
-                         check_ema_momentum, check_ratio_range,
-                         gradient_variance, half_dot_from_norms,
-                         modulation_factors, option_error, split_ranks)
-from .summary import halves_description, run_summary
+                            AGVMAmpOptimWrapper, AGVMOptimWrapper)
 
 __all__ = [
-    'OTHERS', 'assign_parameters', 'default_module_names',
-    'resolve_module_names', 'AGVMSchedule', 'check_iteration',
-    'DEFAULT_RATIO_RANGE', 'check_ratio_range', 'check_ema_momentum',
-    'option_error', 'HalfStatistics', 'halves_description', 'run_summary',
-    'agvm_start_checks', 'ema_interval_messages', 'ModulationEMA',
-    'gradient_variance', 'half_dot_from_norms', 'modulation_factors',
-    'split_ranks', 'GradientLayout', 'adam_precondition',
-    'DistributedHalves', 'AccumulationHalves', 'AGVMOptimWrapper',
-    'AGVMAmpOptimWrapper', 'SCALAR_FACTOR', 'SCALAR_VARIANCE',
-    'SCALAR_ESTIMATE', 'AGVMOptimWrapperConstructor',
-    'split_groups_by_module', 'VarianceMeasurement',
-    'measure_gradient_variance', 'mmengine_loss', 'module_layout', 'summarize',
-    'variance_by_batch_size'
+    'AGVMOptimWrapper', 'AGVMAmpOptimWrapper', 'AGVMOptimWrapperConstructor',
+    'SCALAR_FACTOR', 'SCALAR_VARIANCE', 'SCALAR_ESTIMATE',
+    'measure_gradient_variance', 'variance_by_batch_size',
+    'VarianceMeasurement'
 ]

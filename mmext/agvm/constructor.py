@@ -1,25 +1,36 @@
-"""Optimizer wrapper constructor that groups parameters by AGVM module.
+"""Param groups by module: AGVM's optimizer wrapper constructor.
 
-The param groups come from the recipe's own constructor (mmengine's default
-with ``paramwise_cfg``, mmdet/mmseg ``LearningRateDecayOptimizerConstructor``,
+AGVM compares gradient noise per module (backbone, neck, heads). The param
+groups come from the recipe's own constructor (mmengine's default with
+``paramwise_cfg``, mmdet/mmseg ``LearningRateDecayOptimizerConstructor``,
 mmseg ``LayerDecayOptimizerConstructor``, ...); AGVM only splits them by
 module, so layer-wise LR decay and per-parameter weight decay survive.
+Every trainable parameter belongs to one listed module or to the
+unmodulated ``'others'`` group, so none is left out of the optimizer (the
+reference constructor, Sense-X/AGVM ``GroupOptimizerConstructor``, dropped
+such parameters). ``module_names`` are checked against the model here, once.
 """
 import copy
-import warnings
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from mmengine.optim import OptimWrapper
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as ALL_CONSTRUCTORS
 from torch import nn
 from torch.optim import Optimizer
 
+from mmext.log import warn
 from mmext.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
-from .modules import assign_parameters, resolve_module_names
-from .optim_wrapper import AGVMOptimWrapper
+from .optim_wrapper import AGVMOptimWrapper, check_option
 
-__all__ = ['AGVMOptimWrapperConstructor', 'split_groups_by_module']
+__all__ = [
+    'OTHERS', 'default_module_names', 'resolve_module_names',
+    'assign_parameters', 'split_groups_by_module',
+    'AGVMOptimWrapperConstructor'
+]
 
+# Name of the group of trainable parameters outside ``module_names``; its
+# factor is always 1.
+OTHERS = 'others'
 DEFAULT_BASE_CONSTRUCTOR = 'DefaultOptimWrapperConstructor'
 # ``DefaultOptimWrapperConstructor.__init__`` type-checks these keys for every
 # subclass, including the decay constructors whose ``add_params`` ignores
@@ -28,8 +39,143 @@ _VALIDATED_AT_INIT = ('custom_keys', 'bias_decay_mult', 'norm_decay_mult',
                       'dwconv_decay_mult')
 
 
-def split_groups_by_module(groups: List[Dict],
-                           owners: Dict[int, str]) -> List[Dict]:
+def _has_trainable(module: nn.Module) -> bool:
+    return any(p.requires_grad for p in module.parameters())
+
+
+# Heads of a RoI head that the reference implementation modulates apart
+# when both exist (Sense-X/AGVM ``GroupOptimizerConstructor``: a component
+# with a ``mask_head`` gives its ``bbox_head`` and ``mask_head`` one param
+# group each).
+SPLIT_HEADS = ('bbox_head', 'mask_head')
+
+
+def default_module_names(model: nn.Module) -> List[str]:
+    """The model's top-level children that have trainable parameters, with a
+    child that holds both a trainable ``bbox_head`` and ``mask_head`` (Mask
+    R-CNN's ``roi_head``) replaced by those two, as in the reference.
+
+    For mmdet two-stage detectors this is ``backbone, neck, rpn_head,
+    roi_head`` (Mask R-CNN: ``..., roi_head.bbox_head,
+    roi_head.mask_head``); for mmseg ``backbone, [neck], decode_head,
+    auxiliary_head``.
+    """
+    names = []
+    for name, child in model.named_children():
+        if not _has_trainable(child):
+            continue
+        heads = [
+            head for head in SPLIT_HEADS
+            if isinstance(getattr(child, head, None), nn.Module)
+            and _has_trainable(getattr(child, head))
+        ]
+        names += ([f'{name}.{head}' for head in heads]
+                  if len(heads) == len(SPLIT_HEADS) else [name])
+    return names
+
+
+def _warn_if_anchor_moved(model: nn.Module, names: Sequence[str]) -> None:
+    """Warn when the default anchor is not the model's first module.
+
+    The first child with parameters (the backbone) is the anchor the paper
+    means; if it has no trainable parameter (``frozen_stages`` covering
+    every stage, ``requires_grad=False``) the defaults silently start with
+    the next module.
+    """
+    first = next((n for n, m in model.named_children()
+                  if next(m.parameters(), None) is not None), None)
+    if first is None or not names or names[0].split('.')[0] == first:
+        return
+    warn(f"AGVM's anchor (module 0) is {names[0]!r}: the model's first module "
+         f'{first!r} has no trainable parameters. Unfreeze {first!r}, or set '
+         f'optim_wrapper.module_names with the anchor first.')
+
+
+def resolve_module_names(model: nn.Module,
+                         module_names: Optional[Sequence[str]]) -> List[str]:
+    """Validate ``module_names`` (dotted submodule names) against ``model``.
+
+    Args:
+        model (nn.Module): The unwrapped model.
+        module_names (Sequence[str], optional): Modulated modules, the first
+            is the anchor; None for :func:`default_module_names`.
+
+    Returns:
+        list[str]: The module names, anchor first.
+
+    Raises:
+        ValueError: If ``module_names`` is not None or a list of names
+            (the wrapper's option table, read here because the names are
+            resolved before the wrapper is built), if a name is not a
+            submodule, is listed twice or is ``'others'``, if the list is
+            empty, or if the anchor has no trainable parameters.
+
+    Warns:
+        UserWarning: With the default names, if the model's first module has
+        no trainable parameters (the anchor is then the next one).
+    """
+    check_option('module_names', module_names)
+    if module_names is None:
+        names = default_module_names(model)
+        _warn_if_anchor_moved(model, names)
+    else:
+        names = list(module_names)
+    available = [n for n, m in model.named_children() if _has_trainable(m)]
+    if not names:
+        if module_names is not None:
+            raise ValueError('module_names is empty; list the modules to '
+                             f'modulate, anchor first (e.g. {available}), or '
+                             'leave it out for the default')
+        raise ValueError(f'{type(model).__name__} has no module with '
+                         'trainable parameters for AGVM to modulate')
+    if len(set(names)) != len(names) or OTHERS in names:
+        raise ValueError(f'module_names must be distinct and not '
+                         f'{OTHERS!r}, got {names}')
+    for name in names:
+        if not name:
+            raise ValueError("module_names: '' would name the whole model; "
+                             f'list its submodules (e.g. {available})')
+        try:
+            model.get_submodule(name)
+        except AttributeError:
+            raise ValueError(
+                f'module_names: {name!r} is not a submodule of '
+                f'{type(model).__name__}; its top-level modules with '
+                f'trainable parameters are {available}') from None
+    if not _has_trainable(model.get_submodule(names[0])):
+        raise ValueError(
+            f'module_names: the anchor module {names[0]!r} (the first name) '
+            f'has no trainable parameters; put a trainable one first (one of '
+            f'{available})')
+    return names
+
+
+def assign_parameters(model: nn.Module,
+                      module_names: Sequence[str]) -> Dict[int, str]:
+    """Map each trainable parameter to its modulated module or ``'others'``.
+
+    A parameter belongs to the longest listed name that prefixes its own
+    (so ``roi_head`` and ``roi_head.mask_head`` may both be listed).
+
+    Args:
+        model (nn.Module): The unwrapped model.
+        module_names (Sequence[str]): From :func:`resolve_module_names`.
+
+    Returns:
+        dict[int, str]: ``id(param)`` to module name, trainable params only.
+    """
+    by_length = sorted(module_names, key=len, reverse=True)
+    owners = {}
+    for param_name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        owners[id(param)] = next(
+            (m for m in by_length if param_name.startswith(m + '.')), OTHERS)
+    return owners
+
+
+def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
+                           module_names: Sequence[str]) -> List[Dict]:
     """Split param groups so each holds parameters of one module only.
 
     Each resulting group keeps its options (lr, weight decay, ...) and gets
@@ -40,10 +186,16 @@ def split_groups_by_module(groups: List[Dict],
 
     Args:
         groups (list[dict]): Param groups (``'params'`` plus options).
-        owners (dict[int, str]): ``id(param)`` to module name.
+        owners (dict[int, str]): ``id(param)`` to module name
+            (:func:`assign_parameters`).
+        module_names (Sequence[str]): The listed modules.
 
     Returns:
         list[dict]: The tagged groups, in input order, empty ones left out.
+
+    Raises:
+        ValueError: If a listed module gets no parameter (its gradient
+            variance would be undefined).
     """
     tagged = []
     for group in groups:
@@ -65,6 +217,13 @@ def split_groups_by_module(groups: List[Dict],
             if names is not None:
                 new_group['param_names'] = split['param_names']
             tagged.append(new_group)
+    tags = {group['agvm_module'] for group in tagged}
+    empty = [name for name in module_names if name not in tags]
+    if empty:
+        raise ValueError(
+            f'module_names {empty} own no trainable parameter in the '
+            f'optimizer (frozen, or claimed by a more specific listed name); '
+            f'remove them from module_names')
     return tagged
 
 
@@ -138,10 +297,9 @@ def _warn_unmatched_custom_keys(model: nn.Module, paramwise_cfg: dict,
         if not any(key in name for name in names)
     ]
     if unmatched:
-        warnings.warn(
-            f'AGVMOptimWrapperConstructor: paramwise_cfg.custom_keys '
-            f'{unmatched} match no trainable parameter of '
-            f'{type(model).__name__}, so {base} applies them to nothing')
+        warn(f'paramwise_cfg.custom_keys {unmatched} match no trainable '
+             f'parameter of {type(model).__name__}: {base} applies them to '
+             f'nothing.')
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
@@ -155,7 +313,7 @@ class AGVMOptimWrapperConstructor:
     keeping all its options (lr, weight decay, ``lr_scale`` ...): AGVM's
     factor multiplies the LR each group has under the recipe. Every trainable
     parameter is assigned to a listed module or to ``'others'`` (factor 1,
-    never dropped); ``module_names`` is validated before training.
+    never dropped). The wrapper's own options are checked by the wrapper.
 
     To switch a recipe to AGVM, move its ``optim_wrapper.constructor`` (if
     any) to ``base_constructor``::
@@ -182,10 +340,10 @@ class AGVMOptimWrapperConstructor:
 
     Raises:
         ValueError: At construction if ``optim_wrapper.type`` is not an AGVM
-            wrapper or ``base_constructor`` is this class; when called, from
-            :func:`mmext.agvm.resolve_module_names` for a wrong
-            ``module_names``, or if ``base_constructor`` did not read some
-            ``paramwise_cfg`` key (it would change nothing).
+            wrapper or ``base_constructor`` is this class; when called, for a
+            wrong ``module_names`` (:func:`resolve_module_names`,
+            :func:`split_groups_by_module`), or if ``base_constructor`` did
+            not read some ``paramwise_cfg`` key (it would change nothing).
         KeyError: If ``base_constructor`` is not registered.
     """
 
@@ -212,13 +370,9 @@ class AGVMOptimWrapperConstructor:
         if not (isinstance(wrapper_type, type)
                 and issubclass(wrapper_type, AGVMOptimWrapper)):
             raise ValueError(
-                f"AGVMOptimWrapperConstructor builds AGVM wrappers only, got "
+                f'AGVMOptimWrapperConstructor builds AGVM wrappers only, got '
                 f"optim_wrapper.type={wrapper_cfg['type']!r}; set "
-                f"type='mmext.AGVMOptimWrapper' (or drop the constructor for "
-                f'a plain optimizer wrapper)')
-        # Options are checked before the recipe's optimizer and groups are
-        # built.
-        wrapper_type.check_options(wrapper_cfg)
+                f"type='mmext.AGVMOptimWrapper', or drop the constructor")
         self.wrapper_cfg = wrapper_cfg
         self.paramwise_cfg = paramwise_cfg
 
@@ -246,11 +400,9 @@ class AGVMOptimWrapperConstructor:
         if unread:
             raise ValueError(
                 f'optim_wrapper.paramwise_cfg keys {unread} are not read by '
-                f'{name} (optim_wrapper.base_constructor), so they would '
-                f'change nothing. Set base_constructor to the constructor '
-                f"the recipe used (its former optim_wrapper.constructor, "
-                f"e.g. 'LearningRateDecayOptimizerConstructor' for "
-                f'decay_rate/decay_type/num_layers), or remove the keys.')
+                f"{name}: set base_constructor to the recipe's former "
+                f"constructor (e.g. 'LearningRateDecayOptimizerConstructor') "
+                f'or remove them.')
         if 'custom_keys' in paramwise_cfg.read:
             _warn_unmatched_custom_keys(model, paramwise_cfg, name)
         return optimizer
@@ -262,7 +414,7 @@ class AGVMOptimWrapperConstructor:
                                      self.wrapper_cfg.get('module_names'))
         optimizer = self._recipe_optimizer(model)
         groups = split_groups_by_module(optimizer.param_groups,
-                                        assign_parameters(model, names))
+                                        assign_parameters(model, names), names)
         # The optimizer has no state yet: regrouping it keeps whatever the
         # recipe's constructor configured on the optimizer object itself.
         optimizer.param_groups = []

@@ -1,19 +1,14 @@
 """Measure AGVM's gradient variances of a model without training it.
 
-AGVM exists because of an observation (Xue et al., NeurIPS 2022, arXiv
-2210.11078, Sec. 3 and Fig. 1): at small batch the gradient variances
-d_i = 1 - cos(G_A^(i), G_B^(i)) of a dense predictor's modules are about
-equal, and they drift apart as the batch grows. This module measures d_i
-of one model state for two given halves of a batch, with the statistic code
-of :class:`mmext.agvm.AGVMOptimWrapper` (:class:`GradientLayout`,
-:func:`gradient_variance`, :func:`modulation_factors`) and the parameter
+d_i = 1 - cos(G_A^(i), G_B^(i)) per module for two given halves of a batch
+(Xue et al., NeurIPS 2022, arXiv 2210.11078, Sec. 3 and Fig. 1), with the
+statistic code of :class:`mmext.agvm.AGVMOptimWrapper` and the parameter
 grouping of :class:`mmext.agvm.AGVMOptimWrapperConstructor`, so the numbers
 are the ones the wrapper would see. ``tools/analysis/agvm_variance.py`` is
 the command line around it.
 
 Memory: one micro-batch's forward and backward at a time, plus one flat
-gradient buffer per half; the parameters' ``.grad`` are views into those
-buffers, so the two halves cost one gradient copy more than training does.
+gradient buffer per half (the parameters' ``.grad`` are views into it).
 """
 import math
 from contextlib import contextmanager
@@ -24,9 +19,9 @@ import torch
 from torch import Tensor, nn
 from torch.optim import SGD
 
-from .constructor import split_groups_by_module
-from .layout import GradientLayout
-from .modules import assign_parameters, resolve_module_names
+from .constructor import (assign_parameters, resolve_module_names,
+                          split_groups_by_module)
+from .exchange import GradientLayout
 from .statistics import (DEFAULT_RATIO_RANGE, HalfStatistics,
                          gradient_variance, modulation_factors)
 
@@ -67,9 +62,8 @@ def module_layout(model: nn.Module,
     """The wrapper's flat gradient layout for ``model``'s trainable params.
 
     Groups the parameters exactly as :class:`AGVMOptimWrapperConstructor`
-    does (:func:`resolve_module_names`, :func:`assign_parameters`,
-    :func:`split_groups_by_module`); the optimizer built for it only carries
-    the param groups and is never stepped.
+    does; the optimizer built for it only carries the param groups and is
+    never stepped.
 
     Args:
         model (nn.Module): The unwrapped model.
@@ -80,14 +74,14 @@ def module_layout(model: nn.Module,
         GradientLayout: Modules in order, then ``'others'``.
 
     Raises:
-        ValueError: From :func:`resolve_module_names` / ``GradientLayout`` on
-            a wrong ``module_names``.
+        ValueError: On a wrong ``module_names``
+            (:mod:`mmext.agvm.constructor`).
     """
     names = resolve_module_names(model, module_names)
     owners = assign_parameters(model, names)
     groups = split_groups_by_module(
         [dict(params=[p for p in model.parameters() if p.requires_grad])],
-        owners)
+        owners, names)
     return GradientLayout(SGD(groups, lr=0.0), names)
 
 
@@ -203,7 +197,7 @@ def measure_gradient_variance(
     if not_fp32:
         raise ValueError(f'the gradient variance diagnostic runs in float32; '
                          f'the model has {sorted(map(str, not_fp32))} '
-                         f'parameters (convert it with model.float())')
+                         f'parameters: convert it with model.float()')
     with _preserved_state(model):
         model.train()
         grad_a = _accumulate_half(model, layout, half_a, loss_fn)
@@ -244,7 +238,7 @@ def variance_by_batch_size(
         draw_half: Callable[[int], Sequence],
         batch_sizes: Sequence[int],
         repeats: int,
-        layout: GradientLayout,
+        layout: Optional[GradientLayout] = None,
         ratio_range: Tuple[float, float] = DEFAULT_RATIO_RANGE,
         loss_fn: LossFn = mmengine_loss) -> List[Dict]:
     """d_i, d_anchor / d_i and mu_i against the total batch size N.
@@ -259,7 +253,8 @@ def variance_by_batch_size(
             that many images in total.
         batch_sizes (Sequence[int]): Total batch sizes N, even, >= 2.
         repeats (int): R >= 1 pairs of halves per N.
-        layout (GradientLayout): From :func:`module_layout`.
+        layout (GradientLayout, optional): From :func:`module_layout`
+            (default: the model's top-level modules).
         ratio_range (tuple[float, float]): The wrapper's ``ratio_range``.
         loss_fn (callable): As in :func:`measure_gradient_variance`.
 
@@ -277,6 +272,7 @@ def variance_by_batch_size(
                          f'halves), got {bad}')
     if repeats < 1:
         raise ValueError(f'repeats must be >= 1, got {repeats}')
+    layout = layout or module_layout(model)
     rows = []
     for size in batch_sizes:
         runs = [

@@ -1,34 +1,13 @@
-"""When AGVM applies its factors and when it re-estimates them.
+"""When AGVM applies its factors, re-estimates them and clips gradients.
 
 Pure bookkeeping on mmengine's micro-batch counter (the optim wrapper's
 inner count, equal to ``runner.iter``), so it survives ``--resume`` (the
 runner restores the counter) and needs no state of its own.
 """
 import math
-import numbers
 from typing import List, Optional, Sequence, Tuple
 
-from .statistics import option_error
-
-__all__ = ['AGVMSchedule', 'check_iteration']
-
-
-def _is_int(value, minimum: int) -> bool:
-    """An integer (not a bool, str or float) >= ``minimum``."""
-    return (isinstance(value, numbers.Integral)
-            and not isinstance(value, bool) and value >= minimum)
-
-
-def check_iteration(name: str, value, minimum: int, example) -> int:
-    """Validate an integer option (iterations, steps, micro-batches).
-
-    Raises:
-        ValueError: Unless an integer (not a bool, str or float) >=
-            ``minimum`` (:func:`mmext.agvm.statistics.option_error`).
-    """
-    if not _is_int(value, minimum):
-        raise option_error(name, value, f'an integer >= {minimum}', example)
-    return int(value)
+__all__ = ['AGVMSchedule']
 
 
 class AGVMSchedule:
@@ -43,25 +22,18 @@ class AGVMSchedule:
     ``runner.iter % interval``; counting from the start makes the first
     estimate happen at ``start_iter`` whatever the interval).
 
-    Gradient clipping has a window of its own: the released recipes clip
-    only in the iterations before AGVM starts.
+    The arguments are trusted: :class:`mmext.agvm.AGVMOptimWrapper`
+    validates them once, when it is built.
 
     Args:
-        update_interval (int): tau, optimizer steps between re-estimates.
-        start_iter (int): First runner iteration with AGVM.
-        end_iter (int, optional): First runner iteration without AGVM again;
-            None for the end of training.
-        accumulative_counts (int): K, micro-batches per optimizer step.
+        update_interval (int): tau >= 1, optimizer steps between
+            re-estimates.
+        start_iter (int): First runner iteration with AGVM, >= 0.
+        end_iter (int, optional): First runner iteration without AGVM
+            again, > ``start_iter``; None for the end of training.
+        accumulative_counts (int): K >= 1, micro-batches per optimizer step.
         clip_grad_window (tuple[int, int], optional): Runner iterations
             ``[begin, end)`` in which ``clip_grad`` applies; None for all.
-
-    Raises:
-        ValueError: Naming the option, the value, what is expected and an
-            example, unless ``update_interval`` is an integer >= 1,
-            ``start_iter`` one >= 0, ``end_iter`` None or one >
-            ``start_iter``, ``accumulative_counts`` one >= 1 and
-            ``clip_grad_window`` None or ``(begin, end)`` integers with 0 <=
-            begin < end.
     """
 
     def __init__(self,
@@ -70,24 +42,6 @@ class AGVMSchedule:
                  end_iter: Optional[int] = None,
                  accumulative_counts: int = 1,
                  clip_grad_window: Optional[Sequence[int]] = None):
-        update_interval = check_iteration('update_interval',
-                                          update_interval, 1, 10)
-        start_iter = check_iteration('start_iter', start_iter, 0, 560)
-        if end_iter is not None and not _is_int(end_iter, start_iter + 1):
-            raise option_error(
-                'end_iter', end_iter, f'None (to the end of training) or an '
-                f'integer > start_iter ({start_iter})', None)
-        accumulative_counts = check_iteration('accumulative_counts',
-                                              accumulative_counts, 1, 2)
-        if clip_grad_window is not None and not (
-                isinstance(clip_grad_window, (list, tuple))
-                and len(clip_grad_window) == 2
-                and _is_int(clip_grad_window[0], 0)
-                and _is_int(clip_grad_window[1], clip_grad_window[0] + 1)):
-            raise option_error(
-                'clip_grad_window', clip_grad_window,
-                '(begin, end): runner iterations, integers with 0 <= begin < '
-                'end, or None (clip always)', (360, 560))
         self.clip_grad_window: Optional[Tuple[int, int]] = (
             None if clip_grad_window is None else tuple(clip_grad_window))
         self.update_interval = update_interval
@@ -140,26 +94,25 @@ class AGVMSchedule:
         if start >= max_iters:
             messages.append(
                 f'AGVM start_iter={start} is not before the end of training '
-                f'(max_iters={max_iters}), so AGVM never modulates the LR. '
-                f'Lower start_iter (the paper starts after the warm-up) or '
-                f'train longer.')
+                f'(max_iters={max_iters}): AGVM never applies. Lower '
+                f'start_iter or train longer.')
         elif end != math.inf and end > max_iters:
             messages.append(
                 f'AGVM end_iter={end} lies after the end of training '
-                f'(max_iters={max_iters}); AGVM runs to the end, as with '
+                f'(max_iters={max_iters}): AGVM runs to the end, as with '
                 f'end_iter=None.')
         if self.clip_grad_window is not None:
             begin, stop = self.clip_grad_window
             if begin >= max_iters:
                 messages.append(
-                    f'clip_grad_window={self.clip_grad_window} begins '
-                    f'after the end of training (max_iters={max_iters}), so '
-                    f'gradients are never clipped.')
+                    f'clip_grad_window={self.clip_grad_window} begins after '
+                    f'the end of training (max_iters={max_iters}): gradients '
+                    f'are never clipped.')
             elif stop > max_iters:
                 messages.append(
-                    f'clip_grad_window={self.clip_grad_window} ends '
-                    f'after the end of training (max_iters={max_iters}); '
-                    f'gradients are clipped to the end.')
+                    f'clip_grad_window={self.clip_grad_window} ends after the '
+                    f'end of training (max_iters={max_iters}): gradients are '
+                    f'clipped to the end.')
         return messages
 
     def inside_warmup(self, warmups: Sequence[Tuple[str, int, int]]
@@ -167,9 +120,8 @@ class AGVMSchedule:
         """A message for each LR warm-up that ``start_iter`` falls inside.
 
         The paper starts AGVM after the warm-up (the released recipes 100
-        iterations after its end, clipping gradients in the 200 before),
-        and the reference implementation (``AgvmOptimizerHook``) warns when
-        ``lr_update_start_iter < warmup_iters``.
+        iterations after its end); the reference ``AgvmOptimizerHook``
+        warns when ``lr_update_start_iter < warmup_iters``.
 
         Args:
             warmups (Sequence[tuple[str, int, int]]): ``(type, begin, end)``
@@ -181,10 +133,7 @@ class AGVMSchedule:
         """
         return [
             f'AGVM start_iter={self.start_iter} lies inside the LR warm-up '
-            f'({kind}, iterations [{begin}, {end})): the factors would be '
-            f'estimated and applied while the LR still rises. The paper '
-            f'starts AGVM after the warm-up (the released recipes 100 '
-            f'iterations after its end), and the reference implementation '
-            f'warns the same. Set optim_wrapper.start_iter to {end} or later.'
+            f'({kind}, iterations [{begin}, {end})): set '
+            f'optim_wrapper.start_iter to {end} or later.'
             for kind, begin, end in warmups if begin <= self.start_iter < end
         ]

@@ -1,8 +1,9 @@
 """AGVM statistics: gradient variance, modulation factors and their EMA.
 
 Pure tensor math, no runner and no torch.distributed: the optimizer wrapper
-(:class:`mmext.agvm.AGVMOptimWrapper`) gathers per-module dot
-products and squared norms of the two halves' gradients and hands them here.
+gathers per-module dot products and squared norms of the two halves'
+gradients and hands them here. Arguments are trusted (the wrapper validates
+its options once, when it is built).
 
 Source: Xue et al., "Large-batch Optimization for Dense Visual Predictions",
 NeurIPS 2022 (arXiv 2210.11078), Sec. 3 (the AGVM update rule), and the
@@ -12,17 +13,14 @@ d_i = 1 - cos(G_A^(i), G_B^(i)), mu_i = sqrt(clamp(d_0 / d_i, lo, hi)),
 s_i <- alpha * s_i + (1 - alpha) * mu_i with s_i = 1 at the start.
 """
 import math
-import numbers
 from typing import Dict, NamedTuple, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 __all__ = [
-    'DEFAULT_RATIO_RANGE', 'option_error', 'is_number', 'check_ratio_range',
-    'check_ema_momentum', 'HalfStatistics',
-    'half_dot_from_norms', 'gradient_variance', 'modulation_factors',
-    'ModulationEMA', 'split_ranks'
+    'DEFAULT_RATIO_RANGE', 'HalfStatistics', 'half_dot_from_norms',
+    'gradient_variance', 'modulation_factors', 'ModulationEMA', 'split_ranks'
 ]
 
 # Clamp of d_anchor / d_i before the square root (reference ``_agvm_update``:
@@ -32,57 +30,6 @@ DEFAULT_RATIO_RANGE = (0.5, 10.0)
 # Below this a gradient variance counts as zero (identical halves): float64
 # cosine of identical vectors is 1 up to ~1e-16.
 _ZERO_VARIANCE = 1e-12
-
-
-def option_error(name: str, value, expected: str, example) -> ValueError:
-    """The error of a bad AGVM option: the option, the value given, what is
-    expected and an example (``example`` is written as the config value).
-
-    Returns:
-        ValueError: e.g. ``optim_wrapper.ratio_range=10 (int): expected (lo,
-        hi) with 0 < lo <= hi, e.g. ratio_range=(0.5, 10.0)``.
-    """
-    return ValueError(f'optim_wrapper.{name}={value!r} '
-                      f'({type(value).__name__}): expected {expected}, e.g. '
-                      f'{name}={example!r}')
-
-
-def is_number(value) -> bool:
-    """A real number that is not a bool (``True`` is an int in Python)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def check_ratio_range(ratio_range) -> Tuple[float, float]:
-    """Validate a clamp range of d_anchor / d_i.
-
-    Args:
-        ratio_range (Sequence[float]): ``(lo, hi)``.
-
-    Returns:
-        tuple[float, float]: ``(lo, hi)``.
-
-    Raises:
-        ValueError: Unless a pair of numbers with ``0 < lo <= hi``
-            (:func:`option_error`).
-    """
-    if not (isinstance(ratio_range, (list, tuple)) and len(ratio_range) == 2
-            and all(is_number(v) for v in ratio_range)
-            and 0 < ratio_range[0] <= ratio_range[1]):
-        raise option_error('ratio_range', ratio_range,
-                           '(lo, hi) with 0 < lo <= hi', DEFAULT_RATIO_RANGE)
-    return tuple(ratio_range)
-
-
-def check_ema_momentum(momentum) -> float:
-    """Validate alpha of the factors' EMA.
-
-    Raises:
-        ValueError: Unless a number in [0, 1) (:func:`option_error`).
-    """
-    if not (is_number(momentum) and 0 <= momentum < 1):
-        raise option_error('ema_momentum', momentum, 'a number in [0, 1)',
-                           0.97)
-    return momentum
 
 
 class HalfStatistics(NamedTuple):
@@ -191,18 +138,11 @@ class ModulationEMA:
     multipliers every step, which would be a device sync per step on a GPU.
 
     Args:
-        num_modules (int): M, the number of modulated modules.
+        num_modules (int): M >= 1, the number of modulated modules.
         momentum (float): alpha in [0, 1).
-
-    Raises:
-        ValueError: If ``momentum`` is not a number in [0, 1)
-            (:func:`check_ema_momentum`) or ``num_modules < 1``.
     """
 
     def __init__(self, num_modules: int, momentum: float = 0.97):
-        check_ema_momentum(momentum)
-        if num_modules < 1:
-            raise ValueError('AGVM needs at least one module')
         self.momentum = momentum
         self.factors = torch.ones(num_modules, dtype=torch.float64)
         self.num_updates = 0
@@ -240,7 +180,7 @@ class ModulationEMA:
                                   device='cpu')
         if factors.shape != self.factors.shape:
             raise ValueError(
-                f'AGVM state has {factors.numel()} factors but the wrapper '
+                f'the AGVM state has {factors.numel()} factors, the wrapper '
                 f'modulates {self.factors.numel()} modules')
         self.factors = factors.clone()
         self.num_updates = int(state['num_updates'])

@@ -96,5 +96,5 @@ def train_ddp(rank, world_size, batches, out_dir, agvm, exchange='hook',
     state = {k: v.cpu() for k, v in model.module.state_dict().items()}
     torch.save(dict(state=state, history=history,
                     variance=wrapper.last_variance,
-                    hooked=wrapper.uses_comm_hook(model)),
+                    hooked=wrapper.halves.attach(model)),
                os.path.join(out_dir, f'rank{rank}.pth'))

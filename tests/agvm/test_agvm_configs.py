@@ -48,7 +48,7 @@ PAPER = [c for c in CONFIGS if c.endswith('_coco.py')
 def test_paper_recipes_warm_up_exponentially_and_start_after_it(path):
     """mmcv's warmup='exp' from 0.001 as released; AGVM starts after the
     warm-up (100 iterations later) and clips in the 200 before."""
-    from mmext.agvm import AGVMSchedule
+    from mmext.agvm.schedule import AGVMSchedule
     from mmext.scheduler_checks import warmup_ends
     cfg = Config.fromfile(path)
     warmup = cfg.param_scheduler[0]

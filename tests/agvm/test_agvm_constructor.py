@@ -1,10 +1,13 @@
-"""AGVMOptimWrapperConstructor on top of the recipes' own constructors.
+"""mmext.agvm.constructor: module names checked against a model, every
+trainable parameter assigned to one module or to 'others', and
+AGVMOptimWrapperConstructor on top of the recipes' own constructors.
 
 For each constructor kind the toolboxes' recipes use, every parameter's
 optimizer options under AGVM must equal what the recipe's constructor alone
 gives it, with the groups split by module.
 """
 import re
+import warnings
 
 import pytest
 from mmengine.hub import get_config
@@ -13,6 +16,129 @@ from mmengine.registry import MODELS, DefaultScope, init_default_scope
 from torch import nn
 
 from mmext.agvm import AGVMOptimWrapper
+from mmext.agvm.constructor import (OTHERS, assign_parameters,
+                                    default_module_names,
+                                    resolve_module_names,
+                                    split_groups_by_module)
+
+def _detector():
+    model = nn.Module()
+    model.backbone = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    model.neck = nn.Linear(2, 2)
+    model.roi_head = nn.Module()
+    model.roi_head.bbox_head = nn.Linear(2, 2)
+    model.roi_head.mask_head = nn.Linear(2, 2)
+    model.frozen = nn.Linear(2, 2).requires_grad_(False)
+    model.data_preprocessor = nn.Identity()
+    return model
+
+
+def test_default_names_are_the_trainable_children():
+    """A child with both a bbox_head and a mask_head gives two modules, as
+    the reference's GroupOptimizerConstructor does."""
+    assert default_module_names(_detector()) == [
+        'backbone', 'neck', 'roi_head.bbox_head', 'roi_head.mask_head']
+    model = _detector()
+    del model.roi_head.mask_head
+    assert default_module_names(model) == ['backbone', 'neck', 'roi_head']
+    model = _detector()
+    model.roi_head.mask_head.requires_grad_(False)
+    assert default_module_names(model) == ['backbone', 'neck', 'roi_head']
+
+
+def test_mask_rcnn_heads_get_their_own_factors():
+    """mmdet's Mask R-CNN: roi_head's bbox_head and mask_head (its RoI
+    extractors have no parameters); Faster R-CNN keeps roi_head."""
+    import os.path as osp
+
+    import mmdet
+    from mmengine.config import Config
+    init_default_scope('mmdet')
+    models = osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs',
+                      '_base_', 'models')
+    names = {}
+    for arch in ('mask-rcnn', 'faster-rcnn'):
+        cfg = Config.fromfile(osp.join(models, f'{arch}_r50_fpn.py'))
+        cfg.model.backbone.update(depth=18, init_cfg=None)
+        cfg.model.neck.in_channels = [64, 128, 256, 512]
+        model = MODELS.build(cfg.model)
+        names[arch] = resolve_module_names(model, None)
+        owners = assign_parameters(model, names[arch])
+        assert OTHERS not in owners.values()
+    assert names == {
+        'mask-rcnn': ['backbone', 'neck', 'rpn_head', 'roi_head.bbox_head',
+                      'roi_head.mask_head'],
+        'faster-rcnn': ['backbone', 'neck', 'rpn_head', 'roi_head']}
+
+
+def test_frozen_first_module_moves_the_default_anchor_with_a_warning():
+    """mmdet's ResNet with frozen_stages=4 has no trainable parameter: the
+    default anchor would silently be the neck."""
+    model = _detector()
+    model.backbone.requires_grad_(False)
+    with pytest.warns(UserWarning, match=(
+            r"anchor \(module 0\) is 'neck': the model's first module "
+            r"'backbone' has no trainable parameters\. Unfreeze 'backbone', "
+            r'or set optim_wrapper.module_names')):
+        names = resolve_module_names(model, None)
+    assert names[0] == 'neck'
+
+
+def test_default_anchor_at_the_first_module_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert resolve_module_names(_detector(), None)[0] == 'backbone'
+
+
+def test_longest_listed_prefix_owns_a_parameter():
+    model = _detector()
+    names = resolve_module_names(model, ['backbone', 'roi_head',
+                                         'roi_head.mask_head'])
+    owners = assign_parameters(model, names)
+    by_name = {n: owners.get(id(p)) for n, p in model.named_parameters()}
+    assert by_name == {
+        'backbone.0.weight': 'backbone', 'backbone.0.bias': 'backbone',
+        'backbone.1.weight': 'backbone', 'backbone.1.bias': 'backbone',
+        'neck.weight': OTHERS, 'neck.bias': OTHERS,
+        'roi_head.bbox_head.weight': 'roi_head',
+        'roi_head.bbox_head.bias': 'roi_head',
+        'roi_head.mask_head.weight': 'roi_head.mask_head',
+        'roi_head.mask_head.bias': 'roi_head.mask_head',
+        'frozen.weight': None, 'frozen.bias': None}
+
+
+@pytest.mark.parametrize('names, message', [
+    (['backbone', 'backbone'], 'must be distinct'),
+    (['backbone', 'others'], "must be distinct and not 'others'"),
+    (['backbon'], r"'backbon' is not a submodule of Module; its top-level "
+     r"modules with trainable parameters are \['backbone', 'neck', "
+     r"'roi_head'\]"),
+    (['frozen', 'neck'], "the anchor module 'frozen'"),
+    ('backbone', re.escape(
+        "optim_wrapper.module_names='backbone' (str): expected None (the "
+        "model's top-level modules) or a list of submodule names")),
+    (['backbone', 3], r"module_names=\['backbone', 3\] \(list\)"),
+    ([], 'module_names is empty'),
+    ([''], "'' would name the whole model"),
+])
+def test_wrong_names_say_what_to_write(names, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_module_names(_detector(), names)
+
+
+@pytest.mark.parametrize('names, empty', [
+    (['backbone', 'frozen'], "['frozen']"),
+    (['neck', 'backbone', 'backbone.0', 'backbone.1'], "['backbone']"),
+])
+def test_a_listed_module_without_parameters_is_refused(names, empty):
+    """Frozen, or every parameter claimed by a more specific listed name:
+    its gradient variance would be undefined."""
+    model = _detector()
+    params = [dict(params=[p for p in model.parameters() if p.requires_grad])]
+    with pytest.raises(ValueError, match=re.escape(
+            f'module_names {empty} own no trainable parameter')):
+        split_groups_by_module(params, assign_parameters(model, names), names)
+
 
 AGVM = dict(type='mmext.AGVMOptimWrapper',
             constructor='mmext.AGVMOptimWrapperConstructor',
@@ -233,7 +359,8 @@ def test_unread_paramwise_keys_raise(paramwise_cfg, base, unread):
     cfg = dict(AGVM, optimizer=dict(type='AdamW', lr=1e-4,
                                     weight_decay=0.05),
                base_constructor=base, paramwise_cfg=paramwise_cfg)
-    with pytest.raises(ValueError, match=re.escape(f'keys {unread} are not read by')):
+    with pytest.raises(ValueError,
+                       match=re.escape(f'keys {unread} are not read by')):
         build_optim_wrapper(ConvNeXtDetector(), cfg)
 
 
@@ -242,8 +369,9 @@ def test_custom_key_matching_nothing_warns():
                paramwise_cfg=dict(custom_keys={
                    'neck': dict(lr_mult=0.5),
                    'absolute_pos_embed': dict(decay_mult=0.)}))
-    with pytest.warns(UserWarning, match=r"\['absolute_pos_embed'\] match "
-                      'no trainable parameter'):
+    with pytest.warns(UserWarning, match=r"custom_keys "
+                      r"\['absolute_pos_embed'\] match no trainable "
+                      'parameter'):
         wrapper = build_optim_wrapper(ConvNeXtDetector(), cfg)
     lrs = {g['agvm_module']: g['lr'] for g in wrapper.optimizer.param_groups}
     assert lrs['neck'] == 0.05

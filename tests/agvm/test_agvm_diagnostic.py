@@ -11,9 +11,8 @@ import torch
 from mmengine.model import BaseModel
 from torch import nn
 
-from mmext.agvm import (measure_gradient_variance, module_layout, summarize,
-                        variance_by_batch_size)
-from mmext.agvm.diagnostic import _accumulate_half
+from mmext.agvm import measure_gradient_variance, variance_by_batch_size
+from mmext.agvm.diagnostic import _accumulate_half, module_layout, summarize
 
 SQRT_HALF = math.sqrt(0.5)
 
@@ -164,3 +163,11 @@ def test_variance_by_batch_size_rejects_odd_sizes():
         variance_by_batch_size(model, None, [4, 3], 1, module_layout(model))
     with pytest.raises(ValueError, match='repeats must be >= 1'):
         variance_by_batch_size(model, None, [4], 0, module_layout(model))
+
+
+def test_variance_by_batch_size_defaults_to_the_top_level_modules():
+    stream = iter([HALF_A, HALF_B])
+    (row, ) = variance_by_batch_size(LinearToy(), lambda images: next(stream),
+                                     [4], 1)
+    assert list(row['d']) == ['a', 'b', 'c', 'extra']
+    assert row['d']['b']['values'] == pytest.approx([D_B])

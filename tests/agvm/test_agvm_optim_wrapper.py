@@ -1,15 +1,36 @@
 """mmext.agvm.optim_wrapper: AGVMOptimWrapper in one process (accumulation
-halves)."""
+halves); its options, checked by name, type and range when it is built; its
+start-of-run summary; the checks it makes when training starts, with
+mmengine's Runner as with mmext.Runner; the AMP variant."""
 import math
+import re
+import uuid
 import warnings
 
 import pytest
 import torch
 from agvm_toy import ToyModel, build_wrapper, toy_batches, train_accumulated
-from helpers import DEVICES
+from helpers import (CUDA_MARKS, DEVICES, ToyRegressionData, ToyRegressor,
+                     toy_loader)
+from mmengine.config import Config
 from mmengine.logging import MessageHub
 from mmengine.optim import build_optim_wrapper
+from mmengine.registry import DATASETS, MODELS
+from mmengine.runner import Runner as MMEngineRunner
 from torch import nn
+
+from mmext.agvm.optim_wrapper import (ema_interval_messages,
+                                      halves_description, run_summary)
+from mmext.agvm.schedule import AGVMSchedule
+from mmext.cli import build_runner
+from mmext.compat import trusted_checkpoint_loading
+
+
+@pytest.fixture(autouse=True)
+def fresh_message_hub():
+    """A wrapper reads the run's config from the current message hub; a
+    runner of an earlier test must not leave its config there."""
+    MessageHub.get_instance(f'agvm_test_{uuid.uuid4().hex}')
 
 
 class Vector(nn.Module):
@@ -239,6 +260,7 @@ def test_adam_statistic_uses_preconditioned_gradient(device):
     (dict(module_names=['backbone', 'nope']), "'nope' is not a submodule"),
     (dict(module_names=['frozen', 'head']), 'anchor module'),
     (dict(module_names='backbone'), 'a list of submodule names'),
+    (dict(start_iter=5, end_iter=5), r'integer > start_iter \(5\)'),
     (dict(ratio_range=(0, 10)), 'ratio_range'),
     (dict(statistic='lamb'), 'statistic'),
     (dict(update_interval=0), 'update_interval'),
@@ -279,18 +301,18 @@ def test_resume_from_a_run_without_agvm_says_what_to_do():
 @pytest.mark.parametrize('kwargs,max_iters,expected', [
     (dict(start_iter=100), 100, [
         'AGVM start_iter=100 is not before the end of training '
-        '(max_iters=100), so AGVM never modulates the LR']),
+        '(max_iters=100): AGVM never applies']),
     (dict(start_iter=10, end_iter=500), 100, [
-        'AGVM end_iter=500 lies after the end of training (max_iters=100); '
+        'AGVM end_iter=500 lies after the end of training (max_iters=100): '
         'AGVM runs to the end']),
     (dict(clip_grad=dict(max_norm=1.), clip_grad_window=(100, 200)), 50, [
         'clip_grad_window=(100, 200) begins after the end of training '
-        '(max_iters=50), so gradients are never clipped']),
+        '(max_iters=50): gradients are never clipped']),
     (dict(start_iter=200, clip_grad=dict(max_norm=1.),
           clip_grad_window=(0, 200)), 150, [
         'AGVM start_iter=200 is not before the end of training',
         'clip_grad_window=(0, 200) ends after the end of training '
-        '(max_iters=150); gradients are clipped to the end']),
+        '(max_iters=150): gradients are clipped to the end']),
     (dict(start_iter=10, end_iter=90, clip_grad=dict(max_norm=1.),
           clip_grad_window=(0, 10)), 100, []),
 ])
@@ -351,3 +373,322 @@ def test_summary_is_logged_when_training_starts(monkeypatch):
     assert logged == [wrapper.summary(10)]
     assert logged[0].splitlines()[0] == (
         "AGVM: 3 modulated modules, anchor (module 0) 'backbone':")
+
+
+# ------------------------------------------------------------------ options
+BAD = [
+    # (option, value, expected, example): one per option and kind of mistake
+    ('start_iter', '10', 'an integer >= 0', 560),
+    ('start_iter', -1, 'an integer >= 0', 560),
+    ('start_iter', 10.0, 'an integer >= 0', 560),
+    ('end_iter', '100', 'None (to the end of training) or an integer > '
+     'start_iter (0)', None),
+    ('end_iter', 0, 'None (to the end of training) or an integer > '
+     'start_iter (0)', None),
+    ('update_interval', 2.5, 'an integer >= 1', 10),
+    ('update_interval', 0, 'an integer >= 1', 10),
+    ('update_interval', True, 'an integer >= 1', 10),
+    ('accumulative_counts', '2', 'an integer >= 1', 2),
+    ('accumulative_counts', 0, 'an integer >= 1', 2),
+    ('ratio_range', 10, '(lo, hi) with 0 < lo <= hi', (0.5, 10.0)),
+    ('ratio_range', (0, 10), '(lo, hi) with 0 < lo <= hi', (0.5, 10.0)),
+    ('ratio_range', (10, 0.5), '(lo, hi) with 0 < lo <= hi', (0.5, 10.0)),
+    ('ratio_range', ('0.5', 10), '(lo, hi) with 0 < lo <= hi', (0.5, 10.0)),
+    ('ratio_range', (0.5, 5, 10), '(lo, hi) with 0 < lo <= hi', (0.5, 10.0)),
+    ('ema_momentum', 'x', 'a number in [0, 1)', 0.97),
+    ('ema_momentum', 1.0, 'a number in [0, 1)', 0.97),
+    ('ema_momentum', -0.1, 'a number in [0, 1)', 0.97),
+    ('clip_grad_window', 560, '(begin, end): runner iterations, integers '
+     'with 0 <= begin < end, or None (clip always)', (360, 560)),
+    ('clip_grad_window', (560, 360), '(begin, end): runner iterations, '
+     'integers with 0 <= begin < end, or None (clip always)', (360, 560)),
+    ('clip_grad_window', ('360', 560), '(begin, end): runner iterations, '
+     'integers with 0 <= begin < end, or None (clip always)', (360, 560)),
+    ('statistic', 'lamb', "one of ['grad', 'adam']", 'grad'),
+    ('module_names', 'backbone', "None (the model's top-level modules) or a "
+     'list of submodule names, anchor first',
+     ['backbone', 'neck', 'rpn_head', 'roi_head']),
+    ('module_names', ['backbone', 3], "None (the model's top-level modules) "
+     'or a list of submodule names, anchor first',
+     ['backbone', 'neck', 'rpn_head', 'roi_head']),
+]
+
+
+def _message(option, value, expected, example):
+    return (f'optim_wrapper.{option}={value!r} ({type(value).__name__}): '
+            f'expected {expected}, e.g. {option}={example!r}')
+
+
+@pytest.mark.parametrize('option, value, expected, example', BAD,
+                         ids=[f'{b[0]}={b[1]!r}' for b in BAD])
+def test_each_bad_option_is_named_with_the_fix(option, value, expected,
+                                               example):
+    """Checked where the wrapper is built (module_names where the
+    constructor resolves them, before the wrapper exists)."""
+    options = dict(accumulative_counts=2)
+    options[option] = value
+    with pytest.raises(ValueError) as err:
+        build_wrapper(ToyModel(), **options)
+    assert str(err.value) == _message(option, value, expected, example)
+
+
+def test_misspelt_option_lists_the_valid_names():
+    with pytest.raises(ValueError) as err:
+        build_wrapper(ToyModel(), accumulative_counts=2, start_iters=10)
+    assert str(err.value) == (
+        "AGVMOptimWrapper got unknown options ['start_iters']; its options "
+        "are ['accumulative_counts', 'clip_grad', 'clip_grad_window', "
+        "'ema_momentum', 'end_iter', 'module_names', 'ratio_range', "
+        "'start_iter', 'statistic', 'update_interval']")
+
+
+def test_good_options_and_config_keys_pass():
+    wrapper = build_optim_wrapper(ToyModel(), dict(
+        type='mmext.AGVMOptimWrapper',
+        constructor='mmext.AGVMOptimWrapperConstructor',
+        optimizer=dict(type='AdamW', lr=0.1), paramwise_cfg={},
+        base_constructor='DefaultOptimWrapperConstructor',
+        module_names=('backbone', 'neck'), start_iter=560, end_iter=None,
+        update_interval=10, accumulative_counts=2, ratio_range=[0.5, 10],
+        ema_momentum=0, clip_grad_window=[360, 560], statistic='adam',
+        clip_grad=dict(max_norm=1.0)))
+    schedule = wrapper.schedule
+    assert (schedule.start_iter, schedule.end_iter, schedule.update_interval,
+            schedule.accumulative_counts, schedule.clip_grad_window) == (
+                560, math.inf, 10, 2, (360, 560))
+    assert (wrapper.module_names, wrapper.ratio_range, wrapper.ema.momentum,
+            wrapper.statistic) == (['backbone', 'neck'], (0.5, 10), 0,
+                                   'adam')
+
+
+def test_rescale_iterations_keeps_every_window_non_empty():
+    """What mmext.Runner's auto_scale_schedule does to the window: each
+    count / 4, rounded; a window that rounding would empty keeps one
+    iteration (as the runner's param schedulers do)."""
+    wrapper = build_wrapper(ToyModel(), accumulative_counts=2, start_iter=20,
+                            end_iter=100, clip_grad=dict(max_norm=1.),
+                            clip_grad_window=(4, 20), update_interval=3)
+    assert wrapper.rescale_iterations(lambda v: round(v / 4)) == [
+        'optim_wrapper.start_iter 20 -> 5', 'optim_wrapper.end_iter 100 -> 25',
+        'optim_wrapper.clip_grad_window (4, 20) -> (1, 5)']
+    schedule = wrapper.schedule
+    assert (schedule.start_iter, schedule.end_iter, schedule.clip_grad_window,
+            schedule.update_interval) == (5, 25, (1, 5), 3)
+    wrapper = build_wrapper(ToyModel(), accumulative_counts=2, start_iter=9,
+                            end_iter=10, clip_grad=dict(max_norm=1.),
+                            clip_grad_window=(9, 10))
+    wrapper.rescale_iterations(lambda v: round(v / 8))
+    assert (wrapper.schedule.start_iter, wrapper.schedule.end_iter,
+            wrapper.schedule.clip_grad_window) == (1, 2, (1, 2))
+
+
+# ---------------------------------------------------------------- summary
+def test_halves_of_ranks_and_of_micro_batches():
+    assert halves_description(8, 1) == 'ranks 0-3 vs ranks 4-7 (world size 8)'
+    assert halves_description(2, 2) == 'rank 0 vs rank 1 (world size 2)'
+    assert halves_description(5, 1) == (
+        'ranks 0-1 vs ranks 2-3 (world size 5; rank 4 is in neither half, '
+        'its gradient only enters the update)')
+    assert halves_description(1, 2) == (
+        'micro-batch 1 vs micro-batch 2 of the 2 accumulated per optimizer '
+        'step (one process)')
+    assert halves_description(1, 4) == (
+        'micro-batches 1-2 vs micro-batches 3-4 of the 4 accumulated per '
+        'optimizer step (one process)')
+
+
+def test_block_of_a_paper_recipe():
+    schedule = AGVMSchedule(10, 560, None, 1, (360, 560))
+    text = run_summary(['backbone', 'neck', 'rpn_head', 'roi_head'],
+                       [23508032, 3344384, 593935, 13957970, 0],
+                       halves_description(32, 1), schedule, True, 'grad',
+                       14656)
+    assert text.splitlines() == [
+        "AGVM: 4 modulated modules, anchor (module 0) 'backbone':",
+        'AGVM:   backbone   23,508,032 parameters',
+        'AGVM:   neck        3,344,384 parameters',
+        'AGVM:   rpn_head      593,935 parameters',
+        'AGVM:   roi_head   13,957,970 parameters',
+        'AGVM: halves: ranks 0-15 vs ranks 16-31 (world size 32)',
+        'AGVM: active from iteration 560 to the end of training (runner '
+        'iterations); re-estimates every 10 optimizer step(s) of 1 '
+        "iteration(s) from the first active one; statistic 'grad'",
+        'AGVM: gradient clipping in iterations [360, 560) only '
+        '(clip_grad_window)',
+    ]
+
+
+def test_block_with_others_an_end_and_no_clipping():
+    schedule = AGVMSchedule(2, 4, 90, 2)
+    lines = run_summary(['backbone', 'head'], [10, 4, 3],
+                        halves_description(1, 2), schedule, False, 'adam',
+                        100).splitlines()
+    assert lines[3] == ('AGVM:   others' + ' ' * 14 + '3 parameters '
+                        '(outside module_names: factor 1)')
+    assert lines[5].startswith('AGVM: active from iteration 4 to iteration '
+                               '90 of 100 (runner iterations); re-estimates '
+                               'every 2 optimizer step(s) of 2 iteration(s)')
+    assert lines[6] == 'AGVM: gradient clipping off (no clip_grad)'
+    schedule = AGVMSchedule(accumulative_counts=2)
+    assert run_summary(['b'], [1, 0], 'x', schedule, True, 'grad').endswith(
+        'AGVM: gradient clipping at every step')
+
+
+# ------------------------------------- checks when training starts (runners)
+MODELS.register_module(name='ChecksToyModel', module=ToyRegressor, force=True)
+DATASETS.register_module(name='ChecksToyData', module=ToyRegressionData,
+                         force=True)
+RUNNERS = ['mmengine', 'mmext']
+
+
+def _cfg(tmp_path, start_iter=0, custom_hooks=(), by_epoch=False, **kwargs):
+    """8 iterations of 2 images per epoch, 2 micro-batches per step, no
+    ``runner_type``; a warm-up over the first 6 iterations (by_epoch: the
+    first epoch, i.e. iterations [0, 8))."""
+    warmup = (dict(type='mmext.ExpWarmupLR', by_epoch=False, end=6)
+              if not by_epoch else dict(type='LinearLR', start_factor=0.1,
+                                        by_epoch=True, end=1))
+    cfg = dict(
+        model=dict(type='ChecksToyModel'), work_dir=str(tmp_path),
+        # Its own message hub, which the wrapper reads the config from (a
+        # runner reuses the hub of an experiment of the same name).
+        experiment_name=f'agvm_{uuid.uuid4().hex}',
+        train_dataloader=toy_loader('ChecksToyData', 2),
+        train_cfg=dict(by_epoch=True, max_epochs=2),
+        param_scheduler=[warmup],
+        optim_wrapper=dict(
+            type='mmext.AGVMOptimWrapper',
+            constructor='mmext.AGVMOptimWrapperConstructor',
+            optimizer=dict(type='SGD', lr=0.1), accumulative_counts=2,
+            start_iter=start_iter),
+        custom_hooks=list(custom_hooks), launcher='none',
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook',
+                                           interval=10)),
+        env_cfg=dict(dist_cfg=dict(backend='gloo')))
+    cfg.update(kwargs)
+    return Config(cfg)
+
+
+def _runner(cfg, runner):
+    """mmengine's own Runner (the config keeps no runner_type, as the
+    toolboxes' tools/train.py builds it) or mmext.Runner (mmext's tools)."""
+    return (MMEngineRunner.from_cfg(cfg) if runner == 'mmengine' else
+            build_runner(cfg))
+
+
+def _start_warnings(tmp_path, runner, *args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        _runner(_cfg(tmp_path, *args, **kwargs), runner).train()
+    return [str(w.message) for w in caught if 'AGVM start_iter' in str(
+        w.message) or 'EMAHook' in str(w.message)]
+
+
+@pytest.mark.parametrize('runner', RUNNERS)
+@pytest.mark.parametrize('start_iter, by_epoch, warned', [
+    (2, False, '(mmext.ExpWarmupLR, iterations [0, 6))'),
+    (6, False, None),
+    (4, True, '(LinearLR, iterations [0, 8))'),
+    (8, True, None),
+])
+def test_start_inside_the_warmup_warns(tmp_path, runner, start_iter,
+                                       by_epoch, warned):
+    messages = _start_warnings(tmp_path, runner, start_iter,
+                               by_epoch=by_epoch)
+    if warned is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and warned in messages[0], messages
+        assert messages[0].startswith(f'AGVM start_iter={start_iter} lies '
+                                      'inside the LR warm-up')
+
+
+@pytest.mark.parametrize('runner', RUNNERS)
+def test_ema_hook_with_accumulation_warns_with_the_interval(tmp_path,
+                                                            runner):
+    (message, ) = _start_warnings(tmp_path / 'every', runner, 6,
+                                  [dict(type='EMAHook')])
+    assert re.match(r'EMAHook interval=1 counts runner iterations, but with '
+                    r'optim_wrapper.accumulative_counts=2 .*set interval=2',
+                    message), message
+    assert _start_warnings(tmp_path / 'per_step', runner, 6,
+                           [dict(type='EMAHook', interval=2)]) == []
+
+
+def test_ema_interval_rule():
+    hooks = [dict(type='EMAHook', interval=4), dict(type='EMAHook',
+                                                    interval=3),
+             dict(type='mmdet.EMAHook'), dict(type='CheckpointHook')]
+    assert len(ema_interval_messages(hooks, 2)) == 2  # 3 and 1
+    assert ema_interval_messages(hooks, 1) == []
+
+
+def test_mmengine_auto_scale_lr_with_accumulation_is_refused(tmp_path):
+    runner = _runner(_cfg(tmp_path, auto_scale_lr=dict(
+        enable=True, base_batch_size=8)), 'mmengine')
+    with pytest.raises(ValueError, match=(
+            r'leaving out optim_wrapper.accumulative_counts=2\. Set '
+            r"runner_type='mmext.Runner'")):
+        runner.train()
+    assert runner.iter == 0
+
+
+@pytest.mark.parametrize('runner', RUNNERS)
+def test_a_bad_option_is_refused_before_the_first_step(tmp_path, runner):
+    cfg = _cfg(tmp_path)
+    cfg.optim_wrapper.accumulative_counts = '2'
+    built = _runner(cfg, runner)
+    with pytest.raises(ValueError) as err:
+        built.train()
+    assert str(err.value) == _message('accumulative_counts', '2',
+                                      'an integer >= 1', 2)
+    assert built.iter == 0
+
+
+def test_plain_checkpoint_into_agvm_config_is_refused_by_mmengine(tmp_path):
+    """mmengine's Runner resumes into the wrapper's own load_state_dict."""
+    plain = _runner(_cfg(tmp_path / 'plain', optim_wrapper=dict(
+        optimizer=dict(type='SGD', lr=0.1))), 'mmengine')
+    plain.train()
+    cfg = _cfg(tmp_path / 'agvm', train_cfg=dict(by_epoch=True,
+                                                 max_epochs=3))
+    cfg.resume, cfg.load_from = True, str(tmp_path / 'plain' / 'epoch_2.pth')
+    runner = _runner(cfg, 'mmengine')
+    with trusted_checkpoint_loading(), pytest.raises(
+            ValueError, match='the checkpoint has no AGVM state.*'
+            r'load_from=CKPT \(no --resume\)'):
+        runner.train()
+    assert runner.iter == 16  # the checkpoint's: no step was taken
+
+
+# --------------------------------------------------------------------- AMP
+@pytest.mark.skipif(torch.cuda.is_available(), reason='CUDA present')
+def test_amp_variant_runs_mmengine_amp_set_up():
+    """AmpOptimWrapper's own construction runs (and refuses a CPU-only
+    machine), after AGVM has named a misspelled option."""
+    with pytest.raises(AssertionError, match='only available training on '
+                       'gpu'):
+        build_wrapper(ToyModel(), type='mmext.AGVMAmpOptimWrapper',
+                      accumulative_counts=2)
+    with pytest.raises(ValueError, match=r"unknown options \['loss_scal'\]"):
+        build_wrapper(ToyModel(), type='mmext.AGVMAmpOptimWrapper',
+                      accumulative_counts=2, loss_scal='dynamic')
+
+
+@pytest.mark.parametrize('device', [pytest.param('cuda', marks=CUDA_MARKS)])
+def test_amp_training_updates_factors(device):
+    model = ToyModel().to(device)
+    wrapper = build_wrapper(model, type='mmext.AGVMAmpOptimWrapper',
+                            accumulative_counts=2, loss_scale='dynamic')
+    for parts in toy_batches(3, 2):
+        for x, y, use_aux in parts:
+            with wrapper.optim_context(model):
+                loss = model(x.to(device), y.to(device), use_aux)
+            wrapper.update_params(loss)
+    assert wrapper.ema.num_updates == 3
+    # fp16 gradients move d_i a little, not the factors' direction.
+    _, _, fp32 = train_accumulated(toy_batches(3, 2), device)
+    torch.testing.assert_close(wrapper.ema.factors, fp32[-1], rtol=0,
+                               atol=0.05)
+    assert 'loss_scaler' in wrapper.state_dict()
+    assert 'agvm' in wrapper.state_dict()

@@ -1,8 +1,10 @@
 """mmext.agvm.schedule: the AGVM window, its re-estimate steps and the
 clipping window."""
+import re
+
 import pytest
 
-from mmext.agvm import AGVMSchedule
+from mmext.agvm.schedule import AGVMSchedule
 
 
 def test_measurements_every_interval_from_start():
@@ -20,16 +22,6 @@ def test_accumulation_counts_steps_not_micro_batches():
     assert sched.window_start(9) == 8
 
 
-@pytest.mark.parametrize('kwargs,match', [
-    (dict(update_interval=0), 'update_interval'),
-    (dict(start_iter=-1), 'start_iter'),
-    (dict(start_iter=5, end_iter=5), 'end_iter'),
-])
-def test_bad_options(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        AGVMSchedule(**kwargs)
-
-
 def test_clip_window_is_half_open():
     schedule = AGVMSchedule(clip_grad_window=(2, 4))
     assert [schedule.clips(i) for i in range(6)] == [
@@ -39,30 +31,34 @@ def test_clip_window_is_half_open():
 
 @pytest.mark.parametrize('kwargs, max_iters, expected', [
     (dict(start_iter=100), 100, [
-        'AGVM start_iter=100 is not before the end of training '
-        '(max_iters=100), so AGVM never modulates the LR. Lower start_iter '
-        '(the paper starts after the warm-up) or train longer.']),
+        r'start_iter=100 is not before the end of training \(max_iters=100\)'
+        r'.*never applies']),
     (dict(start_iter=10, end_iter=500), 100, [
-        'AGVM end_iter=500 lies after the end of training (max_iters=100); '
-        'AGVM runs to the end, as with end_iter=None.']),
+        r'end_iter=500 lies after the end of training \(max_iters=100\).*'
+        r'end_iter=None']),
     (dict(clip_grad_window=[100, 200]), 50, [
-        'clip_grad_window=(100, 200) begins after the end of training '
-        '(max_iters=50), so gradients are never clipped.']),
+        r'clip_grad_window=\(100, 200\) begins after the end of training '
+        r'\(max_iters=50\).*never clipped']),
+    (dict(start_iter=200, clip_grad_window=(0, 200)), 150, [
+        r'start_iter=200 is not before the end of training',
+        r'clip_grad_window=\(0, 200\) ends after the end of training '
+        r'\(max_iters=150\).*clipped to the end']),
     (dict(start_iter=10, end_iter=90, clip_grad_window=(0, 10)), 100, []),
 ])
 def test_values_the_run_cannot_honour(kwargs, max_iters, expected):
-    assert AGVMSchedule(**kwargs).unused_values(max_iters) == expected
+    messages = AGVMSchedule(**kwargs).unused_values(max_iters)
+    assert len(messages) == len(expected), messages
+    for message, pattern in zip(messages, expected):
+        assert re.search(pattern, message), message
 
 
 def test_start_inside_a_warmup_is_named():
     schedule = AGVMSchedule(start_iter=300)
-    assert schedule.inside_warmup([('mmext.ExpWarmupLR', 0, 460)]) == [
-        'AGVM start_iter=300 lies inside the LR warm-up (mmext.ExpWarmupLR, '
-        'iterations [0, 460)): the factors would be estimated and applied '
-        'while the LR still rises. The paper starts AGVM after the warm-up '
-        '(the released recipes 100 iterations after its end), and the '
-        'reference implementation warns the same. Set optim_wrapper.'
-        'start_iter to 460 or later.']
+    (message, ) = schedule.inside_warmup([('mmext.ExpWarmupLR', 0, 460)])
+    assert message.startswith('AGVM start_iter=300 lies inside the LR '
+                              'warm-up (mmext.ExpWarmupLR, iterations '
+                              '[0, 460))')
+    assert 'start_iter to 460 or later' in message
     assert AGVMSchedule(start_iter=460).inside_warmup(
         [('LinearLR', 0, 460)]) == []
     assert AGVMSchedule(start_iter=10).inside_warmup(

@@ -14,10 +14,10 @@ def test_defaults_time_4_processes_and_whole_intervals():
 def test_options_are_validated(capsys):
     for argv, message in [
         (['--steps', '12'], '--steps (12) must be a multiple of '
-         '--update-interval (10), so the timed steps hold 1 re-estimate per '
-         'interval; e.g. --steps 10'),
+         '--update-interval (10)'),
+        (['--steps', '12'], 'e.g. --steps 10'),
         (['--steps', '25', '--update-interval', '10'], 'e.g. --steps 20'),
-        (['--update-interval', '0'], '--update-interval must be >= 1, got 0'),
+        (['--update-interval', '0'], '--update-interval must be >= 1'),
         (['--nprocs', '1', '0'], '--nprocs must be >= 1, got [1, 0]'),
     ]:
         with pytest.raises(SystemExit):
@@ -25,27 +25,31 @@ def test_options_are_validated(capsys):
         assert message in capsys.readouterr().err
 
 
-def test_share_counts_the_hook_on_ordinary_steps():
+def test_extra_time_is_paired_step_by_step():
     args = parse_args(['--steps', '4', '--update-interval', '2',
                        '--batch-size', '3'])
     result = dict(
-        times=dict(plain=[1.0, 1.0, 2.0, 4.0], agvm=[1.5, 1.0, 2.5, 3.0]),
-        # 2 ordinary steps with 0.01 s of hook each, 2 re-estimates.
-        work=dict(ordinary=[0.01, 0.01], estimate=[0.2, 0.3]),
-        hooked=True, backend='gloo')
+        times=dict(plain=[1.0, 1.0, 2.0, 4.0], agvm=[1.5, 1.2, 2.5, 4.2]),
+        # Re-estimates at timed steps 0 and 2, 0.2 s and 0.3 s in
+        # update_factors.
+        kinds=['estimate', 'ordinary', 'estimate', 'ordinary'],
+        update_factors=[0.2, 0.0, 0.3, 0.0], hooked=True, backend='gloo')
     row = summarize_setting(4, result, args)
     assert row['setting'] == '4 proc gloo hook'
     assert row['batch'] == 12
     assert row['plain'] == pytest.approx(2.0)
-    assert row['agvm'] == pytest.approx(2.0)
-    assert row['ratio'] == pytest.approx(1.0)
+    assert row['agvm'] == pytest.approx(2.35)
+    assert row['ratio'] == pytest.approx(1.175)
     # Medians: agvm (1.5 + 2.5) / 2 = 2.0, plain (1 + 2) / 2 = 1.5.
     assert row['median_ratio'] == pytest.approx(2.0 / 1.5)
-    assert row['ordinary'] == pytest.approx(0.01)
-    assert row['estimate'] == pytest.approx(0.25)
-    # (0.01 + 0.01 + 0.2 + 0.3) / 4 steps, over the plain 2.0 s/step.
-    assert row['amortised'] == pytest.approx(0.13)
-    assert row['share'] == pytest.approx(0.065)
+    # AGVM minus plain, step by step: 0.5, 0.2, 0.5, 0.2.
+    assert row['ordinary'] == pytest.approx(0.2)
+    assert row['estimate'] == pytest.approx(0.5)
+    assert row['amortised'] == pytest.approx(0.35)
+    assert row['share'] == pytest.approx(0.175)
+    # update_factors: 0.25 s per re-estimate, (0.2 + 0.3) / 4 steps / 2.0.
+    assert row['update_factors'] == pytest.approx(0.25)
+    assert row['update_share'] == pytest.approx(0.0625)
     assert row['estimates'] == 2
     one = summarize_setting(1, dict(result, hooked=False, backend=None), args)
     assert (one['setting'], one['batch']) == ('1 process, 2 accum.', 6)

@@ -30,8 +30,9 @@ from mmengine.runner import Runner, load_checkpoint
 from mmengine.runner.utils import set_random_seed
 
 import mmext  # noqa: F401
-from mmext.agvm import (DEFAULT_RATIO_RANGE, module_layout,
-                        variance_by_batch_size)
+from mmext.agvm import variance_by_batch_size
+from mmext.agvm.diagnostic import module_layout
+from mmext.agvm.statistics import DEFAULT_RATIO_RANGE
 from mmext.compat import trusted_checkpoint_loading
 
 KEYS = (('d', 'gradient variance d_i = 1 - cos(G_A, G_B)'),

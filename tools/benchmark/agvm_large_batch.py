@@ -58,8 +58,9 @@ from mmengine.optim import OptimWrapper, build_optim_wrapper
 from mmengine.optim.scheduler import PolyLR
 
 import mmext  # noqa: F401
-from mmext.agvm import (DEFAULT_RATIO_RANGE, module_layout, summarize,
-                        variance_by_batch_size)
+from mmext.agvm import variance_by_batch_size
+from mmext.agvm.diagnostic import module_layout, summarize
+from mmext.agvm.statistics import DEFAULT_RATIO_RANGE
 from scenes import (SceneSegmentor, make_scenes, mean_iou,
                                   segmentation_loss)
 from mmext.warmup import ExpWarmupLR

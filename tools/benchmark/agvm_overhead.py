@@ -23,16 +23,13 @@ interval.
 
 Printed per setting: mean seconds per optimizer step of each (re-estimation
 steps included, so the cost is amortised over update_interval), the ratio of
-the means and of the medians, and AGVM's own work per step from
-instrumenting it: ``update_factors`` (the statistics exchange and the
-factor update), the first half's snapshot in one process, and in DDP the
-whole communication hook on every step (on ordinary steps it hands the
-bucket to DDP's default all-reduce: the Python call and the launch of the
-all-reduce, which plain DDP makes in C++, so an upper bound), with its half
-reduction and per-module norms on re-estimation steps, including the parts
-that overlap with the backward pass. That work is shown per ordinary step,
-per re-estimation step and amortised; its share of the plain step is the
-figure least sensitive to other load on the machine. The load average
+the means and of the medians, and AGVM's extra time per step: the AGVM
+step's time minus the plain step's on the same batches and weights (paired
+step by step), per ordinary step, per re-estimation step and amortised, with
+its share of the plain step; and the time in the wrapper's public
+``update_factors`` (the statistics exchange and the factor update; in DDP
+the half reduction and the norms inside the communication hook overlap the
+backward and are only in the end-to-end figure). The load average
 (``uptime``) is printed before and after; ``--json`` adds everything as one
 line.
 """
@@ -52,16 +49,6 @@ from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import Runner
 
 from bench_utils import WorkTimer, run_processes
-
-# AGVM's own work; nested calls (the flat fallback's reduction inside
-# update_factors) are counted once.
-_WRAPPER_WORK = ['update_factors']
-# The comm hook is registered on the first step, after instrumenting: DDP
-# calls the timed one on every step (share_half_sum nests inside it;
-# measure_sum runs in the all-reduce's callback, on its own).
-_HALVES_WORK = ['after_backward', '_comm_hook', 'share_half_sum',
-                'measure_sum']
-
 
 def _device(args, rank, backend):
     if args.device == 'cpu':
@@ -128,11 +115,11 @@ def _bench(rank, world_size, args, result_path, backend=None):
             for m in models
         ]
     plain, agvm = _wrappers(cfg, models, counts, args.update_interval)
+    # The re-estimate, through the wrapper's public method.
     timer = WorkTimer()
-    timer.instrument(agvm, _WRAPPER_WORK)
-    timer.instrument(agvm.halves, _HALVES_WORK)
+    timer.instrument(agvm, ['update_factors'])
     times = {'plain': [], 'agvm': []}
-    work = {'ordinary': [], 'estimate': []}
+    kinds, update_seconds = [], []
     batch_iter = iter(batches * 1000)
     for step in range(args.warmup + args.steps):
         # Both wrappers train on the same batches (box counts, and so the
@@ -152,13 +139,14 @@ def _bench(rank, world_size, args, result_path, backend=None):
             if step >= args.warmup:
                 times[name].append(time.perf_counter() - start)
                 if name == 'agvm':
-                    kind = ('estimate' if agvm.ema.num_updates > updates
-                            else 'ordinary')
-                    work[kind].append(sum(timer.seconds[calls:]))
+                    kinds.append('estimate' if agvm.ema.num_updates >
+                                 updates else 'ordinary')
+                    update_seconds.append(sum(timer.seconds[calls:]))
     if rank == 0:
-        torch.save(dict(times=times, work=work,
-                        hooked=agvm.uses_comm_hook(models[1])),
-                   result_path)
+        torch.save(dict(times=times, kinds=kinds,
+                        update_factors=update_seconds,
+                        hooked=agvm.distributed
+                        and agvm.halves.attach(models[1])), result_path)
 
 
 def _run(world_size, args):
@@ -219,22 +207,30 @@ def summarize_setting(world_size: int, result: dict, args) -> dict:
     Args:
         world_size (int): Processes.
         result (dict): ``times`` (``plain``/``agvm``: seconds per timed
-            step), ``work`` (AGVM's instrumented seconds per ``ordinary``
-            and per ``estimate`` step), ``hooked``, ``backend``.
+            step, the same steps in the same order), ``kinds``
+            (``'ordinary'`` or ``'estimate'`` per timed step),
+            ``update_factors`` (seconds in it per timed step), ``hooked``,
+            ``backend``.
         args: The parsed options (``batch_size``).
 
     Returns:
         dict: ``setting``, ``batch`` (effective), ``plain`` and ``agvm``
-        mean s/step, ``ratio`` of the means, ``median_ratio``, AGVM work
-        per ``ordinary`` step, per ``estimate`` step and ``amortised`` over
-        all timed steps (s), ``share`` (amortised work / plain mean),
+        mean s/step, ``ratio`` of the means, ``median_ratio``, AGVM's extra
+        time (AGVM step minus plain step) per ``ordinary`` step, per
+        ``estimate`` step and ``amortised`` over all timed steps (s),
+        ``share`` (amortised / plain mean), ``update_factors`` (s per
+        re-estimate) and ``update_share`` (its amortised time / plain mean),
         ``estimates`` (count of re-estimation steps timed).
     """
-    times, work = result['times'], result['work']
+    times, kinds = result['times'], result['kinds']
     plain = statistics.mean(times['plain'])
     agvm = statistics.mean(times['agvm'])
-    steps = len(work['ordinary']) + len(work['estimate'])
-    amortised = (sum(work['ordinary']) + sum(work['estimate'])) / steps
+    extra = {'ordinary': [], 'estimate': []}
+    for kind, mine, theirs in zip(kinds, times['agvm'], times['plain']):
+        extra[kind].append(mine - theirs)
+    amortised = statistics.mean(extra['ordinary'] + extra['estimate'])
+    updates = [s for s, k in zip(result['update_factors'], kinds)
+               if k == 'estimate']
     if world_size == 1:
         setting = '1 process, 2 accum.'
     else:
@@ -247,12 +243,14 @@ def summarize_setting(world_size: int, result: dict, args) -> dict:
         plain=plain, agvm=agvm, ratio=agvm / plain,
         median_ratio=(statistics.median(times['agvm']) /
                       statistics.median(times['plain'])),
-        ordinary=(statistics.mean(work['ordinary'])
-                  if work['ordinary'] else 0.0),
-        estimate=(statistics.mean(work['estimate'])
-                  if work['estimate'] else 0.0),
+        ordinary=(statistics.mean(extra['ordinary'])
+                  if extra['ordinary'] else 0.0),
+        estimate=(statistics.mean(extra['estimate'])
+                  if extra['estimate'] else 0.0),
         amortised=amortised, share=amortised / plain,
-        estimates=len(work['estimate']))
+        update_factors=statistics.mean(updates) if updates else 0.0,
+        update_share=sum(updates) / len(kinds) / plain,
+        estimates=len(extra['estimate']))
 
 
 def main():
@@ -266,17 +264,20 @@ def main():
           f'batches pre-loaded (compute-bound, no data wait)')
     print(f'load average (1, 5, 15 min) before: {load_before}')
     print(f'{"setting":<24}{"batch":>6}{"plain s/step":>13}{"AGVM s/step":>12}'
-          f'{"ratio":>7}{"median":>8}{"AGVM work s: ordinary":>23}'
-          f'{"estimate":>9}{"amortised":>10}{"share":>7}')
+          f'{"ratio":>7}{"median":>8}{"AGVM extra s: ordinary":>24}'
+          f'{"estimate":>9}{"amortised":>10}{"share":>7}'
+          f'{"update_factors s":>18}{"share":>7}')
     rows = []
     for world_size in args.nprocs:
         row = summarize_setting(world_size, _run(world_size, args), args)
         rows.append(row)
         print(f"{row['setting']:<24}{row['batch']:>6}{row['plain']:>13.3f}"
               f"{row['agvm']:>12.3f}{row['ratio']:>7.3f}"
-              f"{row['median_ratio']:>8.3f}{row['ordinary']:>23.4f}"
+              f"{row['median_ratio']:>8.3f}{row['ordinary']:>24.4f}"
               f"{row['estimate']:>9.4f}{row['amortised']:>10.4f}"
-              f"{row['share']:>7.2%}  ({row['estimates']} re-estimates)")
+              f"{row['share']:>7.2%}{row['update_factors']:>18.4f}"
+              f"{row['update_share']:>7.2%}  ({row['estimates']} "
+              f're-estimates)')
     load_after = _load_average()
     print(f'load average (1, 5, 15 min) after: {load_after}')
     if args.json:
