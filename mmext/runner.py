@@ -9,10 +9,9 @@ them must not resume register a guard with :func:`register_resume_guard`
 import bisect
 import os
 import os.path as osp
-import warnings
 from typing import Callable, List, Optional
 
-from mmengine.hooks import CheckpointHook, Hook
+from mmengine.hooks import CheckpointHook
 from mmengine.optim import OptimWrapper
 from mmengine.runner import EpochBasedTrainLoop, IterBasedTrainLoop
 from mmengine.runner import Runner as MMEngineRunner
@@ -30,8 +29,7 @@ from .scheduler_checks import (rescale_iterations, rescale_schedulers,
 
 __all__ = [
     'Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint',
-    'EFFECTIVE_BATCH_KEY', 'StartCheck', 'register_start_check',
-    'check_optim_wrapper_options', 'reads_bn_statistics_after_epoch',
+    'EFFECTIVE_BATCH_KEY', 'reads_bn_statistics_after_epoch',
     'check_dataset_config', 'single_class_subset'
 ]
 
@@ -62,57 +60,10 @@ def register_resume_guard(guard: ResumeGuard) -> ResumeGuard:
     return _add_once(_RESUME_GUARDS, guard)
 
 
-# check(runner) -> messages: warnings about a run whose loops, optimizer
-# wrappers, param schedulers and hooks are built, before its first iteration.
-StartCheck = Callable[['Runner'], List[str]]
-_START_CHECKS: List[StartCheck] = []
-
-
-def register_start_check(check: StartCheck) -> StartCheck:
-    """Add a check that :class:`Runner` runs before the first iteration.
-
-    Usable as a decorator (returns ``check``). Each check is called with
-    the runner once everything is built (optimizer wrappers, param
-    schedulers, hooks; after resuming) and returns warning messages, which
-    the runner warns with.
-    """
-    return _add_once(_START_CHECKS, check)
-
-
 def _add_once(registered: list, fn: Callable) -> Callable:
     if fn not in registered:
         registered.append(fn)
     return fn
-
-
-def check_optim_wrapper_options(cfg) -> None:
-    """Let an optimizer wrapper class check its config before any model is
-    built: a class with a ``check_options(options: dict)`` classmethod is
-    given the ``optim_wrapper`` config (one wrapper; the constructor's
-    ``type`` if it sets one, else ``'OptimWrapper'``).
-
-    Raises:
-        ValueError: From the class's ``check_options``.
-    """
-    if not isinstance(cfg, dict) or 'optimizer' not in cfg:
-        return
-    wrapper_type = cfg.get('type', 'OptimWrapper')
-    if isinstance(wrapper_type, str):
-        wrapper_type = OPTIM_WRAPPERS.get(wrapper_type)
-    check = getattr(wrapper_type, 'check_options', None)
-    if callable(check):
-        check(dict(cfg))
-
-
-class _StartChecks(Hook):
-    """Runs the registered start checks when training starts."""
-
-    priority = 'VERY_HIGH'
-
-    def before_train(self, runner) -> None:
-        for check in _START_CHECKS:
-            for message in check(runner):
-                warnings.warn(message)
 
 
 def reads_bn_statistics_after_epoch(runner) -> bool:
@@ -216,11 +167,14 @@ def restart_hint(filename: str) -> str:
 
 @RUNNERS.register_module(name='Runner')
 class Runner(MMEngineRunner):
-    """mmengine's ``Runner`` with the effective batch and mmext's checks.
+    """mmengine's ``Runner`` with the effective batch and the checks that
+    need the runner itself.
 
-    ``runner_type='mmext.Runner'`` in a config (mmext's ``tools/train.py``
-    and ``tools/test.py`` use it unless the config names another runner)
-    changes these things for any recipe:
+    The checks of mmext's own components (``MultigridHook``,
+    ``AGVMOptimWrapper``) live in those components and hold with any runner;
+    ``runner_type='mmext.Runner'`` (mmext's ``tools/train.py`` and
+    ``tools/test.py`` use it unless the config names another runner) adds
+    what only a runner subclass can do, for any recipe:
 
     * The batch is the effective batch: loader batch x world size x
       ``accumulative_counts``. It is logged when training starts, and
@@ -234,32 +188,20 @@ class Runner(MMEngineRunner):
       (:func:`mmext.scheduler_checks.unused_scheduler_values`), unless a
       hook moves the schedulers onto its own axis and checks them there
       (a hook class with ``remaps_param_schedulers = True``).
-    * ``resume`` refuses a checkpoint written with mmext components (AGVM
-      optimizer state, a multigrid schedule) that the config does not have,
-      naming what to do instead (the guards of
-      :func:`register_resume_guard`); the opposite direction is checked by
-      the components themselves, so it holds with any runner. Checkpoints
-      record the effective batch (``meta[EFFECTIVE_BATCH_KEY]``), and
-      resuming iteration-based param schedulers built for another one
-      warns (:func:`mmext.scheduler_checks.resumed_batch_mismatch`).
+    * ``resume`` refuses a checkpoint written with an mmext component
+      (AGVM optimizer state, a multigrid schedule) into a config without
+      it, where no mmext object exists to notice (the guards of
+      :func:`register_resume_guard`). Checkpoints record the effective
+      batch (``meta[EFFECTIVE_BATCH_KEY]``), and resuming iteration-based
+      param schedulers built for another one warns
+      (:func:`mmext.scheduler_checks.resumed_batch_mismatch`).
     * Its own checkpoint loads (``resume``, ``load_from``) unpickle whole
       mmengine checkpoints, as torch < 2.6 did
       (:func:`mmext.compat.trusted_checkpoint_loading`).
-    * An optimizer wrapper class with a ``check_options`` classmethod
-      checks its config before any model is built
-      (:func:`check_optim_wrapper_options`).
-    * Before training it warns about BN layers kept in eval mode and frozen
-      stages of modules that load no weights (``norm_eval=True`` /
-      ``frozen_stages`` with ``init_cfg=None``), naming the keys and the fix
-      (:func:`mmext.frozen_check.frozen_without_weights`), and with the
-      messages of the checks components registered with
-      :func:`register_start_check`.
+    * Dataset mistakes are named before training (:meth:`build_dataloader`),
+      and so are BN layers kept in eval mode and frozen stages of modules
+      that load no weights (:func:`mmext.frozen_check.frozen_without_weights`).
     """
-
-    def __init__(self, *args, **kwargs):
-        check_optim_wrapper_options(kwargs.get('optim_wrapper'))
-        super().__init__(*args, **kwargs)
-        self.register_hook(_StartChecks())
 
     def train(self):
         """mmengine's ``train``, warning first about layers that stay at
@@ -268,7 +210,7 @@ class Runner(MMEngineRunner):
         model_cfg = self.cfg.get('model')
         for message in frozen_without_weights(
                 self.model, model_cfg, [''] if loads_all else []):
-            warnings.warn(message)
+            warn(message)
         return super().train()
 
     @staticmethod
@@ -440,7 +382,7 @@ class Runner(MMEngineRunner):
                           if isinstance(loop, EpochBasedTrainLoop) else None)
             for message in unused_scheduler_values(scheduler, max_epochs,
                                                    loop.max_iters):
-                warnings.warn(message)
+                warn(message)
         return super().build_param_scheduler(scheduler)
 
     def save_checkpoint(self, *args, meta: Optional[dict] = None,
@@ -507,4 +449,4 @@ class Runner(MMEngineRunner):
             [c['type'] for c in scheduler_configs(
                 self.cfg.get('param_scheduler'))], filename)
         if message:
-            warnings.warn(message)
+            warn(message)

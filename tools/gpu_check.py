@@ -331,7 +331,7 @@ def agvm_ranks_worker(rank: int, world_size: int, backend: str,
         rank=rank, backend=backend, device=str(device),
         factors=wrapper.ema.factors.tolist(),
         num_updates=wrapper.ema.num_updates,
-        hooked=wrapper.uses_comm_hook(runner.model),
+        hooked=wrapper.halves.attach(runner.model),
         param_sum=sum(p.detach().double().sum().item()
                       for p in model.parameters()))
     ranks = all_gather_object(result)
