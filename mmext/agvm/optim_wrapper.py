@@ -278,7 +278,8 @@ def ema_interval_messages(hook_cfgs: Sequence[dict],
     faster than the recipe means; ``interval=K`` updates once per step.
 
     Args:
-        hook_cfgs (Sequence[dict]): The run's ``custom_hooks`` configs.
+        hook_cfgs (Sequence[dict]): The run's hook configs
+            (``custom_hooks`` and the values of ``default_hooks``).
         accumulative_counts (int): K.
 
     Returns:
@@ -459,8 +460,9 @@ class AGVMOptimWrapper(OptimWrapper):
         epoch_length = max_counts // max_epochs if max_epochs else 1
         messages = self.schedule.inside_warmup(
             warmup_ends(_own_schedulers(cfg), epoch_length))
-        messages += ema_interval_messages(cfg.get('custom_hooks') or [],
-                                          self._counts[1])
+        hooks = list(cfg.get('custom_hooks') or []) + list(
+            (cfg.get('default_hooks') or {}).values())
+        messages += ema_interval_messages(hooks, self._counts[1])
         for message in messages:
             warn(message)
 

@@ -615,6 +615,16 @@ def test_ema_hook_with_accumulation_warns_with_the_interval(tmp_path,
                            [dict(type='EMAHook', interval=2)]) == []
 
 
+def test_ema_hook_among_the_default_hooks_is_seen_too(tmp_path):
+    cfg = _cfg(tmp_path, 6)
+    cfg.default_hooks.ema = dict(type='EMAHook')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        MMEngineRunner.from_cfg(cfg).train()
+    assert [str(w.message) for w in caught
+            if 'EMAHook interval=1' in str(w.message)]
+
+
 def test_ema_interval_rule():
     hooks = [dict(type='EMAHook', interval=4), dict(type='EMAHook',
                                                     interval=3),
