@@ -20,7 +20,7 @@ Which layers can be split, and which batches, is checked before training
 (:func:`mmext.multigrid.checks.check_model`, the plan); the layers trust it.
 """
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, List, Set, Tuple
+from typing import Callable, Iterable, Iterator, List, Tuple
 
 import torch
 import torch.distributed as torch_dist
@@ -32,8 +32,7 @@ from mmext.compat import BatchNormBase, InstanceNormBase, batch_norm_xd_type
 __all__ = [
     'SPLITTABLE_BN_TYPES', 'SubBatchNorm', 'SubBatchNorm3d',
     'SubSyncBatchNorm', 'SubBatchNormXd', 'enable_sub_bn', 'disable_sub_bn',
-    'update_precise_bn', 'unsplittable_bn_layers', 'bn_layers_in_training',
-    'modules_training_in_train_mode'
+    'update_precise_bn', 'unsplittable_bn_layers', 'bn_layers_in_training'
 ]
 
 # Exact types: a subclass may take other constructor arguments.
@@ -176,27 +175,6 @@ _SUB_TYPES = {t.plain_type: t
               for t in (SubBatchNorm3d, SubSyncBatchNorm, SubBatchNormXd)}
 
 
-def modules_training_in_train_mode(model: nn.Module) -> Set[nn.Module]:
-    """Modules that ``model.train()`` puts in training mode.
-
-    Recipes decide per layer in their ``train()`` (mmaction2's ResNet3d
-    family puts BN layers in eval mode for ``norm_eval=True`` and the stages
-    up to ``frozen_stages``). Every module's mode is restored afterwards.
-
-    Args:
-        model (nn.Module): The unwrapped model.
-
-    Returns:
-        set[nn.Module]: The modules in training mode under ``model.train()``.
-    """
-    modes = [(m, m.training) for m in model.modules()]
-    model.train()
-    training = {m for m in model.modules() if m.training}
-    for module, mode in modes:
-        module.training = mode
-    return training
-
-
 def _has_batch_stats(module: nn.Module) -> bool:
     """Whether ``module`` normalises with statistics over the batch."""
     if isinstance(module, BatchNormBase):
@@ -223,13 +201,15 @@ def _bn_layers(model: nn.Module) -> Iterable:
 
 
 def bn_layers_in_training(model: nn.Module) -> List[Tuple[str, nn.Module]]:
-    """``(name, module)`` of the BN layers that ``model.train()`` trains.
-
-    Layers with batch statistics (an mmaction2 ``SubBatchNorm3D`` counts as
-    one) in training mode under ``model.train()``, i.e. not frozen by the
-    recipe.
-    """
-    training = modules_training_in_train_mode(model)
+    """``(name, module)`` of the BN layers (an mmaction2 ``SubBatchNorm3D``
+    counts as one) that ``model.train()`` puts in training mode: recipes
+    decide per layer (``norm_eval``, ``frozen_stages``). Every module's mode
+    is restored."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.train()
+    training = {m for m in model.modules() if m.training}
+    for module, mode in modes:
+        module.training = mode
     return [(n, m) for n, m in _bn_layers(model) if m in training]
 
 
