@@ -599,12 +599,13 @@ class MultigridHook(Hook):
         """Give the watch the figures ``IterTimerHook`` (priority NORMAL,
         after this hook) logged for the last finished iteration: its
         ``train/data_time`` and ``train/time`` (s)."""
-        scalars = runner.message_hub.log_scalars
-        if 'train/time' not in scalars or 'train/data_time' not in scalars:
-            return  # no IterTimerHook
-        for level, message in self.watch.record(
-                scalars['train/data_time'].current(),
-                scalars['train/time'].current()):
+        hub = runner.message_hub
+        try:
+            data = hub.get_scalar('train/data_time').current()
+            total = hub.get_scalar('train/time').current()
+        except KeyError:  # no IterTimerHook
+            return
+        for level, message in self.watch.record(data, total):
             if level >= logging.WARNING:
                 warn(message)
             else:
