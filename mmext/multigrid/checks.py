@@ -85,15 +85,9 @@ class ShapeResult(NamedTuple):
 
 
 def planned_shapes(plan) -> List[PlannedShape]:
-    """Distinct per-process ``(B, T, S)`` of a plan, in training order.
-
-    Args:
-        plan (MultigridPlan): The run's plan.
-
-    Returns:
-        list[PlannedShape]: Every short-cycle shape of every stage (which
-        includes its long-cycle shape), each once.
-    """
+    """Distinct per-process ``(B, T, S)`` of a ``MultigridPlan`` in training
+    order: every short-cycle shape of every stage (its long-cycle shape
+    included), each once."""
     found = {}
     for stage in plan.stages:
         for grid in stage.short_cycle:
@@ -128,25 +122,13 @@ def probe_input_size(model: nn.Module, batch: int, clip_len: int,
                      crop_size: int,
                      pipeline: Optional[Sequence[dict]] = None
                      ) -> Tuple[int, ...]:
-    """Size of the ``inputs`` tensor the recognizer gets at one shape.
-
-    As mmaction2's ``FormatShape`` and ``ActionDataPreprocessor`` give it:
-    ``(B, num_clips, C, T, S, S)`` for ``format_shape='NCTHW'`` (3D
-    recognizers), ``(B, num_clips * T, C, S, S)`` for ``'NCHW'`` (2D
-    recognizers: TSN, TSM, ...).
-
-    Args:
-        model (nn.Module): The recognizer.
-        batch (int): ``B``, clips per process.
-        clip_len (int): ``T`` in frames.
-        crop_size (int): ``S`` in pixels.
-        pipeline (Sequence[dict], optional): The train pipeline
-            (``num_clips`` of its frame sampler); default one clip.
-
-    Returns:
-        tuple[int, ...]: The size. ``C`` is the first convolution's
-        ``in_channels`` (3 if it has none).
-    """
+    """Size of the ``inputs`` tensor the recognizer gets for ``batch``
+    clips of ``clip_len`` frames and ``crop_size`` pixels, as mmaction2's
+    ``FormatShape`` and ``ActionDataPreprocessor`` give it: ``(B,
+    num_clips, C, T, S, S)`` for ``format_shape='NCTHW'`` (3D recognizers),
+    ``(B, num_clips * T, C, S, S)`` for ``'NCHW'`` (2D: TSN, TSM, ...).
+    ``num_clips`` comes from the pipeline's frame sampler (default 1), ``C``
+    from the first convolution (default 3)."""
     fmt = getattr(getattr(model, 'data_preprocessor', None), 'format_shape',
                   'NCTHW')
     clips, channels = _num_clips(pipeline), _in_channels(model)
@@ -156,16 +138,10 @@ def probe_input_size(model: nn.Module, batch: int, clip_len: int,
 
 
 def meta_copy(model: nn.Module) -> nn.Module:
-    """A deep copy of ``model`` whose parameters and buffers are on ``meta``.
-
-    No tensor data is copied: every parameter and buffer is given its meta
-    counterpart in ``copy.deepcopy``'s memo before the copy starts.
-    Forward hooks are copied with the modules.
-
-    Raises:
-        Exception: Whatever ``copy.deepcopy`` raises for a module holding an
-            object that cannot be copied.
-    """
+    """A deep copy of ``model`` (forward hooks included) whose parameters
+    and buffers are on ``meta``; no tensor data is copied (each one's meta
+    counterpart is put in ``copy.deepcopy``'s memo first). Raises what
+    ``copy.deepcopy`` raises for an object that cannot be copied."""
     memo = {}
     for param in model.parameters():
         memo[id(param)] = nn.Parameter(

@@ -54,19 +54,13 @@ def _unwrap(model):
 
 
 def prepare_run(runner, keep_cpu_memory: bool = True) -> Callable[[], None]:
-    """What ``MultigridHook`` gives its run besides multigrid.
-
-    Called in ``before_run`` (the model and optimizer are built, nothing is
-    compiled yet), by the hook and by a baseline that should differ from a
-    multigrid run in multigrid only: glibc keeps freed memory when the model
-    trains on the CPU (``keep_cpu_memory``; a constant shape's activations
-    above the mmap threshold are mapped and unmapped every iteration too),
-    and with mmengine's ``compile`` the per-iteration frames run outside
-    dynamo (:func:`run_outside_dynamo`). What is done is logged.
-
-    Args:
-        runner (Runner): The runner.
-        keep_cpu_memory (bool): ``MultigridHook``'s option.
+    """What ``MultigridHook`` gives its run besides multigrid, in
+    ``before_run`` (also for a baseline that should differ in multigrid
+    only): glibc keeps freed memory when the model trains on the CPU
+    (``keep_cpu_memory``; a constant shape's activations above the mmap
+    threshold are mapped and unmapped every iteration too), and under
+    mmengine's ``compile`` the per-iteration frames run outside dynamo
+    (:func:`run_outside_dynamo`). What is done is logged.
 
     Returns:
         callable: Undoes the dynamo exclusions (the allocator setting is
@@ -99,10 +93,8 @@ def glibc_version() -> Optional[str]:
 
 def keep_freed_memory() -> bool:
     """Make glibc keep freed memory for reuse (process-wide, idempotent;
-    loader workers forked afterwards inherit it).
-
-    Returns:
-        bool: True if applied; False if the C library is not glibc.
+    loader workers forked afterwards inherit it); False if the C library is
+    not glibc.
 
     Raises:
         OSError: If glibc refused a setting (``mallopt`` returned 0).
@@ -120,11 +112,8 @@ def keep_freed_memory() -> bool:
 
 def keep_freed_memory_for(model) -> Optional[str]:
     """:func:`keep_freed_memory` if ``model`` trains on the CPU (its first
-    parameter's device; CUDA tensors come from PyTorch's caching allocator).
-
-    Returns:
-        str | None: What was done, for the log; None if nothing was.
-    """
+    parameter's device; CUDA tensors come from PyTorch's caching
+    allocator); returns the log line, or None if nothing was done."""
     param = next(model.parameters(), None)
     if param is None or param.device.type != 'cpu' or not keep_freed_memory():
         return None
@@ -152,19 +141,11 @@ def train_shape_count(plan) -> int:
 
 def run_outside_dynamo(model: torch.nn.Module, message_hub=None,
                        optim_wrapper=None) -> Callable[[], None]:
-    """Run ``model.data_preprocessor``, ``message_hub.update_scalar`` and
-    the optimizers' ``step`` outside dynamo (``torch.compiler.disable`` on
-    the instances).
-
-    Args:
-        model (nn.Module): The unwrapped model.
-        message_hub (MessageHub, optional): The runner's.
-        optim_wrapper (OptimWrapper | OptimWrapperDict, optional): The
-            runner's.
-
-    Returns:
-        callable: Undoes it (removes the instance attributes).
-    """
+    """Run ``model.data_preprocessor`` (of the unwrapped model),
+    ``message_hub.update_scalar`` and the ``step`` of each optimizer of
+    ``optim_wrapper`` (an ``OptimWrapperDict`` too) outside dynamo
+    (``torch.compiler.disable`` on the instances); returns the undo (it
+    removes the instance attributes)."""
     wrappers = list(getattr(optim_wrapper, 'optim_wrappers', {}).values()
                     ) or ([optim_wrapper] if optim_wrapper is not None else [])
     done = []
@@ -251,16 +232,10 @@ class CompiledRun:
 
 # ---------------------------------------------------------- channels_last
 def to_channels_last_3d(model: torch.nn.Module) -> int:
-    """Store every 5-D parameter and buffer of ``model`` in channels_last_3d.
-
-    In place: the Parameter objects stay (the optimizer's and DDP's), only
-    their storage changes. ``Module.to(memory_format=...)`` would also
-    convert 4-D tensors (TSM's 2-D convolutions), which channels_last_3d
-    cannot hold.
-
-    Returns:
-        int: Number of tensors converted.
-    """
+    """Store every 5-D parameter and buffer of ``model`` in channels_last_3d
+    and return how many were converted. In place: the Parameter objects stay
+    (the optimizer's and DDP's); ``Module.to(memory_format=...)`` would also
+    convert 4-D tensors (TSM's 2-D convolutions)."""
     count = 0
     with torch.no_grad():
         for tensor in list(model.parameters()) + list(model.buffers()):
@@ -348,12 +323,9 @@ def _to_float32(module, args, output):
 
 
 def float32_head_outputs(model: torch.nn.Module) -> bool:
-    """Return ``model.cls_head``'s tensor output in float32 (idempotent).
-
-    Returns:
-        bool: True if the hook was added now; False without a ``cls_head``
-        or when it has it already.
-    """
+    """Return ``model.cls_head``'s tensor output in float32 (idempotent):
+    True if the forward hook was added now, False without a ``cls_head`` or
+    when it has it already."""
     head = getattr(model, 'cls_head', None)
     if head is None or getattr(head, 'mmext_float32_outputs', False):
         return False
