@@ -1,10 +1,10 @@
 """A recipe's ``param_scheduler`` configs: what a run cannot honour, where
 the warm-ups end, and the iteration counts rescaled to another batch.
 
-Used by :class:`mmext.runner.Runner` before the schedulers are built (a
-component that moves the schedulers onto its own axis, ``MultigridHook``,
-checks them there instead), and when it resumes schedulers that a run with
-another effective batch built (:func:`resumed_batch_mismatch`).
+Used by :class:`mmext.runner.Runner` before the schedulers are built and
+when it resumes schedulers that a run with another effective batch built
+(:func:`resumed_batch_mismatch`), and by ``MultigridPlan`` on the recipe's
+schedulers, before it moves them onto the multigrid axis.
 
 Rescaling (``auto_scale_schedule``): mmengine's ``auto_scale_lr`` scales only
 the LR. detectron2's ``DefaultTrainer.auto_scale_workers``
@@ -71,19 +71,25 @@ def scheduler_configs(schedulers) -> List[dict]:
 
 
 def unused_scheduler_values(schedulers, max_epochs: Optional[int],
-                            max_iters: int) -> List[str]:
+                            max_iters: Optional[int],
+                            axis: str = '') -> List[str]:
     """What of the ``param_scheduler`` configs a run cannot honour.
 
     One message per value: a scheduler that begins at or after the end of
     training (never applies), one other than a step schedule that ends after
     it (cut short: a warm-up or a cosine never reaches its final value), and
-    ``milestones`` at or after the end (those LR steps never happen).
+    ``milestones`` at or after the end (those LR steps never happen). The
+    one owner of these rules: ``mmext.Runner`` checks the run's schedulers,
+    ``MultigridPlan`` the recipe's before moving them onto its own axis.
 
     Args:
         schedulers (dict | list): The ``param_scheduler`` config value.
-        max_epochs (int, optional): Epochs of the run; None for an
-            iteration-based loop (epoch-based values are then not checked).
-        max_iters (int): Iterations of the run.
+        max_epochs (int, optional): Epochs of the run; None: epoch-based
+            values are not checked (e.g. an iteration-based loop).
+        max_iters (int, optional): Iterations of the run; None:
+            iteration-based values are not checked.
+        axis (str): Names the axis in the messages (``'recipe'``: ``recipe
+            epoch 5``) when it is not the run's.
 
     Returns:
         list[str]: The messages.
@@ -94,27 +100,31 @@ def unused_scheduler_values(schedulers, max_epochs: Optional[int],
         length = max_epochs if by_epoch else max_iters
         if length is None:
             continue
-        unit = 'epoch' if by_epoch else 'iteration'
+        unit = (f'{axis} ' if axis else '') + (
+            'epoch' if by_epoch else 'iteration')
         name = f"param_scheduler {cfg['type']}"
         begin, end = cfg.get('begin', 0), cfg.get('end', SCHEDULER_INF)
         if begin >= length:
             messages.append(
                 f'{name} begins at {unit} {begin}, not before the end of '
-                f'training ({length} {unit}s): it never applies.')
+                f'training ({length} {unit}s): it never applies. Move its '
+                f'begin or remove it.')
             continue
-        kind = cfg['type'].split('.')[-1]
+        kind = str(cfg['type']).split('.')[-1]
         if end != SCHEDULER_INF and end > length and kind not in STEP_TYPES:
             final = ('the warm-up never reaches its target LR'
                      if kind in WARMUP_TYPES else
                      'it never reaches its final value')
             messages.append(
                 f'{name} ends at {unit} {end}, after the end of training '
-                f'({length} {unit}s): it is cut short ({final}).')
+                f'({length} {unit}s): it is cut short ({final}). Shorten it '
+                f'or train longer.')
         late = [m for m in cfg.get('milestones', []) if m >= length]
         if late:
             messages.append(
                 f'{name} milestones {late} lie at or after the end of '
-                f'training ({length} {unit}s): those LR steps never happen.')
+                f'training ({length} {unit}s): those LR steps never happen. '
+                f'Remove them or train longer.')
     return messages
 
 
@@ -195,6 +205,8 @@ def resumed_batch_mismatch(saved_batches: Optional[Dict[str, int]],
         f'batch lasts two). Resume with the checkpoint\'s world size, '
         f'train_dataloader.batch_size and accumulative_counts, or start '
         f'from its weights with load_from={filename} (no --resume).')
+
+
 def warmup_ends(schedulers, epoch_length: int) -> List[tuple]:
     """Where the LR warm-ups of a ``param_scheduler`` config end.
 

@@ -1,4 +1,5 @@
-"""mmext.scheduler_checks: what of a param_scheduler a run cannot honour."""
+"""mmext.scheduler_checks: what of a param_scheduler a run cannot honour
+(on the run's axis or a recipe's), resumed and rescaled schedules."""
 import pytest
 
 from mmext.scheduler_checks import (rescale_iterations, rescale_schedulers,
@@ -28,13 +29,33 @@ def test_stock_i3d_schedule_on_a_short_run():
     assert unused_scheduler_values(schedulers, 2, 40) == [
         'param_scheduler LinearLR ends at iteration 500, after the end of '
         'training (40 iterations): it is cut short (the warm-up never '
-        'reaches its target LR).',
+        'reaches its target LR). Shorten it or train longer.',
         'param_scheduler MultiStepLR milestones [40, 80] lie at or after the '
-        'end of training (2 epochs): those LR steps never happen.',
+        'end of training (2 epochs): those LR steps never happen. Remove '
+        'them or train longer.',
         'param_scheduler CosineAnnealingLR begins at epoch 5, not before the '
-        'end of training (2 epochs): it never applies.',
+        'end of training (2 epochs): it never applies. Move its begin or '
+        'remove it.',
     ]
     assert unused_scheduler_values(schedulers[1:2], 100, 4000) == []
+
+
+def test_the_same_rules_on_another_axis():
+    """A hook that moves the schedulers onto its own axis checks the
+    recipe's on the recipe's axis; iteration bounds only where its
+    iterations are known."""
+    schedulers = [
+        dict(type='LinearLR', by_epoch=False, end=500),
+        dict(type='MultiStepLR', by_epoch=True, milestones=[1, 40]),
+    ]
+    assert unused_scheduler_values(schedulers, 2, None, axis='recipe') == [
+        'param_scheduler MultiStepLR milestones [40] lie at or after the end '
+        'of training (2 recipe epochs): those LR steps never happen. Remove '
+        'them or train longer.']
+    assert unused_scheduler_values(schedulers[:1], 2, 64, axis='recipe') == [
+        'param_scheduler LinearLR ends at recipe iteration 500, after the end '
+        'of training (64 recipe iterations): it is cut short (the warm-up '
+        'never reaches its target LR). Shorten it or train longer.']
 
 
 def test_scheduler_states_of_both_checkpoint_forms():
@@ -75,7 +96,7 @@ def test_a_cosine_longer_than_the_run_is_not_called_a_warm_up():
               T_max=10)], 4, 40) == [
         'param_scheduler CosineAnnealingLR ends at epoch 10, after the end '
         'of training (4 epochs): it is cut short (it never reaches its '
-        'final value).']
+        'final value). Shorten it or train longer.']
 
 
 def test_warmup_ends_in_iterations():

@@ -1,51 +1,26 @@
 """Sub-batch BN and precise BN for multigrid (paper Sec. 3.3).
 
-BN statistics are kept over a fixed number of clips per split
-(``bn_base_size``) whatever the per-device batch: a training forward pass
-over ``N`` clips normalises ``N // bn_base_size`` splits separately
+Sub-batch BN: a training forward pass over ``N > bn_base_size`` clips
+normalises ``N // bn_base_size`` splits of consecutive clips apart
 (PySlowFast ``NUM_SPLITS``), decided at every forward pass from the batch it
-gets, so the short cycle's 2x/4x batches and a long-cycle batch alike keep
-``bn_base_size`` clips per split. Split ``k`` holds clips ``k * bn_base_size
-... (k + 1) * bn_base_size - 1`` of the batch (contiguous along the batch
-dimension, so every split is a dense view in any memory format, e.g.
-``channels_last_3d``).
+gets, so every shape keeps ``bn_base_size`` clips per split. Layers are not
+replaced: :func:`enable_sub_bn` changes the class of each BN layer that
+trains to a subclass of its own kind (as ``torch.nn.utils.parametrize``
+does), so parameters, buffers, state-dict keys and the optimizer's and
+DDP's references stay. The running statistics are those a plain BN over the
+whole per-device batch tracks: the split statistics merged by the law of
+total variance (torch's unbiased correction over all ``N T H W`` values)
+before the momentum update, so evaluation, precise BN and checkpoints see a
+plain BN layer. A ``SyncBatchNorm`` normalises split ``k`` of every rank
+together. Splits are contiguous along the batch dimension, dense views in
+any memory format. Under autocast the statistics are float32 (torch's
+batch-norm kernel) and the output has the input's dtype.
 
-Layers are not replaced: :func:`enable_sub_bn` changes the class of each BN
-layer that trains to a subclass of its own kind (``SubBatchNorm3d``,
-``SubSyncBatchNorm``, ``SubBatchNormXd``; ``torch.nn.utils.parametrize``
-changes classes the same way), so parameters, buffers, state-dict keys, the
-optimizer's and DDP's references and forward hooks stay what they were.
-The running statistics are the layer's own buffers and are those a plain
-BN over the whole per-device batch tracks: each step's split statistics are
-merged by the law of total variance (mean of the split means; mean of the
-split variances plus the variance of the split means; torch's unbiased
-correction over all ``N * T * H * W`` values) before the momentum update.
-Evaluation, precise BN and checkpoints therefore see a plain BN layer: no
-statistics to aggregate, checkpoints load into the recipe model, and resume
-is exact. (mmaction2's ``SubBatchNorm3D`` keeps per-split running
-statistics and merges them only before evaluation, over split counts fixed
-per long-cycle stage.)
-
-BN kinds. ``BatchNorm3d``, ``SyncBatchNorm`` (mmcv's ``SyncBN``) and
-mmengine's BatchNormXd (``SyncBN`` after ``revert_sync_batchnorm`` in a
-non-distributed run) are split. A ``SyncBatchNorm`` stays synchronised over
-its process group: split ``k`` of every rank is normalised together, so a
-recipe that syncs BN over ``W`` ranks keeps BN over ``W * bn_base_size``
-clips at every shape (with ``bn_base_size = B``, exactly the recipe's), and
-its running statistics are those of the whole synchronised batch. Other
-kinds with batch statistics (``BatchNorm1d``/``2d``, mmcv's ``MMSyncBN``,
-mmaction2's own ``SubBatchNorm3D``) cannot be split, because their batch
-dimension need not be the clips; layers that the recipe keeps in eval mode
-(``norm_eval``, ``frozen_stages``) do not depend on the batch and are left
-alone. GroupNorm/LayerNorm need nothing.
-
-Mixed precision. Under autocast the split statistics come out of torch's
-batch-norm kernel in float32 (its accumulation type for half inputs), the
-buffers and affine parameters stay float32, and the output has the input's
-dtype, as with a plain BN layer.
+Which layers can be split, and which batches, is checked before training
+(:func:`mmext.multigrid.checks.check_model`, the plan); the layers trust it.
 """
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, List, Set, Tuple
+from typing import Callable, Iterable, Iterator, List, Tuple
 
 import torch
 import torch.distributed as torch_dist
@@ -53,13 +28,11 @@ import torch.nn as nn
 from mmaction.models.common import SubBatchNorm3D
 from mmengine.dist import all_reduce_params
 from mmext.compat import BatchNormBase, InstanceNormBase, batch_norm_xd_type
-from .plan import sub_bn_splits
 
 __all__ = [
     'SPLITTABLE_BN_TYPES', 'SubBatchNorm', 'SubBatchNorm3d',
     'SubSyncBatchNorm', 'SubBatchNormXd', 'enable_sub_bn', 'disable_sub_bn',
-    'update_precise_bn', 'unsplittable_bn_layers', 'bn_layers_in_training',
-    'modules_training_in_train_mode'
+    'update_precise_bn', 'unsplittable_bn_layers', 'bn_layers_in_training'
 ]
 
 # Exact types: a subclass may take other constructor arguments.
@@ -85,23 +58,13 @@ class SubBatchNorm:
     plain_type: type
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise ``x`` of shape ``(N, C, T, H, W)`` (any memory format).
-
-        Raises:
-            ValueError: In training, for ``N > bn_base_size`` not a multiple
-                of ``bn_base_size``.
-        """
-        if not self.training:
-            return super().forward(x)
+        """Normalise ``x`` of shape ``(N, C, T, H, W)`` (any memory format);
+        in training ``N`` above ``bn_base_size`` is a multiple of it (the
+        plan's batches)."""
         n, base = x.shape[0], self.bn_base_size
-        if n > base and n % base:
-            raise ValueError(
-                f'Sub-batch BN (bn_base_size={base}) cannot '
-                f'split a batch of {n} clips into equal splits: '
-                f'batches above bn_base_size must be multiples of it.')
-        splits = sub_bn_splits(n, base)
-        if splits == 1:
+        if not self.training or n <= base:
             return super().forward(x)
+        splits = n // base
         if self._synchronised():
             return self._synchronised_forward(x, splits)
         outs, means, invstds = [], [], []
@@ -212,27 +175,6 @@ _SUB_TYPES = {t.plain_type: t
               for t in (SubBatchNorm3d, SubSyncBatchNorm, SubBatchNormXd)}
 
 
-def modules_training_in_train_mode(model: nn.Module) -> Set[nn.Module]:
-    """Modules that ``model.train()`` puts in training mode.
-
-    Recipes decide per layer in their ``train()`` (mmaction2's ResNet3d
-    family puts BN layers in eval mode for ``norm_eval=True`` and the stages
-    up to ``frozen_stages``). Every module's mode is restored afterwards.
-
-    Args:
-        model (nn.Module): The unwrapped model.
-
-    Returns:
-        set[nn.Module]: The modules in training mode under ``model.train()``.
-    """
-    modes = [(m, m.training) for m in model.modules()]
-    model.train()
-    training = {m for m in model.modules() if m.training}
-    for module, mode in modes:
-        module.training = mode
-    return training
-
-
 def _has_batch_stats(module: nn.Module) -> bool:
     """Whether ``module`` normalises with statistics over the batch."""
     if isinstance(module, BatchNormBase):
@@ -259,40 +201,33 @@ def _bn_layers(model: nn.Module) -> Iterable:
 
 
 def bn_layers_in_training(model: nn.Module) -> List[Tuple[str, nn.Module]]:
-    """``(name, module)`` of the BN layers that ``model.train()`` trains.
-
-    Layers with batch statistics (an mmaction2 ``SubBatchNorm3D`` counts as
-    one) in training mode under ``model.train()``, i.e. not frozen by the
-    recipe.
-    """
-    training = modules_training_in_train_mode(model)
+    """``(name, module)`` of the BN layers (an mmaction2 ``SubBatchNorm3D``
+    counts as one) that ``model.train()`` puts in training mode: recipes
+    decide per layer (``norm_eval``, ``frozen_stages``). Every module's mode
+    is restored."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.train()
+    training = {m for m in model.modules() if m.training}
+    for module, mode in modes:
+        module.training = mode
     return [(n, m) for n, m in _bn_layers(model) if m in training]
 
 
+def _splittable(module: nn.Module) -> bool:
+    return isinstance(module, SubBatchNorm) or (
+        type(module) in SPLITTABLE_BN_TYPES)
+
+
 def unsplittable_bn_layers(model: nn.Module) -> List[str]:
-    """BN layers that train but that sub-batch BN cannot split.
-
-    Args:
-        model (nn.Module): The unwrapped model.
-
-    Returns:
-        list[str]: ``'name (Type)'`` of every layer of
-        :func:`bn_layers_in_training` that is not of a kind in
-        ``SPLITTABLE_BN_TYPES`` (e.g. ``BatchNorm1d`` in a head).
-    """
-    return _unsplittable(bn_layers_in_training(model))
-
-
-def _unsplittable(layers: List[Tuple[str, nn.Module]]) -> List[str]:
-    return [
-        f'{name} ({type(m).__name__})' for name, m in layers
-        if not isinstance(m, SubBatchNorm)
-        and type(m) not in SPLITTABLE_BN_TYPES
-    ]
+    """``'name (Type)'`` of the BN layers that train
+    (:func:`bn_layers_in_training`) but are of no kind in
+    ``SPLITTABLE_BN_TYPES`` (e.g. ``BatchNorm1d`` in a head)."""
+    return [f'{name} ({type(m).__name__})'
+            for name, m in bn_layers_in_training(model) if not _splittable(m)]
 
 
 def enable_sub_bn(model: nn.Module, bn_base_size: int) -> int:
-    """Give every BN layer that trains sub-batch BN of ``bn_base_size``.
+    """Give every splittable BN layer that trains sub-batch BN.
 
     Layers in eval mode under ``model.train()`` (frozen by the recipe) stay
     as they are; layers already converted take the new ``bn_base_size``.
@@ -304,19 +239,9 @@ def enable_sub_bn(model: nn.Module, bn_base_size: int) -> int:
 
     Returns:
         int: Number of layers with sub-batch BN.
-
-    Raises:
-        ValueError: If a BN layer that trains is of a kind that cannot be
-            split (see :func:`unsplittable_bn_layers`); nothing is changed
-            then.
     """
-    layers = bn_layers_in_training(model)
-    bad = _unsplittable(layers)
-    if bad:
-        raise ValueError(
-            f'Sub-batch BN cannot split the BN layers {bad}: only '
-            f'{[t.__name__ for t in SPLITTABLE_BN_TYPES]} are split.')
-    for _, module in layers:
+    layers = [m for _, m in bn_layers_in_training(model) if _splittable(m)]
+    for module in layers:
         if not isinstance(module, SubBatchNorm):
             module.__class__ = _SUB_TYPES[type(module)]
         module.bn_base_size = int(bn_base_size)

@@ -1,13 +1,25 @@
-"""``MultigridHook``: runner glue; the plan is :class:`MultigridPlan`."""
+"""``MultigridHook``: the runner glue of multigrid training.
+
+The hook plans the run (:class:`~mmext.multigrid.plan.MultigridPlan`),
+checks the model against it (:mod:`.checks`), swaps the train loader at
+shape changes, scales the LR per iteration, runs sub-batch and precise BN
+(:mod:`.bn`), records its schedule in checkpoints and refuses to resume
+another one, and watches the data wait after shape changes from what
+mmengine's ``IterTimerHook`` logs. Everything holds with mmengine's own
+``Runner``; only the guard that refuses a multigrid checkpoint resumed into
+a config without the hook needs ``mmext.Runner``
+(:func:`mmext.runner.register_resume_guard`).
+"""
+import bisect
 import copy
 import itertools
 import logging
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from mmengine.dist import all_reduce
-from mmengine.hooks import Hook
+from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.optim import BaseOptimWrapper
@@ -15,28 +27,24 @@ from mmengine.registry import DATA_SAMPLERS
 from mmengine.runner import EpochBasedTrainLoop, Runner
 
 from mmext.compat import reset_to_initial_values, set_train_loop_length
+from mmext.log import warn
 from mmext.lr_scaling import check_auto_scale_lr, scale_lrs
 from mmext.registry import HOOKS
-from mmext.runner import (reads_bn_statistics_after_epoch,
-                          register_resume_guard, restart_hint)
-from .allocator import keep_freed_memory_for
-from .amp import autocasts_to_bf16, float32_head_outputs
+from mmext.runner import register_resume_guard, restart_hint
 from .bn import disable_sub_bn, enable_sub_bn, update_precise_bn
-from .compiled import CompiledRun, compile_enabled
-from .data import MultigridDataset, ShortCycleBatchSampler
-from .model_checks import check_run
-from .monitor import DataWaitWatch
-from .options import MultigridOptions
-from .pipeline import resize_pipeline
-from .plan import MultigridPlan
-from .report import describe
-from .resume import CHECKPOINT_KEY, check_resume, resume_signature
+from .checks import check_run
+from .data import MultigridDataset, ShortCycleBatchSampler, resize_pipeline
+from .plan import MultigridOptions, MultigridPlan
 from .schedule import MultigridStage
+from .speed import (CompiledRun, autocasts_to_bf16, compile_enabled,
+                    float32_head_outputs, prepare_run)
 from .transformers import remove_shape_adapters, shape_adapters
 
 __all__ = [
     'MultigridHook', 'SCALAR_BATCH_SIZE', 'SCALAR_CLIP_LEN',
-    'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN'
+    'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN', 'CHECKPOINT_KEY',
+    'resume_signature', 'check_resume', 'DataWaitWatch',
+    'reads_bn_statistics_after_epoch'
 ]
 
 # Scalars the hook writes to the visualizer backends (scalars.json,
@@ -48,6 +56,9 @@ SCALAR_CLIP_LEN = 'multigrid/clip_len'
 SCALAR_CROP_SIZE = 'multigrid/crop_size'
 SCALAR_PRECISE_BN = 'multigrid/precise_bn_batches'
 
+# Where a multigrid run's checkpoints record its schedule (``meta``).
+CHECKPOINT_KEY = 'mmext_multigrid'
+
 # Seeds of rebuilt loaders differ per stage so augmentations are not replayed.
 _STAGE_SEED_STRIDE = 1009
 
@@ -57,38 +68,240 @@ def _unwrap(model):
 
 
 def _check_repeat_collate(loader_cfg, repeats: int) -> None:
-    """A ``RepeatAugDataset`` item is a list of clips, which only mmaction2's
-    ``repeat_pseudo_collate`` flattens into the batch.
+    """Raise unless the loader collates a ``RepeatAugDataset``'s lists of
+    clips with mmaction2's ``repeat_pseudo_collate``.
 
-    Raises:
-        ValueError: For another ``train_dataloader.collate_fn``, naming the
-            one to set.
+    ``collate_fn`` as ``Runner.build_dataloader`` takes it: a dict (type: a
+    name or a function) or the function itself.
     """
-    # As Runner.build_dataloader: a dict (type: a name or a function), or
-    # the function itself.
     collate = loader_cfg.get('collate_fn', dict(type='pseudo_collate'))
     kind = collate.get('type') if isinstance(collate, dict) else collate
     name = getattr(kind, '__name__', str(kind)).rsplit('.', 1)[-1]
     if name != 'repeat_pseudo_collate':
         raise ValueError(
             f'train_dataloader.dataset is a RepeatAugDataset ({repeats} clips '
-            f'per video), whose items are lists of clips that collate_fn '
-            f'{name!r} cannot batch. Set train_dataloader.collate_fn = '
-            f"dict(type='repeat_pseudo_collate').")
+            f'per video) that collate_fn {name!r} cannot batch. Set '
+            f"train_dataloader.collate_fn = dict(type='repeat_pseudo_collate')"
+            f'.')
 
 
-def _synchronize(outputs) -> None:
-    """Wait for the device of the step's loss, so its time ends here.
+def reads_bn_statistics_after_epoch(runner) -> bool:
+    """Whether what follows the current train epoch reads BN statistics.
 
-    mmengine's ``RuntimeInfoHook`` reads the losses (a device sync) right
-    after this hook, so syncing here costs nothing extra.
+    Called in ``after_train_epoch`` (``runner.epoch`` is the epoch that
+    ends): True after the last epoch, when the epoch-based train loop
+    validates next (its ``val_begin``, ``val_interval`` and
+    ``dynamic_intervals``, as ``EpochBasedTrainLoop.run`` decides), or when
+    an epoch-based ``CheckpointHook`` saves now (``interval``,
+    ``save_begin``, as its ``after_train_epoch`` decides). Iteration-based
+    checkpoints and other hooks are not predicted.
     """
-    for value in (outputs or {}).values():
-        if isinstance(value, torch.Tensor) and value.device.type == 'cuda':
-            torch.cuda.synchronize(value.device)
-            return
+    done = runner.epoch + 1
+    loop = runner.train_loop
+    if done >= loop.max_epochs:
+        return True
+    if runner.val_loop is not None and done >= loop.val_begin:
+        # EpochBasedTrainLoop._decide_current_val_interval, after the epoch.
+        step = bisect.bisect(loop.dynamic_milestones, done + 1)
+        if done % loop.dynamic_intervals[step - 1] == 0:
+            return True
+    return any(
+        isinstance(hook, CheckpointHook) and hook.by_epoch
+        and hook.every_n_epochs(runner, hook.interval, hook.save_begin)
+        for hook in runner.hooks)
 
 
+# ---------------------------------------------------------------- resume
+# How the signature's epoch counts read in messages (their keys stay as
+# earlier checkpoints saved them).
+_LABELS = {
+    'max_epochs': 'multigrid epochs',
+    'recipe_epochs': 'recipe epochs (train_cfg.max_epochs)',
+}
+
+
+def _iteration_axis(plan) -> dict:
+    return dict(world_size=plan.world_size, batch_size=plan.base_batch,
+                samples_per_rank=plan.samples_per_rank,
+                max_iters=plan.max_iters if plan.exact else None)
+
+
+def resume_signature(plan) -> dict:
+    """What defines a run's epoch and iteration axes, saved in its
+    checkpoints (``meta[CHECKPOINT_KEY]``).
+
+    Returns:
+        dict: The schedule options (sequences as lists, as earlier
+        checkpoints hold them), ``lr_steps``, ``recipe_epochs`` and
+        ``max_epochs`` (the epoch axis), ``world_size``, ``batch_size`` (per
+        process), ``samples_per_rank`` and ``max_iters`` (the iteration
+        axis; None without exact counts).
+    """
+    options = plan.options
+    signature = options.schedule_kwargs()
+    signature.update(
+        long_cycle_factors=[tuple(f) for f in options.long_cycle_factors],
+        short_cycle_factors=list(options.short_cycle_factors),
+        lr_steps=list(plan.lr_steps), recipe_epochs=plan.recipe_epochs,
+        max_epochs=plan.max_epochs)
+    signature.update(_iteration_axis(plan))
+    return signature
+
+
+def check_resume(plan, saved: Optional[dict], epoch: Optional[int] = None,
+                 iteration: Optional[int] = None) -> None:
+    """Raise unless a resumed checkpoint trained this very schedule.
+
+    The epoch axis (schedule options, LR stages, recipe and multigrid
+    epochs) must be the checkpoint's, and so must the iteration axis
+    (world size, per-process batch, dataset size decide where each stage
+    and iteration-based scheduler bound lies). Checkpoints without an
+    iteration record are checked by where they stand: ``iteration`` must
+    lie in this plan's ``epoch``.
+
+    Args:
+        plan (MultigridPlan): The run's plan.
+        saved (dict, optional): The checkpoint's :func:`resume_signature`;
+            None for a checkpoint of a run without multigrid.
+        epoch (int, optional): The resumed epoch (``runner.epoch``).
+        iteration (int, optional): The resumed iteration (``runner.iter``).
+
+    Raises:
+        ValueError: Naming the differences and the fix.
+    """
+    restart = 'or start from its weights with load_from=CKPT (no --resume).'
+    if saved is None:
+        raise ValueError(
+            f'The checkpoint comes from a run without multigrid: its epochs '
+            f'are not on this config\'s multigrid schedule ({plan.max_epochs} '
+            f'epochs). Resume without mmext.MultigridHook, {restart}')
+    axis = _iteration_axis(plan)
+    differ = [f'{_LABELS.get(k, k)}: checkpoint {saved.get(k)!r}, config '
+              f'{v!r}' for k, v in resume_signature(plan).items()
+              if k not in axis and saved.get(k) != v]
+    if differ:
+        raise ValueError(
+            f'The checkpoint was trained on another multigrid schedule '
+            f'({"; ".join(differ)}). Resume with its MultigridHook options '
+            f'and recipe epochs, {restart}')
+    if 'max_iters' in saved:
+        if plan.exact and saved['max_iters'] != axis['max_iters']:
+            _refuse_iteration_axis(plan, saved, axis, restart)
+    elif plan.exact and epoch is not None and iteration is not None:
+        first, end = _epoch_span(plan, epoch)
+        if not first <= iteration < end:
+            _refuse_iteration_axis(plan, dict(iteration=iteration,
+                                              epoch=epoch), axis, restart)
+
+
+def _epoch_span(plan, epoch: int) -> Tuple[int, int]:
+    """``[first, end)`` iterations of ``epoch`` (the end of training for an
+    epoch past the last)."""
+    cum = plan.cum_iters
+    if epoch + 1 < len(cum):
+        return cum[epoch], cum[epoch + 1]
+    return cum[-1], cum[-1] + 1
+
+
+def _refuse_iteration_axis(plan, saved: dict, axis: dict,
+                           restart: str) -> None:
+    if 'max_iters' in saved:
+        then = (f"{saved['world_size']} process(es), {saved['batch_size']} "
+                f"clips per process and batch, {saved['samples_per_rank']} "
+                f"clips per process and epoch: {saved['max_iters']} "
+                f'iterations')
+    else:
+        first, end = _epoch_span(plan, saved['epoch'])
+        then = (f"iteration {saved['iteration']} in epoch {saved['epoch']}, "
+                f'which this run trains in iterations [{first}, {end})')
+    raise ValueError(
+        f'The checkpoint was trained on another multigrid iteration axis '
+        f'({then}; this run: {axis["world_size"]} process(es), '
+        f'{axis["batch_size"]} clips per process and batch, '
+        f'{axis["samples_per_rank"]} clips per process and epoch: '
+        f'{axis["max_iters"]} iterations). Resume with its processes, '
+        f'train_dataloader.batch_size and dataset, {restart}')
+
+
+# ---------------------------------------------------------------- data wait
+class DataWaitWatch:
+    """The data-wait share after each shape change; one warning per run.
+
+    :meth:`start_stage` when a stage's loader is swapped in, then
+    :meth:`record` once per iteration with what mmengine's
+    ``IterTimerHook`` logged for it. The first ``skip`` iterations (worker
+    start, first batch) count as stage-change cost; the next ``iters`` are
+    summed. When they are complete, :meth:`record` returns the summary and,
+    once per run, the warning if the share exceeds ``threshold``. A stage
+    shorter than ``skip + iters`` iterations gives nothing.
+
+    Args:
+        threshold (float, optional): Data-wait share in [0, 1]; 0 or None
+            disables the warning.
+        iters (int): Iterations measured per stage (>= 1).
+        skip (int): Leading iterations counted as stage-change cost.
+    """
+
+    def __init__(self, threshold: Optional[float], iters: int,
+                 skip: int = 1):
+        self.threshold = threshold
+        self.iters = iters
+        self.skip = skip
+        self.warned = False
+        self.start_stage('')
+
+    def start_stage(self, where: str, rebuild_seconds: float = 0.0) -> None:
+        """Begin measuring a stage (``where`` names it in the messages;
+        ``rebuild_seconds``: its loader rebuild, s)."""
+        self.where = where
+        self.change_seconds = self._rebuild = rebuild_seconds
+        self._seen = 0
+        self._data = self._total = 0.0
+
+    def record(self, data_seconds: float,
+               total_seconds: float) -> List[Tuple[int, str]]:
+        """Add one iteration; return the ``(logging level, text)`` due now.
+
+        Args:
+            data_seconds (float): Wait for the batch (s; mmengine's
+                ``train/data_time``).
+            total_seconds (float): The whole iteration, wait included (s;
+                ``train/time``).
+        """
+        self._seen += 1
+        if self._seen <= self.skip:
+            self.change_seconds += data_seconds
+            return []
+        if self._seen > self.skip + self.iters:
+            return []
+        self._data += data_seconds
+        self._total += total_seconds
+        if self._seen < self.skip + self.iters:
+            return []
+        share = (min(max(self._data / self._total, 0.0), 1.0)
+                 if self._total > 0 else 0.0)
+        per_iter = self._total / self.iters
+        out = [(logging.INFO, (
+            f'Multigrid: stage change at {self.where}: '
+            f'{self.change_seconds:.2f} s (loader rebuild {self._rebuild:.2f}'
+            f' s, first {self.skip} batch(es) '
+            f'{self.change_seconds - self._rebuild:.2f} s) = '
+            f'{self.change_seconds / per_iter:.1f} iterations of '
+            f'{per_iter:.3f} s; data wait {share:.0%} of the next '
+            f'{self.iters} iterations'))]
+        if self.threshold and not self.warned and share > self.threshold:
+            self.warned = True
+            out.append((logging.WARNING, (
+                f'Multigrid: waiting for data took {share:.0%} of the '
+                f'iteration time at {self.where} (data_wait_threshold '
+                f'{self.threshold:.0%}): the run is data-bound, which '
+                f'multigrid cannot speed up. Use more '
+                f'train_dataloader.num_workers or cheaper decoding (see '
+                f'docs/en/multigrid.md#data-bound-runs).')))
+        return out
+
+
+# ---------------------------------------------------------------- the hook
 @HOOKS.register_module()
 class MultigridHook(Hook):
     """Multigrid training (Wu et al., CVPR 2020) for an mmaction2 recipe.
@@ -96,75 +309,57 @@ class MultigridHook(Hook):
     Add it to ``custom_hooks`` of an epoch-based recipe. Base ``T``, ``S``
     and ``B`` come from the train pipeline's ``SampleFrames``, its final
     fixed-size crop and ``train_dataloader.batch_size``; the LR stages from
-    the ``MultiStepLR`` of ``param_scheduler``. Before training the hook
-    turns them into the multigrid stages
-    (:func:`mmext.multigrid.build_multigrid_schedule`), sets the loop's
-    ``max_epochs``/``max_iters`` and rebuilds the param schedulers on the new
-    epoch axis. At each shape change (only then) it rebuilds the train loader
-    from the same dataset object; it multiplies the LR by the long-cycle batch
-    factor during each iteration, runs sub-batch BN for per-device batches
-    above ``bn_base_size`` (``bn_base_size`` clips per split at every
-    iteration; BN layers the recipe trains: ``BatchNorm3d``, ``SyncBN`` and
-    its reverted form; see :mod:`mmext.multigrid.bn`), precise BN of those
-    layers at the end of each long-cycle shape that evaluation or a
-    checkpoint follows, and writes checkpoints with the recipe's BN keys.
-    The stage is derived from ``runner.epoch``, so resuming is exact.
+    the epoch-based ``MultiStepLR`` of ``param_scheduler``. Before training
+    the hook plans the multigrid stages, checks the model, sets the loop's
+    ``max_epochs``/``max_iters`` and rebuilds the param schedulers on the
+    multigrid epoch axis. At each shape change (only then) it rebuilds the
+    train loader from the same dataset object; during each iteration it
+    multiplies the LR by the long-cycle batch factor; it runs sub-batch BN
+    (``bn_base_size`` clips per split at every iteration) and precise BN at
+    the end of each long-cycle shape that evaluation or a checkpoint
+    follows; checkpoints hold the recipe's BN keys and the schedule. The
+    stage follows ``runner.epoch``, so resuming is exact.
 
     Args:
         long_cycle (bool): Cycle through ``long_cycle_factors``.
         short_cycle (bool): Cycle crop sizes iteration by iteration.
-        epoch_factor (float): Total epochs = recipe ``max_epochs`` times this.
+        epoch_factor (float): Total epochs = recipe ``max_epochs`` x this.
         long_cycle_factors (Sequence[tuple]): ``(t, s)`` factors of the base
-            clip length and crop size, last ``(1, 1)``.
+            clip length and crop size, coarse to fine, last ``(1, 1)``.
         short_cycle_factors (Sequence[float]): Crop factors of the short
             cycle.
         short_cycle_mode (str): ``'absolute'`` (factors of the base ``S``,
             PySlowFast) or ``'relative'`` (of the current ``S``, the paper).
-        bn_base_size (int, optional): Clips per BN split; ``None`` or 0
+        bn_base_size (int, optional): Clips per BN split; None or 0
             disables sub-batch BN.
-        precise_bn_iters (int): Batches for precise BN at the end of a
-            long-cycle shape (on that shape) when the statistics are read
-            next: the last epoch, or one after which the loop validates or
-            the epoch-based ``CheckpointHook`` saves
-            (:func:`mmext.runner.reads_bn_statistics_after_epoch`);
-            elsewhere the next shape's training would overwrite them
-            unread. 0 disables it. Only BN layers in training mode are
-            updated; frozen ones keep their statistics.
+        precise_bn_iters (int): Batches of precise BN at the end of a
+            long-cycle shape whose statistics are read next (last epoch,
+            validation, an epoch-based checkpoint; elsewhere the next shape
+            would overwrite them); 0 disables it. Only BN layers in training
+            mode are updated.
         lr_steps (Sequence[int], optional): LR stage starts in recipe epochs
             (``[0, ...]``); default from the recipe's ``MultiStepLR``, else
             ``[0, max_epochs]``.
         skip_broken_clips (bool): Replace a training clip that fails to load
-            (truncated/corrupt file) by a random other clip, with a warning
-            naming the file and a count per epoch in the log. False (default)
-            stops training with an error naming the file and dataset index.
+            by a random other one (with a warning naming the file and a
+            count per epoch); False stops with an error naming the file.
         data_wait_threshold (float, optional): After each shape change the
-            hook logs the stage-change cost (loader rebuild, worker start,
-            first batch) and the share of iteration time spent waiting for
-            data over the next ``data_wait_iters`` iterations; above this
-            share it logs one warning per run that the run is data-bound
-            (see :mod:`mmext.multigrid.monitor`). 0 or None: no warning.
+            hook logs the stage-change cost and the data-wait share of the
+            next ``data_wait_iters`` iterations; above this share it warns
+            once per run that the run is data-bound. 0 or None: no warning.
         data_wait_iters (int): Iterations measured after each shape change.
-        keep_cpu_memory (bool): When the model trains on the CPU and the C
-            library is glibc, make the process keep freed memory for reuse
-            (:mod:`mmext.multigrid.allocator`; logged once); the short
-            cycle's changing sizes otherwise map and unmap the activations
-            at every iteration. No effect on CUDA runs. False leaves malloc
-            alone.
+        keep_cpu_memory (bool): When the model trains on the CPU with glibc,
+            make the process keep freed memory for reuse
+            (:func:`~mmext.multigrid.speed.prepare_run`).
 
     Raises:
-        ValueError: At construction for a negative ``bn_base_size`` or
-            ``precise_bn_iters``, or a non-bool ``skip_broken_clips``.
+        ValueError: At construction, for an option of the wrong type or out
+            of range (:class:`~mmext.multigrid.plan.MultigridOptions`).
         TypeError: In ``before_run`` if the train loop is not epoch based.
-        ValueError: In ``before_run`` for out-of-range factors or
-            ``epoch_factor`` (see :func:`build_multigrid_schedule`), a train
-            dataset without its own pipeline (dataset wrappers), a
-            ``RepeatAugDataset`` without ``repeat_pseudo_collate``, a pipeline
-            without ``SampleFrames`` or final fixed-size crop, a clip length
-            the backbone cannot take, a batch sub-batch BN cannot split, a
-            BN layer of a kind it cannot split (e.g. ``BatchNorm1d``), or a
-            dataset too small for one batch of some stage.
-        BrokenClipError: During training, for a clip that fails to load,
-            naming its file and index (unless ``skip_broken_clips``).
+        ValueError: In ``before_run`` for a recipe the plan or the model
+            checks refuse.
+        BrokenClipError: During training, for a clip that fails to load
+            (unless ``skip_broken_clips``).
     """
 
     priority = 'HIGHEST'  # before RuntimeInfoHook logs the LR and before
@@ -177,17 +372,13 @@ class MultigridHook(Hook):
     def __init__(self, **options):
         self.options = MultigridOptions.from_dict(options)
         self.plan: Optional[MultigridPlan] = None
-        self._loaded_schedule: Optional[dict] = None
         self.watch = DataWaitWatch(self.options.data_wait_threshold,
                                    self.options.data_wait_iters)
-        self._last_iter_end: Optional[float] = None
-        self._epoch_start = self._iter_start = 0.0
-        self._data_seconds = 0.0
+        self._loaded_schedule: Optional[dict] = None
         self._loader_stage: Optional[MultigridStage] = None
         self._restore_lrs: Optional[Callable[[], None]] = None
+        self._undo_prepare: Callable[[], None] = lambda: None
         self._compiled: Optional[CompiledRun] = None
-        # Whether before_run made glibc keep freed memory (keep_cpu_memory).
-        self.kept_freed_memory = False
 
     # ------------------------------------------------------------ set-up
     def before_run(self, runner) -> None:
@@ -216,43 +407,31 @@ class MultigridHook(Hook):
         repeats = self.plan.clips_per_sample
         if repeats > 1:
             _check_repeat_collate(runner.cfg.train_dataloader, repeats)
-            print_log(f'Multigrid: RepeatAugDataset: each video decoded '
-                      f'once gives {repeats} clips at the shape of its '
-                      f'iteration; batches hold {repeats}x the clips of the '
-                      f'plan\'s batch sizes (which count videos)',
-                      logger='current')
-        if self.options.keep_cpu_memory:
-            message = keep_freed_memory_for(model)
-            self.kept_freed_memory = message is not None
-            if message:
-                print_log(f'Multigrid: {message}', logger='current')
+            print_log(f'Multigrid: RepeatAugDataset: {repeats} clips per '
+                      f'video at the shape of its iteration; the batch sizes '
+                      f'count videos', logger='current')
+        self._undo_prepare = prepare_run(runner, self.options.keep_cpu_memory)
         if autocasts_to_bf16(runner.optim_wrapper) and float32_head_outputs(
                 model):
             print_log('Multigrid: bfloat16 autocast: cls_head outputs in '
-                      'float32 (mmaction2 computes its top-k accuracy in '
-                      'numpy, which has no bfloat16)', logger='current')
-        if max(self.plan.sub_bn_splits(s) for s in self.plan.stages) > 1:
+                      'float32', logger='current')
+        if self.plan.sub_bn_base_size:
             # Once, before mmengine compiles the model: the layers split
             # every batch at forward time.
-            enable_sub_bn(model, self.options.bn_base_size)
+            enable_sub_bn(model, self.plan.sub_bn_base_size)
         if compile_enabled(runner.cfg.get('compile')):
             # Before Runner.train compiles train_step (after before_run).
             self._compiled = CompiledRun(self.plan)
-            print_log('Multigrid: ' + self._compiled.start(
-                model, runner.message_hub, runner.optim_wrapper),
-                logger='current')
+            print_log('Multigrid: ' + self._compiled.start(),
+                      logger='current')
         set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
         if self.plan.param_scheduler:
-            self._rebuild_schedulers(runner)
-        print_log('Multigrid plan:\n' + describe(self.plan),
+            # The first build already applied e.g. LinearLR's start factor.
+            reset_to_initial_values(self._param_groups(runner))
+            runner.param_schedulers = runner.build_param_scheduler(
+                self.plan.scheduler_cfgs())
+        print_log('Multigrid plan:\n' + self.plan.describe(),
                   logger='current')
-
-    def _rebuild_schedulers(self, runner) -> None:
-        """Replace the runner's schedulers by ones on the multigrid axis."""
-        # The first build already applied e.g. LinearLR's start factor.
-        reset_to_initial_values(self._param_groups(runner))
-        runner.param_schedulers = runner.build_param_scheduler(
-            self.plan.scheduler_cfgs())
 
     @staticmethod
     def _param_groups(runner) -> List[dict]:
@@ -265,13 +444,12 @@ class MultigridHook(Hook):
 
     # ------------------------------------------------------------ epochs
     def before_train_epoch(self, runner) -> None:
-        """Swap in the loader of the epoch's stage."""
+        """Swap in the loader of the epoch's stage (when its shapes
+        change)."""
         start = time.perf_counter()
-        self._last_iter_end = None
         stage = self.plan.stage_at(runner.epoch)
         if self._loader_stage is not None and (
                 self._loader_stage.short_cycle == stage.short_cycle):
-            self._epoch_start = time.perf_counter()
             return
         runner.train_loop.dataloader = self.build_loader(runner, stage)
         self._loader_stage = stage
@@ -287,11 +465,10 @@ class MultigridHook(Hook):
             f'{[s.crop_size for s in stage.short_cycle]}, '
             f'{len(runner.train_loop.dataloader)} iters/epoch',
             logger='current')
-        self._epoch_start = time.perf_counter()
         self.watch.start_stage(
-            f'epoch {runner.epoch} (batches {self.plan.batch_sizes(stage)}, '
+            f'epoch {runner.epoch} (batches {sizes}, '
             f'T={stage.shape.clip_len}, S={stage.shape.crop_size})',
-            rebuild_seconds=self._epoch_start - start)
+            rebuild_seconds=time.perf_counter() - start)
 
     def build_loader(self, runner, stage: MultigridStage,
                      short_cycle: bool = True):
@@ -328,16 +505,17 @@ class MultigridHook(Hook):
         return Runner.build_dataloader(cfg, seed=seed)
 
     def after_train_epoch(self, runner) -> None:
-        """Count skipped clips; precise BN at the end of a shape whose
-        statistics are read (see the class docstring)."""
+        """Watch the epoch's last iteration; count skipped clips; precise BN
+        at the end of a shape whose statistics are read."""
+        self._watch_last_iteration(runner)
         self._report_skipped(runner)
         iters = self.options.precise_bn_iters
         if not iters or not self.plan.is_shape_end(runner.epoch):
             return
         if not reads_bn_statistics_after_epoch(runner):
-            # The next shape's training overwrites the statistics before
-            # anything reads them (PySlowFast likewise runs precise BN only
-            # on evaluation and checkpoint epochs).
+            # The next shape's training overwrites the statistics unread
+            # (PySlowFast likewise runs precise BN only on evaluation and
+            # checkpoint epochs).
             return
         stage = self.plan.stage_at(runner.epoch)
         model = _unwrap(runner.model)
@@ -391,42 +569,55 @@ class MultigridHook(Hook):
         the trained model; log the graphs ``compile=...`` made."""
         disable_sub_bn(_unwrap(runner.model))
         remove_shape_adapters(_unwrap(runner.model))
+        self._undo_prepare()
         if self._compiled is not None:
             message = self._compiled.stop()
-            print_log('Multigrid: ' + message, logger='current',
-                      level=logging.WARNING if self._compiled.fallbacks
-                      else logging.INFO)
+            if self._compiled.fallbacks:
+                warn('Multigrid: ' + message)
+            else:
+                print_log('Multigrid: ' + message, logger='current')
 
     # ------------------------------------------------------------ iterations
     def before_train_iter(self, runner, batch_idx: int,
                           data_batch=None) -> None:
-        """Scale the LR by the long-cycle batch factor for this iteration."""
-        self._iter_start = time.perf_counter()
-        self._data_seconds = self._iter_start - (self._last_iter_end
-                                                 or self._epoch_start)
+        """Watch the previous iteration; scale the LR by the long-cycle
+        batch factor for this one."""
+        if batch_idx:
+            self._watch_last_iteration(runner)
         factor = self.plan.stage_at(runner.epoch).shape.batch_factor
         groups = self._param_groups(runner)
         self._restore_lrs = scale_lrs(groups, [factor] * len(groups))
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None) -> None:
-        """Restore the schedulers' LR; watch the data wait."""
+        """Restore the schedulers' LR."""
         if self._restore_lrs is not None:
             self._restore_lrs()
             self._restore_lrs = None
-        _synchronize(outputs)
-        self._last_iter_end = time.perf_counter()
-        for level, message in self.watch.record(
-                self._data_seconds, self._last_iter_end - self._iter_start):
-            print_log(message, logger='current', level=level)
 
+    def _watch_last_iteration(self, runner) -> None:
+        """Give the watch the figures ``IterTimerHook`` (priority NORMAL,
+        after this hook) logged for the last finished iteration: its
+        ``train/data_time`` and ``train/time`` (s)."""
+        hub = runner.message_hub
+        try:
+            data = hub.get_scalar('train/data_time').current()
+            total = hub.get_scalar('train/time').current()
+        except KeyError:  # no IterTimerHook
+            return
+        for level, message in self.watch.record(data, total):
+            if level >= logging.WARNING:
+                warn(message)
+            else:
+                print_log(message, logger='current')
 
 
 @register_resume_guard
 def _multigrid_checkpoint_needs_the_hook(runner, checkpoint: dict,
                                          filename: str,
                                          resume_optimizer: bool) -> None:
-    """Refuse to resume a multigrid checkpoint without ``MultigridHook``.
+    """Refuse to resume a multigrid checkpoint without ``MultigridHook``
+    (needs ``mmext.Runner``, which runs the registered guards).
 
     Raises:
         ValueError: Naming the hook to add, or to start from the weights.
@@ -435,8 +626,6 @@ def _multigrid_checkpoint_needs_the_hook(runner, checkpoint: dict,
     if schedule is not None and not any(
             isinstance(hook, MultigridHook) for hook in runner.hooks):
         raise ValueError(
-            f'{filename} comes from a multigrid run: its epochs (of '
-            f"{schedule['max_epochs']}) and param scheduler states are on "
-            f"the multigrid schedule, not on the recipe's. Resume with that "
-            f"run's mmext.MultigridHook in custom_hooks, " +
-            restart_hint(filename))
+            f"{filename} comes from a multigrid run ({schedule['max_epochs']} "
+            f'multigrid epochs): resume with its mmext.MultigridHook in '
+            f'custom_hooks, ' + restart_hint(filename))

@@ -1,45 +1,276 @@
-"""One description of a multigrid run, shared by the hook and the tools.
+"""What a multigrid run trains: the hook's options and the run's plan.
 
+:class:`MultigridOptions` holds ``MultigridHook``'s options (one table:
+name, default, valid values, example) and checks them once.
 :class:`MultigridPlan` turns a recipe (train pipeline, batch size, epochs,
-``param_scheduler``) and the hook's :class:`MultigridOptions` into everything
-the run trains: base shape, stages, exact per-epoch iteration counts for a
-given number of clips per process, iterations per grid shape, where precise
-BN runs, and the rebuilt scheduler configs. Configs and arithmetic only, no
-model and no runner: ``tools/analysis/multigrid_schedule.py`` prints exactly
-what :class:`~mmext.multigrid.MultigridHook` will train. Checks of a model
-against a plan are in :mod:`.model_checks`, reports in :mod:`.report`, the
-resume record in :mod:`.resume`.
+``param_scheduler``) and the options into everything the run trains: base
+shape, stages, exact iterations per epoch, sub-BN splits, where precise BN
+can run, the schedulers on the multigrid epoch axis, and what of the recipe
+the run cannot honour. Configs and arithmetic only, no model and no runner:
+``tools/analysis/multigrid_schedule.py`` prints what the hook trains.
 """
+import copy
+import dataclasses
 import math
-from typing import List, NamedTuple, Optional, Tuple
+import numbers
+from dataclasses import dataclass, field
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
+from mmext.compat import SCHEDULER_INF
+from mmext.scheduler_checks import (STEP_TYPES, WARMUP_TYPES,
+                                    unused_scheduler_values)
 from .data import clips_per_sample as dataset_clips_per_sample
-from .data import config_clips_per_sample
-from .lr import dropped_recipe_values, find_lr_steps, remap_param_schedulers
-from .options import MultigridOptions, is_multigrid_hook
-from .pipeline import parse_grid_shape
-from .schedule import (GridShape, MultigridStage, build_multigrid_schedule,
-                       iterations_per_epoch, map_recipe_epoch,
-                       short_cycle_shapes, stage_at_epoch, total_flops_ratio)
+from .data import config_clips_per_sample, parse_grid_shape
+from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
+                       SHORT_CYCLE_MODES, GridShape, MultigridStage,
+                       build_multigrid_schedule, iterations_per_epoch,
+                       map_recipe_epoch, short_cycle_shapes, stage_at_epoch,
+                       total_flops_ratio)
 
-__all__ = ['MultigridPlan', 'ShapeIterations', 'sub_bn_splits']
+__all__ = ['MultigridOptions', 'MultigridPlan', 'ShapeIterations']
 
 
+# ---------------------------------------------------------------- options
+def _number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _numbers(v) -> bool:
+    return isinstance(v, (list, tuple)) and all(map(_number, v))
+
+
+def _long_cycle_factors(v) -> bool:
+    """(t, s) pairs in (0, 1], coarse to fine (t s^2 not decreasing), the
+    base shape (1, 1) last: every LR stage restarts the cycle from the
+    coarsest shape and ends at the recipe's (paper Sec. 3.1)."""
+    if not (isinstance(v, (list, tuple)) and v and all(
+            _numbers(f) and len(f) == 2 for f in v)):
+        return False
+    volumes = [t * s * s for t, s in v]
+    return (all(0 < t <= 1 and 0 < s <= 1 for t, s in v)
+            and tuple(v[-1]) == (1, 1)
+            and all(b >= a for a, b in zip(volumes, volumes[1:])))
+
+
+def _lr_steps(v) -> bool:
+    return v is None or (isinstance(v, (list, tuple)) and len(v) >= 2
+                         and all(map(_int, v)) and v[0] == 0
+                         and all(b > a for a, b in zip(v, v[1:])))
+
+
+def _option(default, valid: Callable[[object], bool], expected: str,
+            example: str):
+    """A row of the option table: the field, its valid values (a
+    predicate), what they are and an example, for the one message."""
+    return field(default=default, metadata=dict(
+        valid=valid, expected=expected, example=example))
+
+
+def is_multigrid_hook(hook_cfg: dict) -> bool:
+    """Whether a ``custom_hooks`` entry builds ``MultigridHook``, with or
+    without the ``mmext.`` scope prefix."""
+    return str(hook_cfg['type']).split('.')[-1] == 'MultigridHook'
+
+
+# Keys of a ``custom_hooks`` entry that are not hook options.
+_HOOK_CFG_KEYS = ('type', 'priority', '_scope_')
+
+
+@dataclass(frozen=True)
+class MultigridOptions:
+    """Options of ``MultigridHook`` (their meaning: its docstring).
+
+    Each field is a row of the option table (valid values, what they are,
+    an example); ``__post_init__`` checks every option once against it and
+    stores sequences as tuples. What depends on the recipe (factors giving
+    at least one frame and pixel, ``lr_steps`` within ``max_epochs``) is
+    the schedule's (:func:`~mmext.multigrid.build_multigrid_schedule`).
+    The fields of :attr:`SCHEDULE_FIELDS` define the multigrid epoch axis.
+
+    Raises:
+        ValueError: Naming the option, the value, what is expected and an
+            example.
+    """
+    long_cycle: bool = _option(True, lambda v: isinstance(v, bool),
+                               'True or False', 'False')
+    short_cycle: bool = _option(True, lambda v: isinstance(v, bool),
+                                'True or False', 'False')
+    epoch_factor: float = _option(
+        1.5, lambda v: _number(v) and v > 0,
+        'a number > 0 (total epochs = max_epochs x epoch_factor)', '1.5')
+    long_cycle_factors: Tuple[Tuple[float, float], ...] = _option(
+        DEFAULT_LONG_CYCLE_FACTORS, _long_cycle_factors,
+        '(t, s) pairs in (0, 1], coarse to fine, ending with (1, 1)',
+        '[(0.25, 0.5**0.5), (0.5, 0.5**0.5), (0.5, 1), (1, 1)]')
+    short_cycle_factors: Tuple[float, ...] = _option(
+        DEFAULT_SHORT_CYCLE_FACTORS,
+        lambda v: _numbers(v) and bool(v) and all(0 < f < 1 for f in v),
+        'crop factors in (0, 1)', '[0.5, 0.5**0.5]')
+    short_cycle_mode: str = _option(
+        'absolute', lambda v: v in SHORT_CYCLE_MODES,
+        f'one of {SHORT_CYCLE_MODES}', "'absolute'")
+    bn_base_size: Optional[int] = _option(
+        8, lambda v: v is None or (_int(v) and v >= 0),
+        'None, 0 (no sub-batch BN) or clips per BN split', '8')
+    precise_bn_iters: int = _option(
+        200, lambda v: _int(v) and v >= 0, 'an int >= 0 (0: no precise BN)',
+        '200')
+    lr_steps: Optional[Tuple[int, ...]] = _option(
+        None, _lr_steps, 'None or increasing recipe epochs starting at 0',
+        '[0, 40, 80]')
+    skip_broken_clips: bool = _option(
+        False, lambda v: isinstance(v, bool), 'True or False', 'True')
+    data_wait_threshold: Optional[float] = _option(
+        0.2, lambda v: v is None or (_number(v) and 0 <= v <= 1),
+        'a share in [0, 1] (0 or None: no warning)', '0.2')
+    data_wait_iters: int = _option(10, lambda v: _int(v) and v >= 1,
+                                   'an int >= 1', '10')
+    keep_cpu_memory: bool = _option(
+        True, lambda v: isinstance(v, bool), 'True or False', 'False')
+
+    SCHEDULE_FIELDS = ('long_cycle', 'short_cycle', 'epoch_factor',
+                       'long_cycle_factors', 'short_cycle_factors',
+                       'short_cycle_mode')
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value, rule = getattr(self, f.name), f.metadata
+            if not rule['valid'](value):
+                raise ValueError(
+                    f'MultigridHook option {f.name}={value!r} '
+                    f'({type(value).__name__}): expected '
+                    f'{rule["expected"]}, e.g. {f.name}={rule["example"]}')
+        if not (self.long_cycle or self.short_cycle):
+            raise ValueError('MultigridHook options long_cycle=False and '
+                             'short_cycle=False leave nothing to cycle; set '
+                             'one of them True.')
+        for name in ('long_cycle_factors', 'short_cycle_factors',
+                     'lr_steps'):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(
+                    tuple(v) if isinstance(v, (list, tuple)) else v
+                    for v in value))
+
+    @classmethod
+    def names(cls) -> Tuple[str, ...]:
+        """The option names, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_dict(cls, options: dict) -> 'MultigridOptions':
+        """Options from keyword values.
+
+        Raises:
+            ValueError: For an unknown option (listing the known ones), or
+                as the constructor.
+        """
+        unknown = sorted(set(options) - set(cls.names()))
+        if unknown:
+            raise ValueError(f'unknown MultigridHook options {unknown}; '
+                             f'known: {sorted(cls.names())}')
+        return cls(**options)
+
+    @classmethod
+    def from_hook_config(cls, hook_cfg: dict) -> 'MultigridOptions':
+        """Options of a ``custom_hooks`` entry (its ``type``, ``priority``
+        and ``_scope_`` are not options)."""
+        return cls.from_dict({k: v for k, v in hook_cfg.items()
+                              if k not in _HOOK_CFG_KEYS})
+
+    def schedule_kwargs(self) -> dict:
+        """:attr:`SCHEDULE_FIELDS` as keyword arguments of
+        :func:`~mmext.multigrid.build_multigrid_schedule`."""
+        return {name: getattr(self, name) for name in self.SCHEDULE_FIELDS}
+
+
+# ------------------------------------------------ the recipe's schedulers
+def find_lr_steps(schedulers: Sequence[dict],
+                  max_epochs: int) -> Tuple[List[int], Optional[float]]:
+    """LR stage starts and decay of a recipe's schedule.
+
+    Args:
+        schedulers (Sequence[dict]): ``param_scheduler`` configs.
+        max_epochs (int): ``train_cfg.max_epochs``.
+
+    Returns:
+        tuple: ``([0] + milestones inside (0, max_epochs), gamma)`` of the
+        epoch-based LR ``MultiStepLR`` (milestones sorted, as mmengine
+        counts them); ``([0, max_epochs], None)`` for other schedules and
+        for one without milestones inside the run (one long cycle over the
+        run, no fine-tune stage).
+    """
+    for s in schedulers:
+        if str(s['type']).split('.')[-1] in STEP_TYPES and s.get(
+                'by_epoch', True) and s.get('param_name', 'lr') == 'lr':
+            inside = sorted({m for m in s['milestones'] if 0 < m < max_epochs})
+            if inside:
+                return [0] + inside, s.get('gamma', 0.1)
+    return [0, max_epochs], None
+
+
+def remap_param_schedulers(schedulers: Sequence[dict],
+                           epoch_map: Callable[[float], float],
+                           iter_at: Callable[[float], int],
+                           base_epoch_len: int) -> List[dict]:
+    """Copies of scheduler configs on the multigrid axis.
+
+    Every epoch quantity (``begin``, ``end``, ``milestones``, ``T_max``)
+    goes through ``epoch_map``. Schedulers that are or become iteration
+    based (``by_epoch=False``, ``convert_to_iter_based=True``) get the
+    exact iteration counts of the multigrid run from ``iter_at``
+    (mmengine's conversion multiplies by the first epoch's length, which
+    multigrid changes).
+
+    Args:
+        schedulers (Sequence[dict]): The recipe's ``param_scheduler``.
+        epoch_map (callable): Recipe epoch -> multigrid epoch.
+        iter_at (callable): Multigrid epoch (float) -> iterations done.
+        base_epoch_len (int): Iterations per epoch of the recipe's loader,
+            to read ``by_epoch=False`` bounds in epochs.
+
+    Returns:
+        list[dict]: New configs (the input is not modified).
+    """
+    out = []
+    for cfg in schedulers:
+        cfg = copy.deepcopy(dict(cfg))
+        by_epoch = cfg.get('by_epoch', True)
+        to_iters = not by_epoch or cfg.pop('convert_to_iter_based', False)
+
+        def point(x, by_epoch=by_epoch, to_iters=to_iters):
+            new = epoch_map(x if by_epoch else x / base_epoch_len)
+            return iter_at(new) if to_iters else int(round(new))
+
+        begin = cfg.get('begin', 0)
+        if cfg.get('end', SCHEDULER_INF) != SCHEDULER_INF:
+            cfg['end'] = point(cfg['end'])
+        if 'milestones' in cfg:
+            cfg['milestones'] = [point(m) for m in cfg['milestones']]
+        if 'T_max' in cfg:
+            cfg['T_max'] = point(begin + cfg['T_max']) - point(begin)
+        cfg['begin'] = point(begin)
+        cfg['by_epoch'] = not to_iters
+        out.append(cfg)
+    return out
+
+
+# ---------------------------------------------------------------- the plan
 class ShapeIterations(NamedTuple):
     """Iterations one grid shape trains within one stage.
 
     Attributes:
         stage (MultigridStage): The stage.
         shape (GridShape): One of ``stage.short_cycle``.
-        batch_size (int): Dataset indices (clips, or videos of
-            ``RepeatAugDataset``) per process of the shape.
-        sub_bn_splits (int): Sub-BN splits its iterations use
-            (:func:`sub_bn_splits` of its batch in clips, i.e.
-            ``batch_size`` times the plan's ``clips_per_sample``:
-            ``bn_base_size`` clips per split).
-        iters (int): Its iterations over the whole stage (iteration ``i`` of
-            an epoch has short-cycle shape ``i % len(stage.short_cycle)``,
-            see :class:`~mmext.multigrid.data.ShortCycleBatchSampler`).
+        batch_size (int): Dataset indices per process (clips, or videos of
+            a ``RepeatAugDataset``).
+        sub_bn_splits (int): Sub-BN splits of its batches.
+        iters (int): Its iterations over the stage (iteration ``i`` of an
+            epoch has shape ``i % len(stage.short_cycle)``).
     """
     stage: MultigridStage
     shape: GridShape
@@ -48,52 +279,35 @@ class ShapeIterations(NamedTuple):
     iters: int
 
 
-def sub_bn_splits(batch: int, bn_base_size: Optional[int]) -> int:
-    """Sub-BN splits for a per-device batch (PySlowFast ``NUM_SPLITS``).
-
-    Args:
-        batch (int): Clips per device.
-        bn_base_size (int, optional): Clips per BN split; None/0 disables.
-
-    Returns:
-        int: ``batch // bn_base_size`` above ``bn_base_size``, else 1.
-    """
-    if not bn_base_size or batch <= bn_base_size:
-        return 1
-    return batch // bn_base_size
-
-
 class MultigridPlan:
     """Stages, iteration counts and schedulers of one multigrid run.
 
     Args:
-        pipeline (list[dict]): The recipe's train pipeline config (base ``T``
-            from ``SampleFrames``, base ``S`` from the final fixed-size crop).
-        batch_size (int): The recipe's per-process ``batch_size`` (base ``B``).
+        pipeline (list[dict]): The recipe's train pipeline config (base
+            ``T`` from ``SampleFrames``, base ``S`` from the final fixed-size
+            crop).
+        batch_size (int): The recipe's per-process ``batch_size`` (base B).
         max_epochs (int): The recipe's ``train_cfg.max_epochs``.
         param_scheduler (list[dict] | dict, optional): The recipe's
             schedulers (LR stages from its epoch-based ``MultiStepLR``).
-        samples_per_rank (int, optional): Clips each process sees per epoch
-            (``len(sampler)``); None gives estimated iteration counts only.
+        samples_per_rank (int, optional): Dataset indices each process sees
+            per epoch (``len(sampler)``); None: estimated counts only.
         recipe_iters_per_epoch (int, optional): Iterations per epoch of the
-            recipe's own loader; default ``ceil(samples_per_rank /
-            batch_size)``.
-        world_size (int): Processes of the run (for the effective batch).
+            recipe's loader; default ``ceil(samples_per_rank / batch_size)``.
+        world_size (int): Processes (for the effective batch).
         accumulative_counts (int): Micro-batches per optimizer step (for
             the effective batch).
-        options (MultigridOptions, optional): The hook's options; default
-            ``MultigridOptions()``.
+        options (MultigridOptions, optional): Default ``MultigridOptions()``.
         clips_per_sample (int): Clips one dataset index gives (mmaction2's
-            ``RepeatAugDataset``: ``num_repeats`` clips of one decoded
-            video). Batch sizes and iteration counts count dataset indices;
-            sub-BN splits count clips.
+            ``RepeatAugDataset``: ``num_repeats``). Batch sizes and
+            iteration counts count indices, sub-BN splits count clips.
 
     Raises:
-        ValueError: For out-of-range factors or ``epoch_factor`` (see
-            :func:`build_multigrid_schedule`), a pipeline without
-            ``SampleFrames`` or a final fixed-size crop, a per-device batch
-            sub-batch BN cannot split, or (with ``samples_per_rank``) an
-            epoch with no complete batch.
+        ValueError: From :func:`build_multigrid_schedule` (naming the recipe
+            values the run cannot honour), for a pipeline without
+            ``SampleFrames`` or a final fixed-size crop, a batch sub-batch
+            BN cannot split, or (with ``samples_per_rank``) an epoch of no
+            complete batch.
     """
 
     def __init__(self,
@@ -109,10 +323,10 @@ class MultigridPlan:
                  clips_per_sample: int = 1):
         self.options = options if options is not None else (
             MultigridOptions())
-        # Effective batch / per-process batch.
-        self.batch_multiplier = int(world_size) * int(accumulative_counts)
         self.world_size = int(world_size)
         self.accumulative_counts = int(accumulative_counts)
+        # Effective batch / per-process batch.
+        self.batch_multiplier = self.world_size * self.accumulative_counts
         self.clips_per_sample = int(clips_per_sample)
         self.base_clip_len, _, self.base_crop_size = parse_grid_shape(pipeline)
         self.base_batch = int(batch_size)
@@ -125,22 +339,22 @@ class MultigridPlan:
         self.lr_steps = list(self.options.lr_steps or steps)
         self.samples_per_rank = samples_per_rank
         self.recipe_iters_per_epoch = recipe_iters_per_epoch
-        if samples_per_rank is not None:
-            self.recipe_iters_per_epoch = recipe_iters_per_epoch or math.ceil(
-                samples_per_rank / self.base_batch)
+        if samples_per_rank is not None and not recipe_iters_per_epoch:
+            self.recipe_iters_per_epoch = math.ceil(samples_per_rank /
+                                                    self.base_batch)
         try:
             self.stages: List[MultigridStage] = build_multigrid_schedule(
                 self.base_clip_len, self.base_crop_size, self.lr_steps,
                 self.recipe_epochs, gamma=self.gamma,
                 **self.options.schedule_kwargs())
         except ValueError as error:
-            # A dropped recipe value is often the cause (e.g. a shortened run).
+            # A dropped recipe value is often the cause (a shortened run).
             dropped = self.dropped_recipe_values()
             if not dropped:
                 raise
             raise ValueError(f'{error} Recipe values the schedule cannot '
                              f'honour: {" ".join(dropped)}') from error
-        self.check_sub_bn()
+        self._check_sub_bn()
         self.cum_iters: Optional[List[int]] = None
         if samples_per_rank is not None:
             self.cum_iters = self._count_iterations(samples_per_rank)
@@ -154,15 +368,13 @@ class MultigridPlan:
 
         Args:
             cfg (Config): A full mmaction2 config.
-            samples_per_rank (int, optional): As in the constructor.
-            world_size (int): As in the constructor
-                (``accumulative_counts`` comes from ``cfg.optim_wrapper``).
-            recipe_iters_per_epoch (int, optional): As in the constructor.
+            samples_per_rank, world_size, recipe_iters_per_epoch: As in the
+                constructor (``accumulative_counts`` comes from
+                ``cfg.optim_wrapper``).
 
         Raises:
-            ValueError: If the config has no ``MultigridHook``, an unknown
-                hook option, a train loop without ``max_epochs``, a train
-                dataset without its own pipeline, or as the constructor.
+            ValueError: Without a ``MultigridHook``, for an unknown option,
+                or as :meth:`for_config`.
         """
         hooks = [h for h in cfg.get('custom_hooks', [])
                  if is_multigrid_hook(h)]
@@ -181,8 +393,8 @@ class MultigridPlan:
                    ) -> 'MultigridPlan':
         """Plan of the recipe in ``cfg`` trained with ``options``.
 
-        ``clips_per_sample`` (default: from the train dataset's config,
-        :func:`~mmext.multigrid.data.config_clips_per_sample`) and the other
+        ``clips_per_sample`` defaults to the train dataset config's
+        (:func:`~mmext.multigrid.data.config_clips_per_sample`); the other
         arguments are as in the constructor.
 
         Raises:
@@ -191,17 +403,16 @@ class MultigridPlan:
         """
         if 'max_epochs' not in cfg.get('train_cfg', {}):
             raise ValueError(
-                'MultigridHook needs an epoch-based train loop; the config\'s '
-                'train_cfg has no max_epochs. Use train_cfg = dict('
-                'type="EpochBasedTrainLoop", max_epochs=...).')
+                'MultigridHook needs an epoch-based train loop: train_cfg '
+                'has no max_epochs. Use train_cfg = dict(type='
+                '"EpochBasedTrainLoop", max_epochs=...).')
         dataset = cfg.train_dataloader.dataset
         if 'pipeline' not in dataset:
             raise ValueError(
                 f'MultigridHook rewrites train_dataloader.dataset.pipeline, '
                 f'but the train dataset ({dataset.get("type", "?")}) has '
-                f'none: dataset wrappers (RepeatDataset, ConcatDataset ...) '
-                f'are not supported. Configure the video dataset and its '
-                f'pipeline directly as train_dataloader.dataset.')
+                f'none: dataset wrappers are not supported. Configure the '
+                f'video dataset itself as train_dataloader.dataset.')
         if clips_per_sample is None:
             clips_per_sample = config_clips_per_sample(dataset)
         return cls(dataset.pipeline, cfg.train_dataloader.batch_size,
@@ -215,12 +426,9 @@ class MultigridPlan:
     @classmethod
     def for_runner(cls, runner, options: MultigridOptions
                    ) -> 'MultigridPlan':
-        """Plan of a built runner's recipe, with exact iteration counts.
-
-        Clips per process and the recipe's iterations per epoch come from
-        the runner's train loader (``len(sampler)``, ``len(loader)``), the
-        world size from the runner, the clips per dataset index from the
-        built train dataset.
+        """Plan of a built runner's recipe, with exact iteration counts
+        (``len(sampler)`` and ``len(loader)`` of its train loader, its world
+        size, the clips per index of its train dataset).
 
         Raises:
             ValueError: As :meth:`for_config`.
@@ -236,7 +444,8 @@ class MultigridPlan:
     # ------------------------------------------------------------ shapes
     @property
     def exact(self) -> bool:
-        """bool: Whether iteration counts are exact (clips per rank known)."""
+        """bool: Whether iteration counts are exact (indices per rank
+        known)."""
         return self.cum_iters is not None
 
     @property
@@ -259,35 +468,33 @@ class MultigridPlan:
 
     def batch_sizes(self, stage: MultigridStage,
                     short_cycle: bool = True) -> List[int]:
-        """Per-process batch sizes of ``stage``, in short-cycle order.
-
-        Args:
-            stage (MultigridStage): One of :attr:`stages`.
-            short_cycle (bool): False gives the long-cycle batch only.
-        """
+        """Per-process batch sizes of ``stage`` in short-cycle order
+        (``short_cycle=False``: the long-cycle batch only)."""
         shapes = stage.short_cycle if short_cycle else stage.short_cycle[-1:]
         return [self.base_batch * s.batch_factor for s in shapes]
 
-    def sub_bn_splits(self, stage: MultigridStage) -> int:
-        """The most sub-BN splits of an iteration of ``stage``.
+    def _splits(self, batch: int) -> int:
+        """Sub-BN splits of a batch of ``batch`` dataset indices
+        (PySlowFast ``NUM_SPLITS``: ``bn_base_size`` clips per split)."""
+        clips, base = batch * self.clips_per_sample, self.options.bn_base_size
+        return clips // base if base and clips > base else 1
 
-        Sub-batch BN splits every batch at forward time (``bn_base_size``
-        clips per split, see :mod:`mmext.multigrid.bn`), so the short
-        cycle's larger batches have more splits than the long-cycle one.
-        """
+    def sub_bn_splits(self, stage: MultigridStage) -> int:
+        """The most sub-BN splits of an iteration of ``stage`` (the short
+        cycle's larger batches split more)."""
         return max(self._splits(b) for b in self.batch_sizes(stage))
 
-    def _splits(self, batch: int) -> int:
-        """Sub-BN splits of a batch of ``batch`` dataset indices."""
-        return sub_bn_splits(batch * self.clips_per_sample,
-                             self.options.bn_base_size)
+    @property
+    def sub_bn_base_size(self) -> Optional[int]:
+        """int | None: Clips per sub-BN split, if some batch of the run
+        splits (``bn_base_size``), else None."""
+        if max(self.sub_bn_splits(s) for s in self.stages) > 1:
+            return self.options.bn_base_size
+        return None
 
     def is_shape_end(self, epoch: int) -> bool:
-        """Whether ``epoch`` is the last of a long-cycle shape (precise BN).
-
-        A stage followed by one of the same shapes (the fine-tune's LR drop)
-        does not end its shape.
-        """
+        """Whether ``epoch`` is the last of a long-cycle shape (a stage
+        followed by one of the same shapes does not end it)."""
         stage = self.stage_at(epoch)
         if epoch + 1 != stage.end_epoch:
             return False
@@ -313,22 +520,10 @@ class MultigridPlan:
                     per_epoch * stage.num_epochs))
         return out
 
-    def precise_bn_stages(self) -> List[MultigridStage]:
-        """The stages after whose last epoch precise BN may run (at the
-        stage's long-cycle shape): the hook runs it there when validation, a
-        checkpoint or the last epoch follows; none with
-        ``precise_bn_iters=0``."""
-        if not self.options.precise_bn_iters:
-            return []
-        return [s for s in self.stages if self.is_shape_end(s.end_epoch - 1)]
-
+    # ------------------------------------------ what the run cannot honour
     def dropped_shapes(self) -> List[str]:
-        """Messages naming long-cycle shapes that rounding left out.
-
-        Epochs are rounded per stage, so a short recipe (or LR stage) trains
-        some long-cycle shapes for 0 epochs; one message per LR stage that
-        lost shapes, each shape as per-process (batch, T, S).
-        """
+        """One message per LR stage whose long-cycle shapes rounding left
+        out (0 epochs), each shape as per-process (batch, T, S)."""
         if not self.options.long_cycle:
             return []
         present = {(s.lr_stage, s.shape) for s in self.stages}
@@ -350,20 +545,57 @@ class MultigridPlan:
                 messages.append(
                     f'The multigrid schedule rounds the long-cycle shapes '
                     f'{lost} (per-process batch, T, S) of LR stage '
-                    f'{lr_stage} (recipe epochs {begin}-{end}) to 0 epochs, '
-                    f'so they are not trained. Raise train_cfg.max_epochs or '
-                    f'epoch_factor, or list fewer long_cycle_factors '
-                    f'(about 6 recipe epochs per LR stage train all 4 '
-                    f'default shapes).')
+                    f'{lr_stage} (recipe epochs {begin}-{end}) to 0 epochs. '
+                    f'Raise train_cfg.max_epochs or epoch_factor, or use '
+                    f'fewer long_cycle_factors.')
         return messages
 
     def dropped_recipe_values(self) -> List[str]:
-        """Messages about recipe values the plan cannot honour (see
-        :func:`mmext.multigrid.lr.dropped_recipe_values`)."""
-        return dropped_recipe_values(self.param_scheduler,
-                                     self.recipe_epochs, self.lr_steps,
-                                     bool(self.options.lr_steps),
-                                     self.recipe_iters_per_epoch)
+        """Messages about LR scheduler values of the recipe the run cannot
+        honour.
+
+        The rules of any run on the recipe's axis
+        (:func:`mmext.scheduler_checks.unused_scheduler_values`; iteration
+        bounds only when the recipe's iterations per epoch are known), and
+        multigrid's own: step-schedule milestones that are no LR stages
+        (none at or before 0, and none at all with ``by_epoch=False``)
+        unless ``lr_steps`` is given, and a warm-up from 0 longer than the
+        first LR stage.
+        """
+        lr = [s for s in self.param_scheduler
+              if s.get('param_name', 'lr') == 'lr']
+        per_epoch = self.recipe_iters_per_epoch
+        messages = unused_scheduler_values(
+            lr, self.recipe_epochs,
+            self.recipe_epochs * per_epoch if per_epoch else None,
+            axis='recipe')
+        first_stage = self.lr_steps[1]
+        for s in lr:
+            kind = str(s['type']).split('.')[-1]
+            name = f'param_scheduler {s["type"]}'
+            if kind in STEP_TYPES and not self.options.lr_steps:
+                early = [m for m in s.get('milestones', []) if m <= 0]
+                if not s.get('by_epoch', True):
+                    messages.append(
+                        f'{name} has by_epoch=False: its milestones make no '
+                        f'multigrid LR stages (one long cycle over the run). '
+                        f'Use an epoch-based {kind} or MultigridHook('
+                        f'lr_steps=...).')
+                elif early:
+                    messages.append(
+                        f'{name} milestones {early} are no multigrid LR '
+                        f'stages (LR stages start at {self.lr_steps}).')
+            elif kind in WARMUP_TYPES and s.get('begin', 0) == 0:
+                end = s.get('end', SCHEDULER_INF)
+                if end != SCHEDULER_INF and not s.get('by_epoch', True):
+                    end = end / per_epoch if per_epoch else SCHEDULER_INF
+                if first_stage < end <= self.recipe_epochs:
+                    messages.append(
+                        f'{name} (warm-up) ends at recipe epoch {end:g}, '
+                        f'after the first LR stage [0, {first_stage}): the '
+                        f'whole first long cycle trains in warm-up. Shorten '
+                        f'it or move the first milestone.')
+        return messages
 
     # ------------------------------------------------------------ counts
     def iters_per_epoch(self, stage: MultigridStage) -> int:
@@ -378,11 +610,8 @@ class MultigridPlan:
                                     self.batch_sizes(stage))
 
     def estimated_iters(self, stage: MultigridStage) -> float:
-        """Iterations of ``stage`` in units of recipe iterations per epoch.
-
-        Ignores the incomplete batches that training drops; use
-        :meth:`iters_per_epoch` when the dataset size is known.
-        """
+        """Iterations of ``stage`` in recipe iterations per epoch
+        (incomplete batches ignored)."""
         cycle = stage.short_cycle
         return stage.num_epochs * len(cycle) / sum(x.batch_factor
                                                    for x in cycle)
@@ -393,12 +622,11 @@ class MultigridPlan:
             n = self.iters_per_epoch(stage)
             if n == 0:
                 raise ValueError(
-                    f'Each process sees {samples_per_rank} training clips '
-                    f'per epoch, fewer than one multigrid batch of epochs '
-                    f'{stage.start_epoch}-{stage.end_epoch} (per-process '
-                    f'batches {self.batch_sizes(stage)}), so they would '
-                    f'train 0 iterations. Use more data, fewer processes or '
-                    f'a smaller train_dataloader.batch_size.')
+                    f'{samples_per_rank} training clips per process make no '
+                    f'batch of {self.batch_sizes(stage)} in epochs '
+                    f'{stage.start_epoch}-{stage.end_epoch}, which would '
+                    f'train 0 iterations. Use more data, fewer processes '
+                    f'or a smaller train_dataloader.batch_size.')
             cum += [cum[-1] + n * (k + 1) for k in range(stage.num_epochs)]
         return cum
 
@@ -419,9 +647,8 @@ class MultigridPlan:
                                 self.recipe_epochs, epoch)
 
     def scheduler_cfgs(self) -> List[dict]:
-        """The recipe's ``param_scheduler`` moved onto the multigrid axis.
-
-        See :func:`mmext.multigrid.lr.remap_param_schedulers`.
+        """The recipe's ``param_scheduler`` on the multigrid axis
+        (:func:`remap_param_schedulers`).
 
         Raises:
             ValueError: Without ``samples_per_rank``.
@@ -438,51 +665,129 @@ class MultigridPlan:
                                  self.base_clip_len, self.base_crop_size)
 
     def iteration_saving(self) -> float:
-        """Recipe iterations over multigrid iterations (> 1 is a saving).
-
-        Exact with ``samples_per_rank``, else from :meth:`estimated_iters`.
-        """
+        """Recipe iterations over multigrid iterations (> 1 is a saving);
+        exact with ``samples_per_rank``, else from
+        :meth:`estimated_iters`."""
         if self.exact:
             return (self.recipe_epochs * self.recipe_iters_per_epoch /
                     self.max_iters)
         return self.recipe_epochs / sum(
             self.estimated_iters(s) for s in self.stages)
 
-    # ------------------------------------------------------------ checks
-    def check_sub_bn(self) -> None:
-        """Check that sub-batch BN can split every batch of the run, in
-        clips (``clips_per_sample`` times the plan's batch sizes; run by the
-        constructor).
-
-        Raises:
-            ValueError: Naming the batches, the stage and the fixes.
-        """
+    def _check_sub_bn(self) -> None:
+        """Raise unless sub-batch BN can split every batch of the run into
+        ``bn_base_size`` clips (batches above it must be multiples)."""
         base = self.options.bn_base_size
         if not base:
             return
-        clips_per_sample = self.clips_per_sample
         for stage in self.stages:
-            sizes = [b * clips_per_sample for b in self.batch_sizes(stage)]
-            if [b for b in sizes if b > base and b % base]:
-                per_video = (f' ({clips_per_sample} clips per video: '
-                             f'RepeatAugDataset num_repeats)'
-                             if clips_per_sample > 1 else '')
-                batch = ('train_dataloader.batch_size' if clips_per_sample
-                         == 1 else f'{clips_per_sample} x '
-                         f'train_dataloader.batch_size')
+            clips = [b * self.clips_per_sample
+                     for b in self.batch_sizes(stage)]
+            if [b for b in clips if b > base and b % base]:
+                per_video = (f' ({self.clips_per_sample} clips per video)'
+                             if self.clips_per_sample > 1 else '')
                 raise ValueError(
-                    f'Sub-batch BN cannot split per-device batches {sizes}'
-                    f'{per_video} (epochs {stage.start_epoch}-'
-                    f'{stage.end_epoch}) into groups of bn_base_size={base}.'
-                    f' Make {batch} a multiple of bn_base_size or a divisor '
-                    f'of it, or change bn_base_size.')
+                    f'Sub-batch BN cannot split the per-device batches '
+                    f'{clips}{per_video} of epochs {stage.start_epoch}-'
+                    f'{stage.end_epoch} into bn_base_size={base} clips. '
+                    f'Make the clips of train_dataloader.batch_size a '
+                    f'multiple or a divisor of bn_base_size.')
 
-    def stage_shapes(self) -> List[Tuple[int, int, int]]:
-        """Distinct long-cycle ``(batch, T, S)`` of the run, in order."""
-        seen = []
+    # ------------------------------------------------------------ report
+    def summary(self, warnings: Sequence[str] = ()) -> dict:
+        """The plan as plain data (the schedule tool's ``--json``).
+
+        Args:
+            warnings (Sequence[str]): Messages of the checks, kept as is.
+
+        Returns:
+            dict: ``base`` (batch, effective batch, T, S), ``recipe_epochs``,
+            ``epochs``, ``exact``, ``clips_per_process`` (dataset indices),
+            ``clips_per_sample``, ``iters`` and ``recipe_iters`` (None
+            without exact counts), ``estimated_iters`` (in recipe iterations
+            per epoch), ``iteration_saving``, ``flops_ratio``,
+            ``world_size``, ``accumulative_counts``, ``warnings`` and
+            ``stages``: per stage :meth:`MultigridStage.to_dict` with
+            ``batch_size`` (per process), ``effective_batch_size``,
+            ``short_cycle_batch_sizes``, ``iters`` and ``estimated_iters``.
+        """
+        exact = self.exact
+        stages = []
         for s in self.stages:
-            key = (self.base_batch * s.shape.batch_factor, s.shape.clip_len,
-                   s.shape.crop_size)
-            if key not in seen:
-                seen.append(key)
-        return seen
+            row = s.to_dict()
+            row['batch_size'] = self.base_batch * s.shape.batch_factor
+            row['effective_batch_size'] = (row['batch_size'] *
+                                           self.batch_multiplier)
+            row['short_cycle_batch_sizes'] = self.batch_sizes(s)
+            row['iters'] = (self.iters_per_epoch(s) * s.num_epochs
+                            if exact else None)
+            row['estimated_iters'] = self.estimated_iters(s)
+            stages.append(row)
+        return dict(
+            base=dict(batch_size=self.base_batch,
+                      effective_batch_size=self.base_batch *
+                      self.batch_multiplier,
+                      clip_len=self.base_clip_len,
+                      crop_size=self.base_crop_size),
+            recipe_epochs=self.recipe_epochs,
+            epochs=self.max_epochs,
+            exact=exact,
+            clips_per_process=self.samples_per_rank,
+            clips_per_sample=self.clips_per_sample,
+            iters=self.max_iters if exact else None,
+            recipe_iters=(self.recipe_epochs * self.recipe_iters_per_epoch
+                          if exact else None),
+            estimated_iters=sum(self.estimated_iters(s) for s in self.stages),
+            iteration_saving=self.iteration_saving(),
+            flops_ratio=self.flops_ratio(),
+            world_size=self.world_size,
+            accumulative_counts=self.accumulative_counts,
+            warnings=list(warnings),
+            stages=stages)
+
+    def describe(self) -> str:
+        """The stage table the hook logs and the schedule tool prints
+        (rendered from :meth:`summary`)."""
+        info = self.summary()
+        exact, base = info['exact'], info['base']
+        lines = [
+            f'base (B, T, S) = ({base["batch_size"]}, {base["clip_len"]}, '
+            f'{base["crop_size"]}), {info["recipe_epochs"]} recipe epochs; '
+            f'batch = per process, eff. batch = batch x world size '
+            f'{info["world_size"]} x accumulative_counts '
+            f'{info["accumulative_counts"]}',
+            f'{"lr stage":>8} {"batch":>6} {"eff. batch":>10} {"T":>4} '
+            f'{"S":>4} {"start":>6} {"end":>5} '
+            + (f'{"iters":>7} ' if exact else
+               f'{"iters (x recipe iters/epoch)":>28} ')
+            + f'{"rel. LR":>8}  short-cycle (batch, S)'
+        ]
+        for d in info['stages']:
+            cycle = [(b, x['crop_size'])
+                     for b, x in zip(d['short_cycle_batch_sizes'],
+                                     d['short_cycle'])]
+            iters = (f'{d["iters"]:>7} ' if exact else
+                     f'{d["estimated_iters"]:>28.2f} ')
+            lines.append(
+                f'{d["lr_stage"]:>8} {d["batch_size"]:>6} '
+                f'{d["effective_batch_size"]:>10} {d["clip_len"]:>4} '
+                f'{d["crop_size"]:>4} {d["start_epoch"]:>6} '
+                f'{d["end_epoch"]:>5} {iters}{d["lr_factor"]:>8.4g}  {cycle}')
+        saving = f'{info["iteration_saving"]:.2f}x fewer iterations'
+        flops = f'FLOPs x{info["flops_ratio"]:.3f} of the recipe'
+        if exact:
+            per = info['clips_per_sample']
+            count = (f'{info["clips_per_process"]} clips' if per == 1 else
+                     f'{info["clips_per_process"]} videos x {per} clips')
+            lines.append(
+                f'total: {info["epochs"]} epochs, {info["iters"]} '
+                f'iterations (exact, {count} per process) vs '
+                f'{info["recipe_iters"]} of the recipe -> {saving}; {flops}')
+        else:
+            lines.append(
+                f'total: {info["epochs"]} epochs, '
+                f'{info["estimated_iters"]:.1f} x recipe iters/epoch vs '
+                f'{info["recipe_epochs"]} -> {saving} (estimate: incomplete '
+                f'batches ignored; give the dataset for exact counts); '
+                f'{flops}')
+        return '\n'.join(lines)

@@ -1,11 +1,12 @@
 """The multigrid schedule: pure functions, no runner, no torch.
 
-Everything here follows Wu et al., "A Multigrid Method for Efficiently
-Training Video Models" (CVPR 2020, arXiv 1912.00998), Sec. 3, and the
-reference implementation PySlowFast ``slowfast/utils/multigrid.py``
-(``MultigridSchedule.get_long_cycle_schedule`` and ``init_multigrid``). All
-epochs are data epochs (one pass over the training set), all clip lengths are
-frames and all crop sizes are pixels.
+Wu et al., "A Multigrid Method for Efficiently Training Video Models" (CVPR
+2020, arXiv 1912.00998), Sec. 3, and PySlowFast
+``slowfast/utils/multigrid.py`` (``MultigridSchedule.get_long_cycle_schedule``,
+``init_multigrid``). Epochs are data epochs (one pass over the training set),
+clip lengths are frames, crop sizes pixels. Options arrive as
+:class:`~mmext.multigrid.plan.MultigridOptions` validated them; what depends on
+the recipe (its base shape, its epochs) is checked here.
 """
 import bisect
 from dataclasses import asdict, dataclass
@@ -107,13 +108,7 @@ def short_cycle_shapes(base_t: int, base_s: int, clip_len: int,
 
     Returns:
         tuple[GridShape]: The shapes in iteration order.
-
-    Raises:
-        ValueError: On an unknown ``mode``.
     """
-    if mode not in SHORT_CYCLE_MODES:
-        raise ValueError(f'short_cycle_mode must be one of '
-                         f'{SHORT_CYCLE_MODES}, got {mode!r}')
     ref = base_s if mode == 'absolute' else crop_size
     # The batch factor uses the unrounded size (PySlowFast), the crop the
     # rounded one.
@@ -178,23 +173,17 @@ def build_multigrid_schedule(
         list[MultigridStage]: Stages in order, contiguous from epoch 0;
         stages rounded to zero epochs are dropped.
 
-    The options are as :class:`mmext.multigrid.MultigridOptions` checks
-    them (types, ranges, factor order); what depends on the recipe is
-    checked here.
-
     Raises:
-        ValueError: If ``lr_steps`` does not start at 0, is not increasing
-            or exceeds ``max_epochs``, a factor gives a shape of no frame or
-            pixel, ``short_cycle_mode`` is unknown (from
-            :func:`short_cycle_shapes`), or the rounded schedule has no epoch
+        ValueError: If ``lr_steps`` go past ``max_epochs``, a factor gives a
+            shape of no frame or pixel, or the rounded schedule has no epoch
             at the base shape.
     """
     _check_factors(base_t, base_s, long_cycle_factors, short_cycle_factors)
     steps = list(lr_steps)
-    if (not steps or steps[0] != 0 or any(b <= a for a, b in zip(
-            steps, steps[1:])) or steps[-1] > max_epochs):
-        raise ValueError(f'lr_steps must start at 0, increase strictly and '
-                         f'not exceed max_epochs={max_epochs}; got {steps}')
+    if steps[-1] > max_epochs:
+        raise ValueError(f'lr_steps {steps} go past train_cfg.max_epochs='
+                         f'{max_epochs}; every LR stage must start within the '
+                         f'recipe.')
     decay = 1.0 if gamma is None else gamma
 
     def cycle(t: int, s: int) -> Tuple[GridShape, ...]:
@@ -247,10 +236,9 @@ def build_multigrid_schedule(
         start = max(start, end)
     if not stages or stages[-1].shape != base_cycle[-1]:
         raise ValueError(
-            f'With epoch_factor={epoch_factor} and {max_epochs} recipe epochs '
-            f'the multigrid schedule rounds the base-shape stages to 0 epochs, '
-            f'so the model would never train at the recipe\'s shape. Raise '
-            f'epoch_factor or train_cfg.max_epochs.')
+            f'epoch_factor={epoch_factor} with {max_epochs} recipe epochs '
+            f'leaves no epoch at the base shape; raise epoch_factor or '
+            f'train_cfg.max_epochs.')
     return stages
 
 
@@ -258,18 +246,18 @@ def _check_factors(base_t: int, base_s: int,
                    long_cycle_factors: Sequence[Tuple[float, float]],
                    short_cycle_factors: Sequence[float]) -> None:
     """Raise ``ValueError`` for factors that round a shape of this recipe to
-    no frame or pixel (their ranges and order are checked by
-    :class:`mmext.multigrid.MultigridOptions`)."""
+    no frame or pixel."""
     for t, s in long_cycle_factors:
         if round(base_t * t) < 1 or round(base_s * s) < 1:
             raise ValueError(
                 f'long_cycle_factors entry {(t, s)} gives no frame or pixel '
-                f'of the base (T, S) = ({base_t}, {base_s}): each needs at '
-                f'least 1 frame and 1 pixel')
+                f'of the base (T, S) = ({base_t}, {base_s}); use larger '
+                f'factors.')
     small = [f for f in short_cycle_factors if round(base_s * f) < 1]
     if small:
         raise ValueError(f'short_cycle_factors {small} give crops of 0 '
-                         f'pixels of the base crop size {base_s}')
+                         f'pixels of the base crop size {base_s}; use larger '
+                         f'factors.')
 
 
 def stage_at_epoch(stages: Sequence[MultigridStage],

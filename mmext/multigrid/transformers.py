@@ -1,38 +1,25 @@
 """Video transformers at every grid shape (absolute and window position codes).
 
-A multigrid run feeds a backbone clips of other ``(T, S)`` than the recipe's.
-Convolutional backbones take them as they are. Transformers bake the
+Convolutional backbones take clips of any ``(T, S)``; transformers bake the
 recipe's token grid into their position codes, and mmaction2 1.2 handles
-another grid for few of them:
+another grid for few of them (docs/en/multigrid.md#model-families):
+``TimeSformer`` (``pos_embed`` of the patch grid, ``time_embed`` of ``T0``
+frames, ``num_frames``), ``VisionTransformer`` (VideoMAE; ``pos_embed`` of
+``T0/tubelet`` x the patch grid, resized spatially only), ``UniFormerV2``
+(``positional_embedding``, ``transformer.T`` fixed at ``t_size``) and
+``SwinTransformer3D`` (``WindowAttention3D`` slices the full window's
+relative-position index with ``[:N, :N]`` when the window shrinks).
 
-* ``TimeSformer``: a learned ``pos_embed`` for the ``(S0/p)^2`` patch grid
-  (plus the class token), a learned ``time_embed`` for ``T0`` frames and
-  ``num_frames`` in its attention layers; another shape fails at
-  ``x = x + self.pos_embed``.
-* ``VisionTransformer`` (VideoMAE): a (learned or sinusoidal) ``pos_embed``
-  for ``T0/tubelet x (S0/p)^2`` tokens; mmaction2 resizes its spatial grid
-  (bicubic), not its temporal length.
-* ``UniFormerV2``: a learned ``positional_embedding`` for the patch grid,
-  and the temporal length ``transformer.T`` fixed at ``t_size``; with fewer
-  frames its reshapes fold other clips of the batch into the time axis
-  without an error.
-* ``SwinTransformer3D``: ``WindowAttention3D`` slices its relative-position
-  index, built for the full window (8, 7, 7), with ``[:N, :N]`` when
-  ``get_window_size`` shrinks the window to a smaller feature map, so most
-  bias entries come from the wrong token pairs (98% at S=158, 97% at 112 for
-  the recipe's window; none at its S=224).
-
-:func:`install_shape_adapters` adds forward hooks that make each of these
-compute at the shape it is given: position embeddings resampled to the
-shape's token grid with mmaction2's own ``resize_pos_embed`` (MViT's
-trilinear interpolation, class token kept), the temporal length set from the
-input, and Swin's index re-selected for the shrunken window
-(:func:`window_position_index`). The learned full-size parameters stay the
-ones trained, saved and loaded: the resampled tensor is computed from them
-in every forward pass (gradients flow back through the interpolation) and is
-only what the module reads while it runs (:func:`mmext.compat.shadow_tensor`).
-At the recipe's own shape the hooks change nothing (bit-identical outputs).
-MViT resizes its position codes itself; the hooks are not needed there.
+:func:`install_shape_adapters` adds forward hooks that make each compute at
+the shape it is given: position embeddings resampled to the shape's token
+grid with mmaction2's ``resize_pos_embed`` (MViT's trilinear interpolation,
+class token kept), the temporal length set from the input, and Swin's index
+re-selected for the shrunken window (:func:`window_position_index`). The
+learned full-size parameters stay the ones trained, saved and loaded: the
+resampled tensor is computed from them in every forward pass (gradients flow
+through the interpolation) and only shadows them while the module runs
+(:func:`mmext.compat.shadow_tensor`). At the recipe's shape the hooks change
+nothing. MViT resizes its position codes itself.
 """
 import weakref
 from typing import Dict, List, Sequence, Tuple

@@ -9,9 +9,9 @@ from mmengine.config import Config
 
 import mmext  # noqa: F401
 from mmext.multigrid import build_multigrid_schedule
-from mmext.multigrid.lr import find_lr_steps
-from mmext.multigrid.model_checks import check_clip_lengths
-from mmext.multigrid.pipeline import parse_grid_shape
+from mmext.multigrid.checks import check_clip_lengths
+from mmext.multigrid.data import parse_grid_shape
+from mmext.multigrid.plan import find_lr_steps
 
 CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'multigrid', '*.py')) +
                  glob.glob(osp.join(ROOT, 'configs', 'demo', '*multigrid*')))

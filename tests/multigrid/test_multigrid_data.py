@@ -1,5 +1,6 @@
-"""mmext.multigrid.data: the shape-aware dataset wrapper (a clip that fails to
-decode names its file; ``skip_broken_clips``)."""
+"""mmext.multigrid.data: (T, S) read from and rewritten in a train
+pipeline; the shape-aware dataset wrapper (a clip that fails to decode
+names its file; ``skip_broken_clips``)."""
 import copy
 
 import pytest
@@ -9,7 +10,60 @@ from torch.utils.data import DataLoader
 
 import mmext  # noqa: F401
 from mmext.multigrid.data import (BrokenClipError, MultigridDataset,
-                                  clips_per_sample)
+                                  ShortCycleBatchSampler, clips_per_sample,
+                                  parse_grid_shape, resize_pipeline)
+
+# The I3D Kinetics recipe's train pipeline: base (T, S) = (32, 224).
+I3D_PIPE = [
+    dict(type='DecordInit'),
+    dict(type='SampleFrames', clip_len=32, frame_interval=2, num_clips=1),
+    dict(type='DecordDecode'),
+    dict(type='Resize', scale=(-1, 256)),
+    dict(type='MultiScaleCrop', input_size=224, scales=(1, 0.8)),
+    dict(type='Resize', scale=(224, 224), keep_ratio=False),
+    dict(type='FormatShape', input_format='NCTHW'),
+]
+
+
+def test_pipeline_rewrite():
+    assert parse_grid_shape(I3D_PIPE) == (32, 2, 224)
+    out = resize_pipeline(I3D_PIPE, 8, 112)
+    assert out[1]['clip_len'] == 8 and out[1]['frame_interval'] == 8
+    assert out[3]['scale'] == (-1, 128) and out[4]['input_size'] == 112
+    assert out[5]['scale'] == (112, 112)
+    assert I3D_PIPE[1]['clip_len'] == 32
+
+
+def test_uniform_sample_carries_t():
+    """UniFormerV2's recipes sample with UniformSample (whole video)."""
+    pipe = [dict(t) for t in I3D_PIPE]
+    pipe[1] = dict(type='UniformSample', clip_len=8, num_clips=1)
+    assert parse_grid_shape(pipe) == (8, 1, 224)
+    out = resize_pipeline(pipe, 4, 112)
+    assert out[1] == dict(type='UniformSample', clip_len=4, num_clips=1)
+    assert out[5]['scale'] == (112, 112)
+
+
+def test_pipeline_errors():
+    with pytest.raises(ValueError, match='exactly one SampleFrames'):
+        parse_grid_shape([dict(t, type='UniformSample') if t['type'] ==
+                          'SampleFrames' else t for t in I3D_PIPE] +
+                         I3D_PIPE[1:2])
+    with pytest.raises(ValueError, match='SampleFrames'):
+        parse_grid_shape([t for t in I3D_PIPE
+                          if t['type'] != 'SampleFrames'])
+    with pytest.raises(ValueError, match='final fixed-size square crop'):
+        parse_grid_shape(I3D_PIPE[:4] + [dict(type='RandomResizedCrop')] +
+                         I3D_PIPE[6:])
+
+
+def test_short_cycle_batches_are_tagged_with_their_shape():
+    """PySlowFast's ShortCycleBatchSampler: batch i has size batch_sizes[i
+    % 3], its items shape index i % 3; the incomplete last batch drops."""
+    sampler = ShortCycleBatchSampler(range(10), [3, 2, 1])
+    assert list(sampler) == [[(0, 0), (1, 0), (2, 0)], [(3, 1), (4, 1)],
+                             [(5, 2)], [(6, 0), (7, 0), (8, 0)]]
+    assert len(sampler) == 4 and sampler.sampler == range(10)
 
 
 def _dataset(ann, num_good=2, **kwargs):
@@ -29,8 +83,8 @@ def test_error_names_file_and_index(ann_file):
     assert str(info.value).startswith(
         f'Cannot load clip {broken} (dataset index 0): ')
     assert str(info.value).endswith(
-        'Fix or remove the file, or set skip_broken_clips=True in '
-        'MultigridHook to replace broken clips by random other ones.')
+        'Fix or remove the file, or set MultigridHook(skip_broken_clips=True) '
+        'to replace broken clips.')
     assert dataset.skipped_clips == 0
 
 
@@ -63,10 +117,6 @@ def test_skip_warns_and_counts_over_workers(ann_file):
         dataset.reset_skipped()
 
 
-
-
-
-
 def test_refetch_exhausted_names_the_last_file(ann_file):
     ann, broken = ann_file
     dataset = _dataset(ann, num_good=0, max_refetch=2,
@@ -91,7 +141,6 @@ def test_repeat_aug_dataset_gives_its_clips_at_each_shape(ann_file):
     clips of the iteration's shape per index, flattened by its collate."""
     from mmaction.datasets.repeat_aug_dataset import repeat_pseudo_collate
 
-    from mmext.multigrid.pipeline import resize_pipeline
     ann, _ = ann_file
     wrapped = _repeat_aug(ann, 3)
     assert clips_per_sample(wrapped) == 3
@@ -109,24 +158,8 @@ def test_repeat_aug_dataset_gives_its_clips_at_each_shape(ann_file):
     assert [x.shape for x in batch['inputs']] == [(1, 3, 2, 16, 16)] * 6
 
 
-def test_clips_per_sample_and_sub_bn_check_of_repeated_clips(ann_file):
-    from mg_helpers import PIPE, STEP
+def test_clips_per_sample(ann_file):
     from mmaction.datasets import VideoDataset
-
-    from mmext.multigrid import MultigridOptions, MultigridPlan
     ann, _ = ann_file
     assert clips_per_sample(VideoDataset(ann, pipeline=[])) == 1
-    # Base batch 2 videos, bn_base_size 4: every batch of videos splits,
-    # and x2 clips, but not x3 (6 clips at the base shape, last stage).
-    options = MultigridOptions(bn_base_size=4)
-    for clips in (1, 2):
-        MultigridPlan(PIPE, 2, 4, [STEP], options=options,
-                      clips_per_sample=clips)
-    with pytest.raises(ValueError) as info:
-        MultigridPlan(PIPE, 2, 4, [STEP], options=options,
-                      clips_per_sample=3)
-    assert str(info.value) == (
-        'Sub-batch BN cannot split per-device batches [24, 12, 6] (3 clips '
-        'per video: RepeatAugDataset num_repeats) (epochs 4-5) into groups of '
-        'bn_base_size=4. Make 3 x train_dataloader.batch_size a multiple '
-        'of bn_base_size or a divisor of it, or change bn_base_size.')
+    assert clips_per_sample(_repeat_aug(ann, 3)) == 3

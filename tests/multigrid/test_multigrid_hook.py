@@ -1,28 +1,35 @@
 """mmext.multigrid.hook: end-to-end multigrid training on the embedded demo
-data (real loader)."""
-import json
+data (real loader), the resume record and its checks, the data-wait watch,
+and the safeguards under mmengine's own Runner."""
+import glob
 import logging
 import math
 import os
 import os.path as osp
+import re
 import subprocess
+import warnings
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn as nn
+from bench_utils import RunRecorder, find_free_port
 from helpers import CUDA_MARKS
-from mg_helpers import PIPE, ROOT, STATS, TINY, load_random_stats
+from mg_helpers import (PIPE, ROOT, STATS, STEP, TINY, TINY_HOOK,
+                        load_random_stats, read_shapes, recorded,
+                        tiny_runner)
 from mmcv.transforms import BaseTransform
 from mmengine.hooks import Hook
 from mmengine.optim import OptimWrapper
 
-import mmext  # noqa: F401
-from mmext.cli import build_runner, load_run_config
-from mmext.multigrid import (MultigridHook, MultigridPlan,
-                             build_multigrid_schedule, iterations_per_epoch)
-from bench_utils import find_free_port
-from bench_utils import RunRecorder
+from mmext.multigrid import (MultigridHook, MultigridOptions, MultigridPlan,
+                             build_multigrid_schedule)
+from mmext.multigrid.hook import (CHECKPOINT_KEY, DataWaitWatch,
+                                  _check_repeat_collate, check_resume,
+                                  reads_bn_statistics_after_epoch,
+                                  resume_signature)
+from mmext.multigrid.schedule import iterations_per_epoch
 
 pytestmark = pytest.mark.usefixtures('demo_data')
 
@@ -32,14 +39,9 @@ LR, BASE_B, CLIPS = 0.05, 4, 64
 
 
 def _train(work_dir, **options):
-    os.chdir(ROOT)
-    # Its own message hub: runners of one config built within the same
-    # second share mmengine's experiment name, hence the hub's runtime info.
-    options.setdefault('experiment_name', osp.basename(work_dir))
-    cfg = load_run_config(TINY, options, str(work_dir))
-    build_runner(cfg).train()
-    with open(osp.join(work_dir, 'shapes_rank0.json')) as f:
-        return json.load(f)
+    options.setdefault('custom_hooks', recorded())
+    tiny_runner(work_dir, **options).train()
+    return read_shapes(work_dir)
 
 
 def _expected():
@@ -65,10 +67,30 @@ def _expected():
 
 
 @pytest.fixture(scope='module')
-def full_run(tmp_path_factory, demo_data_dir):
+def full(tmp_path_factory, demo_data_dir):
+    """The whole tiny run (checkpoints after every epoch)."""
+    work_dir = tmp_path_factory.mktemp('mg_full')
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv('MMEXT_DEMO_DATA', demo_data_dir)
-        return _train(tmp_path_factory.mktemp('mg_full'))
+        records = _train(work_dir)
+    return SimpleNamespace(records=records, work_dir=work_dir)
+
+
+@pytest.fixture(scope='module')
+def full_run(full):
+    return full.records
+
+
+@pytest.fixture(scope='module')
+def checkpoints(full, tmp_path_factory):
+    """The epoch-1 checkpoint of the full run, and the same without the
+    hook's schedule record (what a run without multigrid writes)."""
+    ckpt = osp.join(full.work_dir, 'epoch_1.pth')
+    state = torch.load(ckpt, weights_only=False)
+    assert state['meta'].pop(CHECKPOINT_KEY)['max_epochs'] == 6
+    plain = str(tmp_path_factory.mktemp('plain') / 'plain.pth')
+    torch.save(state, plain)
+    return dict(multigrid=ckpt, plain=plain, iters=state['meta']['iter'])
 
 
 def test_observed_shapes_and_bookkeeping(full_run):
@@ -108,51 +130,40 @@ def test_lr_per_iteration(full_run):
         assert rec['lr'] == pytest.approx(expected, rel=1e-6), (epoch, it)
 
 
-def test_checkpoint_is_plain_recipe_model(full_run, tmp_path_factory):
+def _recipe_model():
     from mmaction.registry import MODELS
     from mmengine.config import Config
-    work_dir = [p for p in tmp_path_factory.getbasetemp().iterdir()
-                if p.name.startswith('mg_full')][0]
-    ckpt = torch.load(osp.join(work_dir, 'epoch_1.pth'), map_location='cpu',
-                      weights_only=False)
-    cfg = Config.fromfile(TINY)
-    model = MODELS.build(cfg.model)
-    model.load_state_dict(ckpt['state_dict'], strict=True)
+    from mmengine.registry import init_default_scope
+    init_default_scope('mmaction')
+    return MODELS.build(Config.fromfile(TINY).model)
+
+
+def test_checkpoint_is_plain_recipe_model(full):
+    ckpt = torch.load(osp.join(full.work_dir, 'epoch_1.pth'),
+                      map_location='cpu', weights_only=False)
+    _recipe_model().load_state_dict(ckpt['state_dict'], strict=True)
     assert not any('split_bn' in k for k in ckpt['state_dict'])
 
 
-def test_test_with_the_multigrid_config(full_run, tmp_path_factory):
+def test_test_with_the_multigrid_config(full, tmp_path):
     """tools/test.py with the training config: the hook stays out of it."""
-    work_dir = [p for p in tmp_path_factory.getbasetemp().iterdir()
-                if p.name.startswith('mg_full')][0]
-    os.chdir(ROOT)
     results = []
-    for hooks in (None, []):
-        cfg = load_run_config(
-            TINY, None if hooks is None else dict(custom_hooks=hooks),
-            str(tmp_path_factory.mktemp('mg_te')))
-        cfg.load_from = osp.join(work_dir, 'epoch_4.pth')
-        results.append(build_runner(cfg).test()['acc/top1'])
+    for hooks in ([TINY_HOOK], []):
+        runner = tiny_runner(tmp_path / f'test{len(hooks)}',
+                             custom_hooks=hooks, load_from=osp.join(
+                                 full.work_dir, 'epoch_4.pth'))
+        results.append(runner.test()['acc/top1'])
     # The same as the recipe without the hook tests the same weights.
     assert results[0] == results[1]
 
 
 def test_resume_equivalence(full_run, tmp_path):
-    hooks = [
-        dict(type='mmext.MultigridHook',
-             long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)], bn_base_size=4,
-             precise_bn_iters=2),
-        dict(type='ShapeRecorderHook', stop_after_epoch=4)
-    ]
-    first = _train(tmp_path, custom_hooks=hooks)
-    hooks[1] = dict(type='ShapeRecorderHook')
-    os.chdir(ROOT)
-    cfg = load_run_config(TINY, dict(custom_hooks=hooks), str(tmp_path))
-    cfg.resume, cfg.load_from = True, osp.join(tmp_path, 'epoch_4.pth')
-    build_runner(cfg).train()
-    with open(osp.join(tmp_path, 'shapes_rank0.json')) as f:
-        second = json.load(f)
-    assert first + second == full_run
+    first = _train(tmp_path, custom_hooks=recorded(stop_after_epoch=4))
+    runner = tiny_runner(tmp_path, custom_hooks=recorded(), resume=True,
+                         load_from=osp.join(tmp_path, 'epoch_4.pth'),
+                         experiment_name='resumed')
+    runner.train()
+    assert first + read_shapes(tmp_path) == full_run
 
 
 def test_iteration_loop_rejected(tmp_path):
@@ -167,20 +178,24 @@ def test_unsplittable_batch_rejected(tmp_path):
 
 
 def test_dist_train_two_processes(tmp_path):
+    config = tmp_path / 'recorded.py'
+    config.write_text(
+        f'_base_ = {TINY!r}\n'
+        "custom_imports = dict(imports=['mg_helpers'], "
+        'allow_failed_imports=False)\n'
+        f'custom_hooks = {recorded()!r}\n')
     env = dict(os.environ, PORT=str(find_free_port()), OMP_NUM_THREADS='1',
-               PYTHONPATH=osp.join(ROOT, 'tests', 'multigrid'))
+               PYTHONPATH=os.pathsep.join(
+                   [osp.join(ROOT, 'tests'),
+                    osp.join(ROOT, 'tests', 'multigrid')]))
     proc = subprocess.run(
-        ['bash', 'tools/dist_train.sh', TINY, '2', '--work-dir',
+        ['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir',
          str(tmp_path), '--cfg-options', 'train_cfg.max_epochs=2',
          'param_scheduler.1.end=2', 'param_scheduler.1.milestones=[1]'],
         cwd=ROOT, env=env, timeout=600, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ranks = []
-    for r in range(2):
-        with open(osp.join(tmp_path, f'shapes_rank{r}.json')) as f:
-            ranks.append(json.load(f))
     key = [[(x['epoch'], x['batch'], x['shapes'], x['lr'])
-            for x in recs] for recs in ranks]
+            for x in read_shapes(tmp_path, r)] for r in range(2)]
     assert key[0] == key[1] and len(key[0]) > 0
     assert len({tuple(x[2][0]) for x in key[0]}) >= 3
 
@@ -198,43 +213,202 @@ def test_dataset_wrapper_rejected(tmp_path):
             _delete_=True, type='RepeatDataset', times=2, dataset=dataset)))
 
 
+class _Stop(Exception):
+    """Raised by :class:`_StopBeforeTraining`."""
 
 
-def test_auto_scale_lr_with_accumulation_needs_mmext_runner(tmp_path):
-    """mmengine's own runner would scale by loader batch x world size only."""
-    with pytest.raises(ValueError, match="Set runner_type='mmext.Runner'"):
-        _train(tmp_path, runner_type='Runner',
-               auto_scale_lr=dict(enable=True, base_batch_size=4),
-               optim_wrapper=dict(accumulative_counts=2))
+class _StopBeforeTraining(Hook):
+    """Ends ``runner.train()`` after ``before_run`` and the resume, before
+    the first iteration."""
+
+    priority = 'LOWEST'
+
+    def before_train(self, runner):
+        raise _Stop
+
+
+RUNNERS = ['mmext.Runner', 'Runner']
+
+
+@pytest.mark.parametrize('runner_type', RUNNERS)
+def test_dropped_recipe_values_warn_with_any_runner(runner_type, tmp_path):
+    """The warm-up longer than the recipe's 4 epochs warns before training,
+    on stderr and in the run's log file, also without mmext.Runner."""
+    runner = tiny_runner(tmp_path, runner_type,
+                         **{'param_scheduler.0.end': 5})
+    runner.register_hook(_StopBeforeTraining())
+    with pytest.warns(UserWarning, match='param_scheduler LinearLR ends at '
+                      r'recipe epoch 5, after the end of training \(4 '
+                      r'recipe epochs\)'):
+        with pytest.raises(_Stop):
+            runner.train()
+    [log] = glob.glob(osp.join(tmp_path, '*', '*.log'))
+    with open(log) as f:
+        assert 'LinearLR ends at recipe epoch 5' in f.read()
+
+
+@pytest.mark.parametrize('runner_type', RUNNERS)
+def test_auto_scale_lr_with_accumulation(runner_type, tmp_path):
+    """mmengine's own runner would scale by loader batch x world size only:
+    refused before training; mmext.Runner counts the accumulation."""
+    runner = tiny_runner(tmp_path, runner_type,
+                         auto_scale_lr=dict(enable=True, base_batch_size=4),
+                         optim_wrapper=dict(accumulative_counts=2))
+    runner.register_hook(_StopBeforeTraining())
+    if runner_type == 'Runner':
+        with pytest.raises(ValueError, match="runner_type='mmext.Runner'"):
+            runner.train()
+    else:
+        with pytest.raises(_Stop):
+            runner.train()
+        # Effective batch 4 x 2 over base 4: LR x 2.
+        assert runner.optim_wrapper.optimizer.param_groups[0][
+            'initial_lr'] == pytest.approx(2 * LR)
+
+
+@pytest.mark.parametrize('runner_type', RUNNERS)
+def test_plain_checkpoint_into_multigrid_config(checkpoints, tmp_path,
+                                                runner_type, monkeypatch):
+    # mmengine's runner loads with torch's weights_only (DESIGN.md).
+    monkeypatch.setenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
+    runner = tiny_runner(tmp_path, runner_type, resume=True,
+                         load_from=checkpoints['plain'])
+    with pytest.raises(ValueError, match=r'run without multigrid.*\(6 '
+                       r'epochs\).*load_from=CKPT \(no --resume\)'):
+        runner.train()
+    # Resumed, then stopped before the first iteration.
+    assert runner.iter == checkpoints['iters'] > 0
+
+
+def test_multigrid_checkpoint_into_plain_config(checkpoints, tmp_path):
+    """The one guard that needs mmext.Runner."""
+    ckpt = checkpoints['multigrid']
+    with pytest.raises(ValueError) as err:
+        tiny_runner(tmp_path, resume=True, load_from=ckpt,
+                    custom_hooks=[]).train()
+    msg = str(err.value)
+    assert f'{ckpt} comes from a multigrid run (6 multigrid epochs)' in msg
+    assert 'mmext.MultigridHook in custom_hooks' in msg
+    assert f'load_from={ckpt} (no --resume)' in msg
+
+
+def test_multigrid_checkpoint_with_another_schedule(checkpoints, tmp_path):
+    with pytest.raises(ValueError, match=(
+            r'another multigrid schedule \(epoch_factor: checkpoint 1.5, '
+            r'config 2.0; multigrid epochs: checkpoint 6, config 8\)')):
+        tiny_runner(tmp_path, resume=True, load_from=checkpoints['multigrid'],
+                    custom_hooks=[dict(TINY_HOOK, epoch_factor=2.0)]).train()
+
+
+def test_plain_weights_into_multigrid_run_with_load_from(checkpoints,
+                                                         tmp_path):
+    """Starting from the weights (no resume) is what the errors advise."""
+    runner = tiny_runner(tmp_path, load_from=checkpoints['plain'],
+                         custom_hooks=recorded(stop_after_epoch=1))
+    runner.train()
+    assert runner.epoch == 1
+
+
+def test_multigrid_checkpoint_into_a_smaller_dataset(checkpoints, tmp_path):
+    """Refused before the first iteration (48 clips per process instead of
+    64 change every epoch's iterations, as a world size does)."""
+    with pytest.raises(ValueError, match=re.escape(
+            '64 clips per process and epoch: 27 iterations; this run: 1 '
+            'process(es), 4 clips per process and batch, 48 clips per '
+            'process and epoch: 18 iterations)')):
+        tiny_runner(tmp_path, resume=True, load_from=checkpoints['multigrid'],
+                    train_dataloader=dict(dataset=dict(indices=48))).train()
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures('demo_data')
+def test_one_process_checkpoint_resumed_on_two(checkpoints, tmp_path):
+    """With the real launcher: refused with the fix."""
+    env = dict(os.environ, PORT=str(find_free_port()), OMP_NUM_THREADS='1')
+    proc = subprocess.run(
+        ['bash', 'tools/dist_train.sh', TINY, '2', '--work-dir',
+         str(tmp_path), '--resume', checkpoints['multigrid']],
+        cwd=ROOT, env=env, timeout=600, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert ('another multigrid iteration axis (1 process(es), 4 clips per '
+            'process and batch, 64 clips per process and epoch: 27 '
+            'iterations; this run: 2 process(es), 4 clips per process and '
+            'batch, 32 clips per process and epoch: 12 iterations)') in (
+                proc.stderr)
+
+
+# What earlier releases saved (plain lists and tuples, no iteration axis).
+OLD_SIGNATURE = dict(long_cycle=True, short_cycle=True, epoch_factor=1.5,
+                     long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)],
+                     short_cycle_factors=[0.5, 0.5**0.5],
+                     short_cycle_mode='absolute', lr_steps=[0, 2],
+                     recipe_epochs=4, max_epochs=6)
+
+
+def _plan(samples_per_rank=None, world_size=1):
+    return MultigridPlan(PIPE, 4, 4, [STEP], samples_per_rank,
+                         world_size=world_size, options=MultigridOptions(
+                             long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)]))
+
+
+def test_signature_in_the_format_checkpoints_hold():
+    """Checkpoints of earlier releases still resume; the signature adds the
+    iteration axis."""
+    plan = _plan(64)
+    assert resume_signature(plan) == dict(
+        OLD_SIGNATURE, world_size=1, batch_size=4, samples_per_rank=64,
+        max_iters=plan.max_iters)
+    check_resume(plan, OLD_SIGNATURE)
+    check_resume(plan, resume_signature(plan))
+    with pytest.raises(ValueError, match=r'epoch_factor: checkpoint 2, '
+                       r'config 1\.5\)'):
+        check_resume(plan, dict(OLD_SIGNATURE, epoch_factor=2))
+
+
+def test_resume_on_another_world_size_is_refused():
+    """64 clips on 1 process, resumed on 2 (32 clips each): every stage
+    has other iteration counts, so the schedulers' restored iteration
+    bounds (warm-up, cosine) would be another run's."""
+    one, two = _plan(64), _plan(32, world_size=2)
+    # 1 x 64 clips: 3 epochs of 3 iterations at batches [32, 16, 16], 3
+    # of 6 at [16, 8, 4]; 2 x 32 clips: 1 and 3 iterations per epoch.
+    assert one.cum_iters == [0, 3, 6, 9, 15, 21, 27]
+    assert two.cum_iters == [0, 1, 2, 3, 6, 9, 12]
+    with pytest.raises(ValueError, match=re.escape(
+            'another multigrid iteration axis (1 process(es), 4 clips per '
+            'process and batch, 64 clips per process and epoch: 27 '
+            'iterations; this run: 2 process(es), 4 clips per process and '
+            'batch, 32 clips per process and epoch: 12 iterations). Resume '
+            'with its processes')):
+        check_resume(two, resume_signature(one), 1, one.cum_iters[1])
+    check_resume(one, resume_signature(one), 1, one.cum_iters[1])
+
+
+def test_old_checkpoints_are_checked_by_where_they_stand():
+    one, two = _plan(64), _plan(32, world_size=2)
+    check_resume(one, OLD_SIGNATURE, 2, one.cum_iters[2])
+    check_resume(one, OLD_SIGNATURE, 6, one.max_iters)
+    with pytest.raises(ValueError, match=re.escape(
+            'another multigrid iteration axis (iteration 6 in epoch 2, '
+            'which this run trains in iterations [2, 3); this run: 2 '
+            'process(es)')):
+        check_resume(two, OLD_SIGNATURE, 2, one.cum_iters[2])
+
+
+@pytest.mark.slow
 def test_training_with_frozen_stages_keeps_loaded_statistics(tmp_path):
     """End to end: a run with precise BN and one without, both from a
     checkpoint with non-trivial statistics and ``frozen_stages=1``."""
-    from mmaction.registry import MODELS
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-
-    from mmext.cli import build_runner, load_run_config
-    init_default_scope('mmaction')
-    model = MODELS.build(Config.fromfile(TINY).model)
+    model = _recipe_model()
     with torch.no_grad():
         load_random_stats(model, seed=2)
     ckpt = str(tmp_path / 'pretrained.pth')
     torch.save(dict(state_dict=model.state_dict()), ckpt)
     finals = {}
     for iters in (2, 0):
-        os.chdir(ROOT)
         work_dir = tmp_path / f'precise{iters}'
-        hooks = [dict(type='mmext.MultigridHook',
-                      long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)],
-                      bn_base_size=4, precise_bn_iters=iters)]
-        cfg = load_run_config(TINY, dict(
-            custom_hooks=hooks, model=dict(backbone=dict(frozen_stages=1)),
-            load_from=ckpt), str(work_dir))
-        build_runner(cfg).train()
+        tiny_runner(work_dir, custom_hooks=[dict(
+            TINY_HOOK, precise_bn_iters=iters)], model=dict(backbone=dict(
+                frozen_stages=1)), load_from=ckpt).train()
         finals[iters] = torch.load(work_dir / 'epoch_6.pth',
                                    map_location='cpu',
                                    weights_only=False)['state_dict']
@@ -250,8 +424,6 @@ def test_training_with_frozen_stages_keeps_loaded_statistics(tmp_path):
     assert not torch.equal(finals[2][trained], finals[0][trained])
     assert finals[2][trained.replace('running_mean',
                                      'num_batches_tracked')].item() == 2
-
-
 
 
 def test_hook_lr_scaling_keeps_tensor_lrs_on_their_device():
@@ -273,24 +445,16 @@ def test_hook_lr_scaling_keeps_tensor_lrs_on_their_device():
     assert optimizer.param_groups[0]['lr'] is lr
 
 
-
-
 def test_hook_logs_skipped_clips_per_epoch(ann_file, tmp_path):
     """Unshuffled, the broken clip (index 0) is in every epoch once."""
     ann, broken = ann_file
-    os.chdir(ROOT)
-    cfg = load_run_config(TINY, dict(
-        custom_hooks=[dict(type='mmext.MultigridHook',
-                           long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)],
-                           bn_base_size=4, precise_bn_iters=0,
-                           skip_broken_clips=True)],
-        train_cfg=dict(max_epochs=2, val_interval=10),
-        param_scheduler=[],
+    runner = tiny_runner(
+        tmp_path, custom_hooks=[dict(TINY_HOOK, precise_bn_iters=0,
+                                     skip_broken_clips=True)],
+        train_cfg=dict(max_epochs=2, val_interval=10), param_scheduler=[],
         train_dataloader=dict(
             sampler=dict(type='DefaultSampler', shuffle=False),
-            dataset=dict(ann_file=ann, data_prefix=dict(video='')))),
-        str(tmp_path / 'work'))
-    runner = build_runner(cfg)
+            dataset=dict(ann_file=ann, data_prefix=dict(video=''))))
     records = []
     handler = logging.Handler()
     handler.emit = records.append
@@ -300,26 +464,27 @@ def test_hook_logs_skipped_clips_per_epoch(ann_file, tmp_path):
             runner.train()
     finally:
         runner.logger.removeHandler(handler)
-    messages = [r.getMessage() for r in records
-                if 'broken' in r.getMessage()]
+    messages = [r for r in records if 'broken clips' in r.getMessage()]
     assert runner.epoch == 3
-    assert messages == [
+    assert [r.getMessage() for r in messages] == [
         f'Multigrid: epoch {epoch} skipped 1 broken clips '
         f'(skip_broken_clips=True; the warnings name the files)'
         for epoch in range(3)
     ]
-    assert records[[r.getMessage() for r in records].index(
-        messages[0])].levelno == logging.WARNING
+    assert {r.levelno for r in messages} == {logging.WARNING}
 
 
 class _FakeClock:
-    """Stands in for ``time`` in the hook: only loading advances it."""
+    """Stands in for ``time`` in mmengine's IterTimerHook and in the hook:
+    only loading advances it."""
 
     now = 0.0
 
     @classmethod
-    def perf_counter(cls):
+    def time(cls):
         return cls.now
+
+    perf_counter = time
 
 
 class SlowLoadingForDataWaitTest(BaseTransform):
@@ -333,80 +498,131 @@ class SlowLoadingForDataWaitTest(BaseTransform):
 @pytest.mark.slow
 def test_data_bound_run_warns_once(tmp_path, monkeypatch):
     from mmaction.registry import TRANSFORMS
+    from mmengine.hooks import iter_timer_hook
 
     import mmext.multigrid.hook as hook_module
     TRANSFORMS.register_module(module=SlowLoadingForDataWaitTest, force=True)
     logged = []
+    monkeypatch.setattr(iter_timer_hook, 'time', _FakeClock)
     monkeypatch.setattr(hook_module, 'time', _FakeClock)
     monkeypatch.setattr(
         hook_module, 'print_log',
-        lambda msg, logger=None, level=logging.INFO: logged.append(
-            (level, msg)))
-    os.chdir(ROOT)
-    cfg = load_run_config(TINY, dict(default_hooks=dict(checkpoint=dict(
-        interval=100, save_last=False))), str(tmp_path))
-    cfg.train_cfg.update(max_epochs=2, val_begin=100)
-    cfg.param_scheduler[1].update(end=2, milestones=[1])
-    cfg.train_dataloader.dataset.pipeline.insert(
-        -1, dict(type='SlowLoadingForDataWaitTest'))
-    cfg.custom_hooks[0].update(data_wait_threshold=0.3, data_wait_iters=2)
-    runner = build_runner(cfg)
-    runner.train()
-    hook = next(h for h in runner.hooks
-                if type(h).__name__ == 'MultigridHook')
-
-    warnings = [m for level, m in logged if level == logging.WARNING]
-    assert len(warnings) == 1
-    assert 'this run is data-bound' in warnings[0]
-    assert 'threshold 30%' in warnings[0]
+        lambda msg, logger=None, level=logging.INFO: logged.append(msg))
+    from mmengine.config import Config
+    pipeline = Config.fromfile(TINY).train_dataloader.dataset.pipeline
+    pipeline.insert(-1, dict(type='SlowLoadingForDataWaitTest'))
+    runner = tiny_runner(
+        tmp_path, default_hooks=dict(checkpoint=dict(interval=100,
+                                                     save_last=False)),
+        train_cfg=dict(max_epochs=2, val_begin=100),
+        train_dataloader=dict(dataset=dict(pipeline=pipeline)),
+        **{'param_scheduler.1.end': 2, 'param_scheduler.1.milestones': [1]},
+        custom_hooks=[dict(TINY_HOOK, data_wait_threshold=0.3,
+                           data_wait_iters=2)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        runner.train()
+    plan = next(h for h in runner.hooks
+                if isinstance(h, MultigridHook)).plan
+    bound = [str(w.message) for w in caught if 'data-bound' in str(
+        w.message)]
+    assert len(bound) == 1
     # All time on the fake clock is loading.
-    assert warnings[0].startswith(
-        'Multigrid: waiting for data took 100% of the iteration time at '
-        'epoch 0 (batches ')
-
+    assert 'waiting for data took 100% of the iteration time at epoch 0 ' \
+        '(batches ' in bound[0]
+    assert 'data_wait_threshold 30%' in bound[0]
     # One stage-change summary per loader rebuild (every stage here has at
     # least 1 + 2 iterations), naming the epoch the new shapes start.
-    plan = hook.plan
     rebuilds = [s.start_epoch for i, s in enumerate(plan.stages)
                 if i == 0 or s.short_cycle != plan.stages[i - 1].short_cycle]
-    summaries = [m for level, m in logged
-                 if level == logging.INFO and 'stage change at' in m]
+    summaries = [m for m in logged if 'stage change at' in m]
     assert [int(m.split('at epoch ')[1].split(' ')[0])
             for m in summaries] == rebuilds
     assert all('loader rebuild 0.00 s' in m and 'data wait 100%' in m
                for m in summaries)
     # Neither validation nor checkpoints: precise BN only after the last
     # epoch.
-    precise = [m for _, m in logged if 'precise BN over 2 batches' in m]
+    precise = [m for m in logged if 'precise BN over 2 batches' in m]
     assert len(rebuilds) == 2 and len(precise) == 1
-    assert precise[0].startswith(
-        f'Multigrid: precise BN over 2 batches at epoch '
-        f'{plan.max_epochs - 1} ')
+    assert f'at epoch {plan.max_epochs - 1} ' in precise[0]
 
 
-def test_shape_changes_and_precise_bn_reach_the_visualizer(
-        full_run, tmp_path_factory):
+def _feed(watch, iters):
+    out = []
+    for data, total in iters:
+        out += watch.record(data, total)
+    return out
+
+
+def test_watch_summary_and_single_warning():
+    watch = DataWaitWatch(threshold=0.2, iters=3, skip=1)
+    # Stage 1 compute-bound: 0.5 s rebuild + 2 s first batch; then 1 s
+    # iterations with 0.1 s wait -> 10 % share, no warning.
+    watch.start_stage('epoch 0', rebuild_seconds=0.5)
+    out = _feed(watch, [(2.0, 2.3), (0.1, 1.0), (0.1, 1.0)])
+    assert out == []
+    out = _feed(watch, [(0.1, 1.0)])
+    assert len(out) == 1 and out[0][0] == logging.INFO
+    assert out[0][1] == (
+        'Multigrid: stage change at epoch 0: 2.50 s (loader rebuild 0.50 s, '
+        'first 1 batch(es) 2.00 s) = 2.5 iterations of 1.000 s; data wait '
+        '10% of the next 3 iterations')
+    # Iterations after the window are not measured.
+    assert _feed(watch, [(5.0, 5.1)] * 4) == []
+    # Stage 2 data-bound: 1 s wait per 2 s iteration -> 50 %.
+    watch.start_stage('epoch 4')
+    out = _feed(watch, [(0.0, 1.0)] + [(1.0, 2.0)] * 3)
+    assert [level for level, _ in out] == [logging.INFO, logging.WARNING]
+    assert 'data wait 50% of the next 3' in out[0][1]
+    assert 'took 50% of the iteration time at epoch 4' in out[1][1]
+    for fix in ('data_wait_threshold 20%', 'num_workers',
+                'docs/en/multigrid.md#data-bound-runs'):
+        assert fix in out[1][1]
+    # Stage 3 data-bound again: figures, but no second warning.
+    watch.start_stage('epoch 8')
+    out = _feed(watch, [(0.0, 1.0)] + [(3.0, 4.0)] * 3)
+    assert [level for level, _ in out] == [logging.INFO]
+    assert 'data wait 75%' in out[0][1]
+    # Timer noise can make the wait exceed the total by a hair.
+    watch.start_stage('epoch 9')
+    assert 'data wait 100%' in _feed(watch, [(0.0, 1.0)] + [
+        (4.1, 4.0)] * 3)[0][1]
+
+
+def test_watch_disabled_and_short_stage():
+    watch = DataWaitWatch(threshold=None, iters=2, skip=1)
+    watch.start_stage('epoch 0')
+    out = _feed(watch, [(0.0, 1.0), (9.0, 10.0), (9.0, 10.0)])
+    assert [level for level, _ in out] == [logging.INFO]
+    # A stage shorter than skip + iters gives nothing.
+    watch = DataWaitWatch(threshold=0.2, iters=5, skip=1)
+    watch.start_stage('epoch 0')
+    assert _feed(watch, [(9.0, 10.0)] * 5) == []
+
+
+def test_shape_changes_and_precise_bn_reach_the_visualizer(full):
     """At iterations 0 and 9 the loader changes to the stage's long-cycle
     shape; precise BN (2 batches) runs after epochs 2 and 5 (iterations 9
     and 27)."""
     from mmext.multigrid import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN,
                                  SCALAR_CROP_SIZE)
-    work_dir = [p for p in tmp_path_factory.getbasetemp().iterdir()
-                if p.name.startswith('mg_full')][0]
-    [path] = work_dir.glob('*/vis_data/scalars.json')
-    records = [json.loads(line) for line in path.read_text().splitlines()]
     shapes = [(r['step'], r[SCALAR_BATCH_SIZE], r[SCALAR_CLIP_LEN],
-               r[SCALAR_CROP_SIZE]) for r in records
+               r[SCALAR_CROP_SIZE]) for r in _scalars(full.work_dir)
               if SCALAR_CROP_SIZE in r]
     assert shapes == [(0, 16, 8, 40), (9, 4, 16, 56)]
-    assert _precise_bn_steps(work_dir) == [(9, 2), (27, 2)]
+    assert _precise_bn_steps(full.work_dir) == [(9, 2), (27, 2)]
+
+
+def _scalars(work_dir):
+    import json
+    [path] = glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json'))
+    with open(path) as f:
+        return [json.loads(line) for line in f.read().splitlines()]
 
 
 def _precise_bn_steps(work_dir):
     from mmext.multigrid import SCALAR_PRECISE_BN
-    [path] = work_dir.glob('*/vis_data/scalars.json')
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    return [(r['step'], r[SCALAR_PRECISE_BN]) for r in records
+    return [(r['step'], r[SCALAR_PRECISE_BN]) for r in _scalars(work_dir)
             if SCALAR_PRECISE_BN in r]
 
 
@@ -418,6 +634,39 @@ def test_precise_bn_only_where_its_statistics_are_read(tmp_path):
     _train(tmp_path, train_cfg=dict(val_interval=100),
            default_hooks=dict(checkpoint=dict(interval=100)))
     assert _precise_bn_steps(tmp_path) == [(27, 2)]
+
+
+def _epoch_end(epoch, max_epochs=10, val=True, val_begin=1, val_interval=3,
+               dynamic_intervals=None, checkpoint=None):
+    """A runner stub inside ``after_train_epoch`` of ``epoch`` (0-based)."""
+    from mmengine.hooks import CheckpointHook
+    from mmengine.runner.loops import calc_dynamic_intervals
+    milestones, intervals = calc_dynamic_intervals(val_interval,
+                                                   dynamic_intervals)
+    loop = SimpleNamespace(max_epochs=max_epochs, val_begin=val_begin,
+                           dynamic_milestones=milestones,
+                           dynamic_intervals=intervals)
+    hooks = [CheckpointHook(**checkpoint)] if checkpoint else []
+    return SimpleNamespace(epoch=epoch, max_epochs=max_epochs,
+                           train_loop=loop, val_loop=object() if val else None,
+                           hooks=hooks)
+
+
+@pytest.mark.parametrize('kwargs, epochs', [
+    # Validation after epochs 3, 6, 9 and the last (10).
+    (dict(), [2, 5, 8, 9]),
+    (dict(val=False), [9]),
+    (dict(val_begin=5), [5, 8, 9]),
+    # Interval 3, then 2 from epoch 6 on (as EpochBasedTrainLoop decides).
+    (dict(dynamic_intervals=[(6, 2)]), [2, 5, 7, 9]),
+    (dict(val=False, checkpoint=dict(interval=4)), [3, 7, 9]),
+    # mmengine saves at epoch save_begin (dividend 0) and every 4 after.
+    (dict(val=False, checkpoint=dict(interval=4, save_begin=2)), [1, 5, 9]),
+    (dict(val=False, checkpoint=dict(interval=4, by_epoch=False)), [9]),
+])
+def test_reads_bn_statistics_after_epoch_follows_the_loop(kwargs, epochs):
+    assert [e for e in range(10) if reads_bn_statistics_after_epoch(
+        _epoch_end(e, **kwargs))] == epochs
 
 
 class _SplitRecorder(Hook):
@@ -457,17 +706,14 @@ class _SplitRecorder(Hook):
 
 def test_sub_bn_keeps_bn_base_size_clips_per_split_at_every_iteration(
         tmp_path):
-    """Issue 18: splits were set once per long-cycle stage, so the short
-    cycle's 32-clip batches had 8 clips per split and the base stage's
-    16-clip batch none; now every iteration has 4 per split."""
-    os.chdir(ROOT)
-    cfg = load_run_config(TINY, dict(
-        default_hooks=dict(checkpoint=dict(interval=100, save_last=False))),
-        str(tmp_path))
-    cfg.train_cfg.update(max_epochs=2, val_begin=100)
-    cfg.param_scheduler[1].update(end=2, milestones=[1])
-    cfg.custom_hooks[0].update(precise_bn_iters=0)
-    runner = build_runner(cfg)
+    """Every iteration, the short cycle's 32-clip batches included, has 4
+    clips per split."""
+    runner = tiny_runner(
+        tmp_path, default_hooks=dict(checkpoint=dict(interval=100,
+                                                     save_last=False)),
+        train_cfg=dict(max_epochs=2, val_begin=100),
+        custom_hooks=[dict(TINY_HOOK, precise_bn_iters=0)],
+        **{'param_scheduler.1.end': 2, 'param_scheduler.1.milestones': [1]})
     recorder = _SplitRecorder(size=4)
     runner.register_hook(recorder)
     runner.train()
@@ -522,28 +768,22 @@ def test_amp_multigrid_run(device, dtype, full_run, tmp_path, monkeypatch):
         from mmengine.optim.optimizer import amp_optimizer_wrapper
         monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available',
                             lambda: True)
-    os.chdir(ROOT)
-    cfg = load_run_config(TINY, dict(optim_wrapper=dict(
-        type='AmpOptimWrapper', dtype=dtype, loss_scale='dynamic')),
-        str(tmp_path))
-    runner = build_runner(cfg)
+    runner = tiny_runner(tmp_path, custom_hooks=recorded(),
+                         optim_wrapper=dict(type='AmpOptimWrapper',
+                                            dtype=dtype,
+                                            loss_scale='dynamic'))
     recorder, times = _AmpRecorder(), RunRecorder()
     runner.register_hook(recorder)
     runner.register_hook(times)
     runner.train()
-    with open(osp.join(tmp_path, 'shapes_rank0.json')) as f:
-        records = json.load(f)
-    assert records == full_run
+    assert read_shapes(tmp_path) == full_run
     assert recorder.conv_dtypes >= {(True, getattr(torch, dtype))}
     assert recorder.bn_dtypes == {torch.float32}
     losses = [r.loss for r in times.iters]
     assert len(losses) == len(full_run) and all(map(math.isfinite, losses))
-    from mmaction.registry import MODELS
-    from mmengine.config import Config
-    model = MODELS.build(Config.fromfile(TINY).model)
     state = torch.load(osp.join(tmp_path, 'epoch_6.pth'), map_location='cpu',
                        weights_only=False)['state_dict']
-    model.load_state_dict(state, strict=True)
+    _recipe_model().load_state_dict(state, strict=True)
     assert all(v.dtype in (torch.float32, torch.int64) for v in state.values())
 
 
@@ -552,17 +792,14 @@ def test_amp_multigrid_run(device, dtype, full_run, tmp_path, monkeypatch):
 def test_repeat_aug_dataset_needs_its_collate(collate):
     """Without repeat_pseudo_collate a RepeatAugDataset batch reaches the
     model as lists of clip dicts (AttributeError in the first forward)."""
-    from mmext.multigrid.hook import _check_repeat_collate
     cfg = dict(batch_size=2) if collate is None else dict(
         batch_size=2, collate_fn=collate)
     name = 'pseudo_collate' if collate is None else collate['type']
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match=re.escape(
+            f"(2 clips per video) that collate_fn {name!r} cannot batch. Set "
+            f"train_dataloader.collate_fn = dict(type='repeat_pseudo_collate"
+            f"')")):
         _check_repeat_collate(cfg, 2)
-    assert str(info.value) == (
-        f'train_dataloader.dataset is a RepeatAugDataset (2 clips per '
-        f'video), whose items are lists of clips that collate_fn {name!r} '
-        f"cannot batch. Set train_dataloader.collate_fn = "
-        f"dict(type='repeat_pseudo_collate').")
     from mmaction.datasets.repeat_aug_dataset import repeat_pseudo_collate
     for ok in ('repeat_pseudo_collate', 'mmaction.repeat_pseudo_collate',
                repeat_pseudo_collate):

@@ -1,24 +1,271 @@
-"""mmext.multigrid.plan: MultigridPlan from configs and runners, iteration
-counts per shape, where precise BN runs, the errors of a recipe it cannot
-plan."""
+"""mmext.multigrid.plan: MultigridOptions (the one option table), the
+recipe's LR stages and schedulers on the multigrid axis, what the run
+cannot honour, MultigridPlan from configs, its counts and its report."""
+import dataclasses
+import warnings
+
 import pytest
-from mg_helpers import I3D, I3D_MILESTONES, PIPE, STEP
+from mg_helpers import I3D, I3D_MILESTONES, MAX_EPOCHS, PIPE, STEP, STEPS
 from mmengine.config import Config
 
-from mmext.multigrid import MultigridOptions, MultigridPlan
+import mmext  # noqa: F401
+from mmext.multigrid import (MultigridHook, MultigridOptions, MultigridPlan,
+                             build_multigrid_schedule)
+from mmext.multigrid.checks import check_run
+from mmext.multigrid.plan import find_lr_steps, remap_param_schedulers
+from mmext.multigrid.schedule import (DEFAULT_LONG_CYCLE_FACTORS,
+                                      map_recipe_epoch)
 
 
+# ---------------------------------------------------------------- options
+def test_option_defaults():
+    options = MultigridOptions()
+    assert options.keep_cpu_memory is True
+    assert options.data_wait_threshold == 0.2
+    assert options.data_wait_iters == 10
+    assert options.long_cycle_factors == DEFAULT_LONG_CYCLE_FACTORS
+    assert MultigridOptions(
+        data_wait_threshold=None).data_wait_threshold is None
+
+
+def test_misspelt_option_lists_the_valid_names():
+    with pytest.raises(ValueError) as err:
+        MultigridHook(short_cycles=False)
+    assert str(err.value) == (
+        "unknown MultigridHook options ['short_cycles']; known: "
+        f'{sorted(MultigridOptions.names())}')
+    assert 'short_cycle' in MultigridOptions.names()
+
+
+def test_hook_config_keys_are_not_options():
+    options = MultigridOptions.from_hook_config(dict(
+        type='mmext.MultigridHook', priority='HIGHEST', _scope_='mmaction',
+        short_cycle=False))
+    assert options == MultigridOptions(short_cycle=False)
+
+
+def test_sequences_are_tuples_and_the_schedule_gets_its_fields():
+    options = MultigridOptions(long_cycle_factors=[[0.5, 1], [1, 1]],
+                               short_cycle_factors=[0.5], lr_steps=[0, 3])
+    assert options.long_cycle_factors == ((0.5, 1), (1, 1))
+    assert options.short_cycle_factors == (0.5, )
+    assert options.lr_steps == (0, 3)
+    assert options.schedule_kwargs() == dict(
+        long_cycle=True, short_cycle=True, epoch_factor=1.5,
+        long_cycle_factors=((0.5, 1), (1, 1)), short_cycle_factors=(0.5, ),
+        short_cycle_mode='absolute')
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.short_cycle = False
+
+
+@pytest.mark.parametrize('options, message', [
+    (dict(long_cycle=1), 'long_cycle=1 (int): expected True or False'),
+    (dict(short_cycle='no'), "short_cycle='no' (str): expected True or "
+     'False'),
+    (dict(skip_broken_clips='yes'), "skip_broken_clips='yes' (str): "
+     'expected True or False'),
+    (dict(skip_broken_clips=None), 'skip_broken_clips=None (NoneType): '
+     'expected True or False'),
+    (dict(keep_cpu_memory=1), 'keep_cpu_memory=1 (int): expected True or '
+     'False'),
+    (dict(epoch_factor='1.5'), "epoch_factor='1.5' (str): expected a "
+     'number > 0 (total epochs = max_epochs x epoch_factor), e.g. '
+     'epoch_factor=1.5'),
+    (dict(epoch_factor=0), 'epoch_factor=0 (int): expected a number > 0'),
+    (dict(long_cycle_factors=[0.25, 0.5, 1]), 'long_cycle_factors=[0.25, '
+     '0.5, 1] (list): expected (t, s) pairs in (0, 1]'),
+    (dict(long_cycle_factors=[(0.5, 1, 1), (1, 1)]), 'long_cycle_factors=['
+     '(0.5, 1, 1), (1, 1)] (list): expected (t, s) pairs'),
+    (dict(long_cycle_factors=[]), 'long_cycle_factors=[] (list)'),
+    (dict(long_cycle_factors=[(2, 1), (1, 1)]), 'long_cycle_factors=[(2, '
+     '1), (1, 1)] (list): expected (t, s) pairs in (0, 1]'),
+    (dict(short_cycle_factors=0.5), 'short_cycle_factors=0.5 (float): '
+     'expected crop factors in (0, 1)'),
+    (dict(short_cycle_factors=[]), 'short_cycle_factors=[] (list): '
+     'expected crop factors'),
+    (dict(short_cycle_factors=[1.5]), 'short_cycle_factors=[1.5] (list): '
+     'expected crop factors in (0, 1)'),
+    (dict(short_cycle_mode=None), 'short_cycle_mode=None'),
+    (dict(short_cycle_mode='paper'), "short_cycle_mode='paper' (str): "
+     "expected one of ('absolute', 'relative')"),
+    (dict(bn_base_size='8'), "bn_base_size='8' (str): expected None, 0 (no "
+     'sub-batch BN) or clips per BN split, e.g. bn_base_size=8'),
+    (dict(bn_base_size=4.0), 'bn_base_size=4.0 (float)'),
+    (dict(bn_base_size=-4), 'bn_base_size=-4 (int)'),
+    (dict(precise_bn_iters=True), 'precise_bn_iters=True (bool)'),
+    (dict(precise_bn_iters=-1), 'precise_bn_iters=-1 (int): expected an int '
+     '>= 0'),
+    (dict(data_wait_threshold='high'), "data_wait_threshold='high' (str)"),
+    (dict(data_wait_threshold=1.5), 'data_wait_threshold=1.5 (float): '
+     'expected a share in [0, 1]'),
+    (dict(data_wait_threshold=-0.1), 'data_wait_threshold=-0.1'),
+    (dict(data_wait_iters=0), 'data_wait_iters=0 (int): expected an int '
+     '>= 1'),
+    (dict(data_wait_iters=2.5), 'data_wait_iters=2.5 (float): expected an '
+     'int >= 1'),
+    (dict(lr_steps='0, 10'), "lr_steps='0, 10' (str): expected None or "
+     'increasing recipe epochs starting at 0'),
+    (dict(lr_steps=[3]), 'lr_steps=[3] (list): expected None or increasing '
+     'recipe epochs starting at 0, e.g. lr_steps=[0, 40, 80]'),
+    (dict(lr_steps=[0, 5, 5]), r'lr_steps=[0, 5, 5]'),
+])
+def test_each_option_is_checked_once_by_its_row(options, message):
+    """One message per option: the value, its type, what is expected and
+    an example; the hook refuses at construction."""
+    for build in (MultigridOptions, MultigridHook):
+        with pytest.raises(ValueError) as err:
+            build(**options)
+        assert str(err.value).startswith('MultigridHook option ' + message)
+        assert ', e.g. ' in str(err.value)
+
+
+def test_nothing_to_cycle():
+    with pytest.raises(ValueError, match='long_cycle=False and '
+                       'short_cycle=False leave nothing to cycle'):
+        MultigridOptions(long_cycle=False, short_cycle=False)
+
+
+@pytest.mark.parametrize('factors', [
+    [(1, 1), (0.5, 1), (0.25, 0.5**0.5)],  # reversed
+    [(0.25, 0.5**0.5), (0.5, 0.5**0.5), (0.5, 1)],  # no base shape last
+    [(0.5, 1), (0.5, 0.5**0.5), (1, 1)],  # finer before coarser
+])
+def test_long_cycle_factors_run_coarse_to_fine_to_the_base_shape(factors):
+    """Raising epoch_factor or max_epochs would not fix these: the message
+    says what does."""
+    with pytest.raises(ValueError) as err:
+        MultigridOptions(long_cycle_factors=factors)
+    assert 'coarse to fine, ending with (1, 1), e.g. long_cycle_factors=' \
+        in str(err.value)
+    assert 'epoch_factor' not in str(err.value)
+
+
+# ------------------------------------------------ the recipe's schedulers
+def test_remap_schedulers():
+    cfgs = [
+        dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0,
+             end=34, convert_to_iter_based=True),
+        dict(type='MultiStepLR', by_epoch=True, begin=0, end=239,
+             milestones=[94, 154, 196], gamma=0.1),
+        dict(type='CosineAnnealingLR', by_epoch=True, begin=0, T_max=239,
+             end=239)
+    ]
+    stages = build_multigrid_schedule(32, 224, STEPS, MAX_EPOCHS)
+    out = remap_param_schedulers(
+        cfgs, lambda e: map_recipe_epoch(stages, STEPS, MAX_EPOCHS, e),
+        lambda e: int(round(e * 10)), base_epoch_len=10)
+    assert out[0]['by_epoch'] is False and 'convert_to_iter_based' not in \
+        out[0]
+    assert (out[0]['begin'], out[0]['end']) == (0, 571)  # 57.1 epochs
+    assert out[1]['milestones'] == [158, 259, 343] and out[1]['end'] == 358
+    assert out[2]['T_max'] == 358
+    assert cfgs[0]['end'] == 34  # input untouched
+
+
+def test_step_schedule_without_milestones_is_one_long_cycle():
+    steps, gamma = find_lr_steps(
+        [dict(type='MultiStepLR', by_epoch=True, milestones=[8])], 4)
+    assert (steps, gamma) == ([0, 4], None)
+    stages = build_multigrid_schedule(16, 56, steps, 4, gamma=gamma)
+    assert [s.lr_stage for s in stages] == [0] * len(stages)
+    assert stages[-1].end_epoch == 6 and stages[-1].lr_factor == 1
+
+
+def test_milestones_are_lr_stages_in_order():
+    """mmengine counts MultiStepLR milestones in any order."""
+    assert find_lr_steps([dict(type='MultiStepLR', milestones=[80, 40],
+                               gamma=0.5)], 100) == ([0, 40, 80], 0.5)
+
+
+def _messages(schedulers, samples_per_rank=None, **options):
+    options.setdefault('long_cycle_factors', [(0.5, 0.5**0.5), (1, 1)])
+    plan = MultigridPlan(PIPE, 4, 4, schedulers,
+                         samples_per_rank=samples_per_rank,
+                         options=MultigridOptions(**options))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        messages = check_run(plan)
+    assert [str(w.message) for w in caught] == messages
+    return messages
+
+
+def test_stock_i3d_recipe_shortened_warns_about_milestones():
+    cfg = Config.fromfile(I3D)
+    cfg.train_cfg.max_epochs = 2
+    cfg.custom_hooks[0].long_cycle = False
+    plan = MultigridPlan.from_config(cfg)
+    with pytest.warns(UserWarning) as record:
+        assert check_run(plan) == [I3D_MILESTONES]
+    assert [str(w.message) for w in record] == [I3D_MILESTONES]
+    assert plan.lr_steps == [0, 2] and plan.max_epochs == 3
+
+
+@pytest.mark.parametrize('scheduler, message', [
+    (dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0, end=5),
+     'param_scheduler LinearLR ends at recipe epoch 5, after the end of '
+     'training (4 recipe epochs): it is cut short (the warm-up never '
+     'reaches its target LR). Shorten it or train longer.'),
+    (dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0, end=3,
+          convert_to_iter_based=True),
+     'param_scheduler LinearLR (warm-up) ends at recipe epoch 3, after the '
+     'first LR stage [0, 2): the whole first long cycle trains in warm-up. '
+     'Shorten it or move the first milestone.'),
+    (dict(type='CosineAnnealingLR', by_epoch=True, begin=0, end=10,
+          T_max=10),
+     'param_scheduler CosineAnnealingLR ends at recipe epoch 10, after the '
+     'end of training (4 recipe epochs): it is cut short (it never reaches '
+     'its final value). Shorten it or train longer.'),
+    (dict(type='ExponentialLR', gamma=0.9, by_epoch=True, begin=4),
+     'param_scheduler ExponentialLR begins at recipe epoch 4, not before '
+     'the end of training (4 recipe epochs): it never applies. Move its '
+     'begin or remove it.'),
+    (dict(type='MultiStepLR', by_epoch=False, milestones=[30, 50]),
+     'param_scheduler MultiStepLR has by_epoch=False: its milestones make '
+     'no multigrid LR stages (one long cycle over the run). Use an '
+     'epoch-based MultiStepLR or MultigridHook(lr_steps=...).'),
+    (dict(STEP, milestones=[0, 2]), 'param_scheduler MultiStepLR milestones '
+     '[0] are no multigrid LR stages (LR stages start at [0, 2]).'),
+])
+def test_dropped_scheduler_values(scheduler, message):
+    schedulers = [scheduler]
+    if scheduler['type'] != 'MultiStepLR':
+        schedulers.append(STEP)
+    assert _messages(schedulers) == [message]
+
+
+def test_honoured_schedules_give_no_warning():
+    warmup = dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0,
+                  end=1, convert_to_iter_based=True)
+    momentum = dict(type='LinearParamScheduler', param_name='momentum',
+                    start_factor=0.5, by_epoch=True, begin=0, end=9)
+    assert _messages([warmup, STEP, momentum]) == []
+    # The hook's lr_steps replace the recipe's milestones as LR stages.
+    assert _messages([dict(STEP, milestones=[3])], lr_steps=[0, 2]) == []
+
+
+def test_iteration_bounds_need_the_epoch_length():
+    warmup = dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
+                  end=500)
+    # Unknown iterations per epoch: nothing can be said.
+    assert _messages([warmup, STEP]) == []
+    # 64 clips / batch 4 = 16 iterations per recipe epoch, 64 in the recipe.
+    assert _messages([warmup, STEP], samples_per_rank=64) == [
+        'param_scheduler LinearLR ends at recipe iteration 500, after the '
+        'end of training (64 recipe iterations): it is cut short (the '
+        'warm-up never reaches its target LR). Shorten it or train longer.'
+    ]
+
+
+# ---------------------------------------------------------------- the plan
 def test_stock_i3d_recipe_shortened_error_names_the_milestones():
     cfg = Config.fromfile(I3D)
     cfg.train_cfg.max_epochs = 2
     with pytest.raises(ValueError) as info:
         MultigridPlan.from_config(cfg)
     assert str(info.value) == (
-        'With epoch_factor=1.5 and 2 recipe epochs the multigrid schedule '
-        'rounds the base-shape stages to 0 epochs, so the model would never '
-        "train at the recipe's shape. Raise epoch_factor or "
-        'train_cfg.max_epochs. Recipe values the schedule cannot honour: '
-        + I3D_MILESTONES)
+        'epoch_factor=1.5 with 2 recipe epochs leaves no epoch at the base '
+        'shape; raise epoch_factor or train_cfg.max_epochs. Recipe values '
+        'the schedule cannot honour: ' + I3D_MILESTONES)
 
 
 def test_iteration_based_config_named_by_the_plan():
@@ -56,12 +303,11 @@ def test_shape_iterations_by_hand():
     assert sum(r[-1] for r in rows) == plan.max_iters == 27
 
 
-def test_precise_bn_runs_where_the_long_cycle_shape_changes():
+def test_long_cycle_shapes_end_where_the_next_stage_changes_shape():
     plan = _tiny_plan()
     # Stages [3, 4) and [4, 5) are followed by the same shapes (LR drops).
-    assert [(s.start_epoch, s.end_epoch)
-            for s in plan.precise_bn_stages()] == [(0, 3), (5, 6)]
-    assert _tiny_plan(precise_bn_iters=0).precise_bn_stages() == []
+    assert [e for e in range(plan.max_epochs) if plan.is_shape_end(e)] == [
+        2, 5]
 
 
 @pytest.mark.parametrize('edit, message', [
@@ -96,8 +342,26 @@ def test_sub_bn_splits_count_the_clips_of_repeated_videos():
     assert [x.sub_bn_splits for x in per_video.shape_iterations()][:3] == [
         1, 1, 1]
     assert max(plan.sub_bn_splits(s) for s in plan.stages) == 4
+    assert plan.sub_bn_base_size == 4 and per_video.sub_bn_base_size is None
     with pytest.raises(ValueError, match=r'batches \[12, 6, 3\] \(3 clips '):
         MultigridPlan(PIPE, 1, 4, [STEP], options=options, clips_per_sample=3)
+
+
+def test_sub_bn_check_of_repeated_clips():
+    # Base batch 2 videos, bn_base_size 4: every batch of videos splits,
+    # and x2 clips, but not x3 (6 clips at the base shape, last stage).
+    options = MultigridOptions(bn_base_size=4)
+    for clips in (1, 2):
+        MultigridPlan(PIPE, 2, 4, [STEP], options=options,
+                      clips_per_sample=clips)
+    with pytest.raises(ValueError) as info:
+        MultigridPlan(PIPE, 2, 4, [STEP], options=options,
+                      clips_per_sample=3)
+    assert str(info.value) == (
+        'Sub-batch BN cannot split the per-device batches [24, 12, 6] (3 '
+        'clips per video) of epochs 4-5 into bn_base_size=4 clips. Make the '
+        'clips of train_dataloader.batch_size a multiple or a divisor of '
+        'bn_base_size.')
 
 
 @pytest.mark.parametrize('dataset, clips', [
@@ -117,12 +381,63 @@ def test_plan_from_config_reads_the_clips_per_video(dataset, clips):
     assert MultigridPlan.from_config(cfg).clips_per_sample == clips
 
 
+# ---------------------------------------------------------------- report
+def _plan(samples_per_rank=64):
+    return MultigridPlan(
+        PIPE, 4, 4, [STEP], samples_per_rank=samples_per_rank, world_size=2,
+        options=MultigridOptions(long_cycle_factors=[(0.5, 0.5**0.5),
+                                                     (1, 1)]))
+
+
+def test_summary_by_hand():
+    """6 epochs: 3 of 3 iterations, 3 of 6 (see test_shape_iterations_by_
+    hand); the recipe trains 4 x ceil(64 / 4) = 64 iterations."""
+    info = _plan().summary(warnings=['w'])
+    assert info['base'] == dict(batch_size=4, effective_batch_size=8,
+                                clip_len=16, crop_size=56)
+    assert (info['recipe_epochs'], info['epochs'], info['iters'],
+            info['recipe_iters']) == (4, 6, 27, 64)
+    assert info['iteration_saving'] == pytest.approx(64 / 27)
+    assert info['warnings'] == ['w']
+    stages = [(s['start_epoch'], s['end_epoch'], s['batch_size'],
+               s['effective_batch_size'], s['short_cycle_batch_sizes'],
+               s['iters'], s['lr_factor']) for s in info['stages']]
+    assert stages == [(0, 3, 16, 32, [32, 16, 16], 9, 4),
+                      (3, 4, 4, 8, [16, 8, 4], 6, 1),
+                      (4, 5, 4, 8, [16, 8, 4], 6, 1),
+                      (5, 6, 4, 8, [16, 8, 4], 6, pytest.approx(0.1))]
+
+
+def test_table_rows_and_totals():
+    lines = _plan().describe().splitlines()
+    assert lines[0] == (
+        'base (B, T, S) = (4, 16, 56), 4 recipe epochs; batch = per '
+        'process, eff. batch = batch x world size 2 x accumulative_counts 1')
+    assert lines[2].split() == ['0', '16', '32', '8', '40', '0', '3', '9',
+                                '4', '[(32,', '28),', '(16,', '40),',
+                                '(16,', '40)]']
+    assert lines[-1] == (
+        'total: 6 epochs, 27 iterations (exact, 64 clips per process) vs 64 '
+        'of the recipe -> 2.37x fewer iterations; FLOPs x0.466 of the '
+        'recipe')
+
+
+def test_estimates_without_the_dataset_size():
+    plan = _plan(samples_per_rank=None)
+    info = plan.summary()
+    assert info['iters'] is None and not info['exact']
+    # In recipe iterations per epoch: 3 epochs x 3 shapes / batch factors
+    # (8 + 4 + 4).
+    assert info['stages'][0]['estimated_iters'] == pytest.approx(3 * 3 / 16)
+    assert plan.describe().splitlines()[-1].startswith(
+        'total: 6 epochs, 1.8 x recipe iters/epoch vs 4 -> ')
+
+
 def test_report_counts_videos_and_their_clips():
-    from mmext.multigrid import describe
     options = MultigridOptions(long_cycle=False, bn_base_size=4)
     plan = MultigridPlan(PIPE, 1, 4, [STEP], samples_per_rank=8,
                          options=options, clips_per_sample=4)
-    assert '(exact, 8 videos x 4 clips per process)' in describe(plan)
+    assert '(exact, 8 videos x 4 clips per process)' in plan.describe()
     plain = MultigridPlan(PIPE, 1, 4, [STEP], samples_per_rank=8,
                           options=options)
-    assert '(exact, 8 clips per process)' in describe(plain)
+    assert '(exact, 8 clips per process)' in plain.describe()

@@ -3,10 +3,11 @@ reference table (Kinetics-400 SlowFast 8x8 R50 stepwise)."""
 import pytest
 from mg_helpers import MAX_EPOCHS, STEPS
 
-from mmext.multigrid import (build_multigrid_schedule, iterations_per_epoch,
-                             map_recipe_epoch, short_cycle_shapes,
-                             stage_at_epoch, total_flops_ratio)
-from mmext.multigrid.lr import find_lr_steps
+from mmext.multigrid import build_multigrid_schedule
+from mmext.multigrid.plan import find_lr_steps
+from mmext.multigrid.schedule import (iterations_per_epoch, map_recipe_epoch,
+                                      short_cycle_shapes, stage_at_epoch,
+                                      total_flops_ratio)
 
 
 @pytest.fixture(scope='module')
@@ -56,8 +57,6 @@ def test_relative_short_cycle():
     assert [(s.batch_factor, s.crop_size) for s in shapes] == [(32, 79),
                                                               (16, 112),
                                                               (8, 158)]
-    with pytest.raises(ValueError, match='short_cycle_mode'):
-        short_cycle_shapes(32, 224, 8, 158, [0.5], 'bogus')
 
 
 def test_long_cycle_only_has_base_fine_tune():
@@ -96,9 +95,12 @@ def test_cosine_steps_and_epoch_map(reference):
         stage_at_epoch(reference, 358)
 
 
-def test_errors():
-    with pytest.raises(ValueError, match='lr_steps'):
-        build_multigrid_schedule(32, 224, [5, 10], MAX_EPOCHS)
+def test_lr_steps_past_the_recipe():
+    """Their start and order are MultigridOptions' (test_multigrid_plan);
+    the schedule checks them against the recipe's epochs."""
+    with pytest.raises(ValueError, match=r'lr_steps \[0, 300\] go past '
+                       'train_cfg.max_epochs=239'):
+        build_multigrid_schedule(32, 224, [0, 300], MAX_EPOCHS)
 
 
 def test_iterations_per_epoch():
@@ -115,11 +117,12 @@ def test_iterations_per_epoch():
      r'\(16, 56\)'),
     (dict(short_cycle_factors=[0.001]), r'short_cycle_factors \[0.001\] '
      'give crops of 0 pixels of the base crop size 56'),
-    (dict(epoch_factor=0.3), 'never train at the recipe'),
+    (dict(epoch_factor=0.3), 'epoch_factor=0.3 with 4 recipe epochs leaves '
+     'no epoch at the base shape'),
 ])
 def test_what_the_recipe_cannot_take_names_the_option(options, match):
-    """Types and ranges are MultigridOptions' (test_multigrid_options);
-    the schedule checks what depends on the recipe's base shape."""
+    """Types and ranges are MultigridOptions' (test_multigrid_plan); the
+    schedule checks what depends on the recipe's base shape."""
     with pytest.raises(ValueError, match=match):
         build_multigrid_schedule(16, 56, [0, 2], 4, **options)
 

@@ -8,7 +8,7 @@ from helpers import DEVICES
 from mg_zoo import build
 from torch import nn
 
-from mmext.multigrid.shape_probe import meta_copy
+from mmext.multigrid.checks import meta_copy
 from mmext.multigrid.transformers import (conv_output_size,
                                           install_shape_adapters,
                                           remove_shape_adapters,
@@ -207,13 +207,9 @@ def test_hook_trains_a_timesformer_at_coarse_shapes(tmp_path):
     (``x = x + self.pos_embed``). One epoch of the coarse long-cycle shape
     (T=8, crops 28 and 40 of the 56-pixel recipe) trains; the checkpoint
     holds the recipe's full-size embeddings and loads into the recipe."""
-    import json
-    import os
     import os.path as osp
 
-    from mg_helpers import ROOT, TINY
-
-    from mmext.cli import build_runner, load_run_config
+    from mg_helpers import read_shapes, recorded, tiny_runner
     model = dict(
         _delete_=True, type='Recognizer3D',
         backbone=dict(type='TimeSformer', num_frames=16, img_size=56,
@@ -224,17 +220,10 @@ def test_hook_trains_a_timesformer_at_coarse_shapes(tmp_path):
         data_preprocessor=dict(type='ActionDataPreprocessor',
                                mean=[128.] * 3, std=[64.] * 3,
                                format_shape='NCTHW'))
-    hooks = [dict(type='mmext.MultigridHook',
-                  long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)],
-                  bn_base_size=None, precise_bn_iters=0),
-             dict(type='ShapeRecorderHook', stop_after_epoch=1)]
-    os.chdir(ROOT)
-    cfg = load_run_config(TINY, dict(model=model, custom_hooks=hooks),
-                          str(tmp_path))
-    runner = build_runner(cfg)
+    runner = tiny_runner(tmp_path, model=model, custom_hooks=recorded(
+        stop_after_epoch=1, bn_base_size=None, precise_bn_iters=0))
     runner.train()
-    with open(osp.join(tmp_path, 'shapes_rank0.json')) as f:
-        records = json.load(f)
+    records = read_shapes(tmp_path)
     assert {tuple(r['shapes'][0]) for r in records} == {
         (1, 3, 8, 28, 28), (1, 3, 8, 40, 40)}
     state = torch.load(osp.join(tmp_path, 'epoch_1.pth'),

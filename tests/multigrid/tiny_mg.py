@@ -1,9 +1,6 @@
 # Tiny multigrid run on the embedded demo data for the tests (seconds/epoch).
-# mg_test_recorder is imported from this folder (on sys.path under pytest).
 _base_ = '../../configs/demo/recognizer3d_r18_demo-video.py'
 
-custom_imports = dict(imports=['mg_test_recorder'],
-                      allow_failed_imports=False)
 model = dict(backbone=dict(base_channels=8), cls_head=dict(in_channels=64))
 train_dataloader = dict(batch_size=4, num_workers=0, persistent_workers=False)
 val_dataloader = dict(batch_size=8, num_workers=0, persistent_workers=False)
@@ -22,6 +19,5 @@ randomness = dict(seed=0)
 custom_hooks = [
     dict(type='mmext.MultigridHook',
          long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)],
-         bn_base_size=4, precise_bn_iters=2),
-    dict(type='ShapeRecorderHook')
+         bn_base_size=4, precise_bn_iters=2)
 ]

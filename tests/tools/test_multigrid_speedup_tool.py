@@ -39,7 +39,6 @@ def test_synthetic_run_figures(tmp_path):
     # Both runs keep glibc's freed memory (the hook's setting), so only
     # multigrid differs.
     assert base['kept_freed_memory'] is mg['kept_freed_memory'] is True
-    assert 'keeps freed memory for reuse' in proc.stdout + proc.stderr
     for run in (base, mg):
         excess = [max(0, x['first_iter_s'] - x['steady_s_per_iter'])
                   for x in run['shapes']]
@@ -64,7 +63,6 @@ def test_synthetic_run_figures(tmp_path):
     s = mg['shapes'][0]
     assert s['compute_ms_per_clip'] == pytest.approx(
         1000 * s['compute_s_per_iter'] / s['batch'])
-    assert 'ratio' in proc.stdout and 'bound by' in proc.stdout
 
 
 def test_projection_arithmetic(tmp_path):
@@ -99,7 +97,7 @@ def test_project_needs_dataset_size(tmp_path):
         [sys.executable, TOOL, '--project', '--work-dir', str(tmp_path)] +
         TINY, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode != 0
-    assert 'give --samples-per-rank' in res.stderr
+    assert '--samples-per-rank' in res.stderr
 
 
 @pytest.mark.parametrize('args,message', [
@@ -134,12 +132,9 @@ def test_bad_stack_options_stop_before_training(tmp_path, args, message):
 
 
 def _tool_module():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        'multigrid_speedup', f'{REPO_ROOT}/{TOOL}')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The tool's module (tools/benchmark is on pytest's pythonpath)."""
+    import multigrid_speedup
+    return multigrid_speedup
 
 
 @pytest.mark.parametrize('multigrid', [False, True])
@@ -192,6 +187,4 @@ def test_compiled_channels_last_run(tmp_path):
     base, mg = out['baseline']['compile'], out['multigrid']['compile']
     assert base['graphs'] > 0 and mg['graphs'] > base['graphs']
     assert mg == dict(graphs=mg['graphs'], fallbacks=[], fell_back=False)
-    assert 'ChannelsLastHook: ' in proc.stdout + proc.stderr
     assert (out['multigrid']['iters'], out['baseline']['iters']) == (17, 30)
-    assert 'multigrid: torch.compile: ' in proc.stdout

@@ -10,7 +10,7 @@ hook itself trains from. Iteration counts are exact when the number of
 training clips is known (``--dataset`` builds the config's train dataset and
 counts it; ``--num-samples`` gives it), and marked as estimates otherwise.
 The recognizer is built (no weights) so that the tool runs every check the
-hook runs before training (:func:`mmext.multigrid.model_checks.check_run`):
+hook runs before training (:func:`mmext.multigrid.checks.check_run`):
 warnings about recipe values the schedule cannot honour and final feature
 maps below 2x2, the shape adapters of video transformers (``shape adapter:``
 lines; ``--json``: ``shape_adapters``), and errors for planned shapes the
@@ -32,8 +32,8 @@ from mmengine.config import Config, DictAction
 from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
-from mmext.multigrid import MultigridPlan, describe, summary
-from mmext.multigrid.model_checks import check_run
+from mmext.multigrid import MultigridPlan
+from mmext.multigrid.checks import check_run
 from mmext.multigrid.transformers import shape_adapters
 
 
@@ -216,14 +216,14 @@ def main():
     per_rank = clips_per_rank(cfg, args)
     plan, messages, adapters = plan_and_check(cfg, args, per_rank)
     if args.json:
-        print(json.dumps(dict(summary(plan, messages),
+        print(json.dumps(dict(plan.summary(messages),
                               shape_adapters=adapters), indent=1))
     else:
         for message in messages:
             print(f'warning: {message}')
         for line in adapters:
             print(f'shape adapter: {line}')
-        print(describe(plan))
+        print(plan.describe())
     if args.plot:
         name = osp.splitext(osp.basename(args.config))[0]
         try:

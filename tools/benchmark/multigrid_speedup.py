@@ -20,12 +20,16 @@ counts) and their ratio (target >= 0.85 on synthetic clips, 0.8 on real ones).
 in-memory clips (``SyntheticVideoDecode`` of ``bench_utils.py`` replaces decoding and
 augmentation), so the compute side is measured alone; top-1 is null.
 
-``--project`` trains nothing: it times ``--project-iters`` iterations of every
-grid shape of the config's multigrid schedule on random clips and multiplies
-by the schedule's exact iteration counts (plus precise BN), printing the
-projected full-schedule wall-clock time of both recipes and the speed-up.
-``--batch-size``/``--crop-size`` time smaller base shapes (e.g. the SlowFast
-Kinetics recipe on CPU); minutes are then those of the reduced shapes.
+``--project`` trains nothing: the runner of the config (on synthetic clips,
+``--samples-per-rank`` of them) runs up to its first iteration, so
+``MultigridHook.before_run`` plans the run and prepares the model as in
+training; then ``--project-iters`` train steps of every planned grid shape
+are timed on random clips and multiplied by the schedule's exact iteration
+counts (plus precise BN), printing the projected full-schedule wall-clock
+time of both recipes and the speed-up. ``--batch-size``/``--crop-size`` time
+smaller base shapes (e.g. the SlowFast Kinetics recipe on CPU); minutes are
+then those of the reduced shapes. A config of a video transformer (e.g.
+TimeSformer) gives its cost per grid shape the same way.
 
 The speed options a video user turns on apply to both runs alike:
 ``--channels-last`` (``mmext.ChannelsLastHook``: weights and backbone
@@ -40,6 +44,7 @@ times the clips; real clips only, it needs decord). The JSON's ``stack``
 says which were on.
 """
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -53,17 +58,49 @@ from contextlib import contextmanager
 from mmengine.config import DictAction
 from mmengine.hooks import Hook
 
-from mmext.cli import build_runner, load_run_config
-from mmext.multigrid import (MultigridHook, MultigridOptions, MultigridPlan,
-                             describe, is_multigrid_hook)
-from mmext.multigrid.allocator import keep_freed_memory_for
-from mmext.multigrid.compiled import run_outside_dynamo
-from mmext.multigrid.monitor import DATA_WAIT_THRESHOLD, bound_by, \
-    data_wait_share
-from mmext.multigrid.pipeline import parse_grid_shape, resize_pipeline
 from bench_utils import RunRecorder
 
+from mmext.cli import build_runner, load_run_config
+from mmext.multigrid import MultigridHook, MultigridOptions, MultigridPlan
+from mmext.multigrid.data import parse_grid_shape, resize_pipeline
+from mmext.multigrid.plan import is_multigrid_hook
+from mmext.multigrid.speed import glibc_version, prepare_run
+
 DEFAULT_CONFIG = 'configs/multigrid/recognizer3d_r18w64_multigrid_fight.py'
+# The data-wait share above which the hook calls a run data-bound.
+DATA_WAIT_THRESHOLD = MultigridOptions().data_wait_threshold
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (glibc >= 2.33), fields in order."""
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        'arena', 'ordblks', 'smblks', 'hblks', 'hblkhd', 'usmblks',
+        'fsmblks', 'uordblks', 'fordblks', 'keepcost')]
+
+
+def mmapped_bytes():
+    """Bytes glibc holds in mmapped blocks now (``mallinfo2().hblkhd``);
+    None without glibc >= 2.33."""
+    version = glibc_version()
+    if version is None or tuple(map(int, version.split('.')[:2])) < (2, 33):
+        return None
+    mallinfo2 = ctypes.CDLL(None).mallinfo2
+    mallinfo2.restype = _MallInfo2
+    return mallinfo2().hblkhd
+
+
+def keeps_freed_memory():
+    """Whether glibc serves a 64 MiB block from its heap now (the process
+    keeps freed memory) rather than from a fresh mmap; None without
+    mallinfo2."""
+    import torch
+    before = mmapped_bytes()
+    if before is None:
+        return None
+    block = torch.empty(16 * 2**20)  # 64 MiB
+    kept = mmapped_bytes() == before
+    del block
+    return kept
 
 
 def shorten_schedule(cfg, epochs):
@@ -81,21 +118,22 @@ def shorten_schedule(cfg, epochs):
                                         interval=10**6, save_last=False)
 
 
-def _make_synthetic(cfg, work_dir):
+def _make_synthetic(cfg, work_dir, clips=None):
     """Point the train/val data at random in-memory clips of the same shapes.
 
-    The annotation list keeps the recipe's clips and labels when readable;
-    otherwise 240 clips with labels cycling over the head's classes.
+    The annotation list keeps the recipe's clips and labels when readable
+    (and ``clips`` is None); otherwise ``clips`` (default 240) clips with
+    labels cycling over the head's classes.
     """
     ann = osp.join(work_dir, 'synthetic.txt')
     os.makedirs(work_dir, exist_ok=True)
     src = cfg.train_dataloader.dataset.get('ann_file', '')
-    if osp.isfile(src):
+    if clips is None and osp.isfile(src):
         with open(src) as f:
             lines = [ln for ln in f if ln.strip()]
     else:
         classes = cfg.model.cls_head.num_classes
-        lines = [f'clip{i}.mp4 {i % classes}\n' for i in range(240)]
+        lines = [f'clip{i}.mp4 {i % classes}\n' for i in range(clips or 240)]
     with open(ann, 'w') as f:
         f.writelines(lines)
     pipeline = cfg.train_dataloader.dataset.pipeline
@@ -162,31 +200,16 @@ def _drop_multigrid(cfg):
                         if not is_multigrid_hook(h)]
 
 
-class _AsMultigrid(Hook):
-    """What ``MultigridHook`` does to its run besides multigrid, done to
-    the baseline so that only multigrid differs: glibc keeps freed memory
-    (``keep_cpu_memory``; a constant shape's activations above glibc's 32
-    MiB mmap threshold are otherwise mapped and unmapped every iteration
-    too), and with ``--compile`` the same frames run outside dynamo
-    (:mod:`mmext.multigrid.compiled`). In ``before_run``, once the model
-    and the optimizer exist.
+class _Baseline(Hook):
+    """Gives the baseline what ``MultigridHook`` gives its run besides
+    multigrid (:func:`mmext.multigrid.speed.prepare_run`), so that only
+    multigrid differs."""
 
-    Attributes:
-        kept_freed_memory (bool): Whether the allocator setting was applied.
-    """
-
-    def __init__(self, keep_cpu_memory, compiled):
+    def __init__(self, keep_cpu_memory):
         self.keep_cpu_memory = keep_cpu_memory
-        self.compiled = compiled
-        self.kept_freed_memory = False
 
     def before_run(self, runner):
-        if self.keep_cpu_memory:
-            self.kept_freed_memory = bool(keep_freed_memory_for(
-                runner.model))
-        if self.compiled:
-            run_outside_dynamo(runner.model, runner.message_hub,
-                               runner.optim_wrapper)
+        prepare_run(runner, self.keep_cpu_memory)
 
 
 def train_arm(args, multigrid):
@@ -203,12 +226,8 @@ def train_arm(args, multigrid):
         _drop_multigrid(cfg)
     _apply_stack(cfg, args)
     runner = build_runner(cfg)
-    # Either records whether glibc keeps freed memory in its run.
-    if multigrid:
-        keeper = next(h for h in runner.hooks if isinstance(h, MultigridHook))
-    else:
-        keeper = _AsMultigrid(options.keep_cpu_memory, args.compile)
-        runner.register_hook(keeper)
+    if not multigrid:
+        runner.register_hook(_Baseline(options.keep_cpu_memory))
     recorder = RunRecorder()
     runner.register_hook(recorder)
     with _compile_count(args) as compiled:
@@ -217,14 +236,13 @@ def train_arm(args, multigrid):
         seconds = time.perf_counter() - start
     top1 = None if args.synthetic else runner.val_loop.run()['acc/top1']
     samples = len(runner.train_dataloader.sampler)
-    kept_freed_memory = keeper.kept_freed_memory
     # Stop this run's persistent loader workers now, outside the timing: left
     # to the garbage collector, their shutdown (up to 5 s per loader) landed
     # inside the next run's set-up (measured: 21 s instead of 2 s).
-    del runner, keeper
+    del runner
     gc.collect()
     result = _summarise(recorder, seconds, top1)
-    result['kept_freed_memory'] = kept_freed_memory
+    result['kept_freed_memory'] = keeps_freed_memory()
     if compiled is not None:
         result['compile'] = compiled
     return result, cfg, samples
@@ -255,7 +273,7 @@ def _summarise(recorder, seconds, top1):
     rows = recorder.iters
     data, total = recorder.data_seconds, recorder.iter_seconds
     clips = sum(r.batch_size for r in rows)
-    share = data_wait_share(data, total)
+    share = min(max(data / total, 0.0), 1.0) if total > 0 else 0.0
     shapes = OrderedDict()
     for r in rows:
         t, _, s = r.input_shape[-3:]
@@ -284,7 +302,8 @@ def _summarise(recorder, seconds, top1):
         clips_per_s=clips / seconds, data_seconds=data,
         compute_seconds=total - data,
         other_seconds=seconds - total,
-        data_share=share, bound=bound_by(share), top1=top1,
+        data_share=share,
+        bound='data' if share > DATA_WAIT_THRESHOLD else 'compute', top1=top1,
         loader_rebuild_seconds=sum(g for _, g in recorder.epoch_gaps),
         epoch_end_seconds=sum(g for _, g in recorder.epoch_tails),
         first_batch_seconds=first_waits, shapes=per_shape)
@@ -370,91 +389,87 @@ def _timing_cfg(cfg, batch_size, crop_size):
     return small
 
 
-def _time_shapes(cfg, shapes, device, iters):
-    """Median seconds of a train step and seconds of a forward, per shape.
+class _ShapeTimer(Hook):
+    """Times train steps of every planned shape once the runner prepared
+    the run (``MultigridHook.before_run``: plan, sub-BN, allocator, shape
+    adapters; weights initialised), then ends it before its first epoch.
 
-    Returns:
-        tuple: ``{shape: (step s, forward s)}`` from the round-robin over all
-        shapes (multigrid changes shape every iteration), and the step
-        seconds of ``shapes[0]`` (the base shape) when it follows itself,
-        as in the baseline recipe, which never changes shape.
+    Attributes:
+        plan (MultigridPlan): The hook's plan.
+        times (dict): ``{(batch, T, S, sub-BN splits): (step s, forward
+            s)}``: the median train step in a round-robin over all shapes
+            (multigrid changes shape every iteration) and one forward
+            without gradients (precise BN's cost per batch).
+        alone (float): Median step of the base shape after itself, as the
+            baseline recipe (which never changes shape) trains it.
     """
-    import torch
-    from mmaction.registry import MODELS
-    from mmaction.structures import ActionDataSample
-    from mmaction.utils import register_all_modules
-    from mmengine.optim import build_optim_wrapper
 
-    from mmext.multigrid.bn import disable_sub_bn, enable_sub_bn
+    priority = 'LOWEST'
 
-    register_all_modules()
-    model = MODELS.build(cfg.model).to(device)
-    model.train()
-    options = MultigridOptions.from_hook_config(next(
-        h for h in cfg.custom_hooks if is_multigrid_hook(h)))
-    base_size = options.bn_base_size
-    if options.keep_cpu_memory:
-        # As the hook: otherwise the round-robin's changing sizes map and
-        # unmap the activations at every step, which training does not.
-        message = keep_freed_memory_for(model)
-        if message:
-            print(f'  {message}')
-    if max(key[3] for key in shapes) > 1:
-        # As the hook: every batch is split at forward time.
-        enable_sub_bn(model, base_size)
-    wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
-    classes = cfg.model.cls_head.num_classes
+    def __init__(self, device, iters):
+        self.device, self.iters = device, iters
 
-    def batch(b, t, s):
-        inputs = [torch.randint(0, 256, (1, 3, t, s, s), dtype=torch.uint8)
-                  for _ in range(b)]
-        samples = [ActionDataSample().set_gt_label(i % classes)
-                   for i in range(b)]
-        return dict(inputs=inputs, data_samples=samples)
+    def before_train(self, runner):
+        import torch
+        from mmaction.structures import ActionDataSample
+        self.plan = next(h for h in runner.hooks
+                         if isinstance(h, MultigridHook)).plan
+        base = (self.plan.base_batch, self.plan.base_clip_len,
+                self.plan.base_crop_size, 1)
+        shapes = list(OrderedDict.fromkeys(
+            [base] + [k for k, _ in _shape_keys(self.plan)]))
+        model, wrapper = runner.model, runner.optim_wrapper
+        model.train()
+        classes = runner.cfg.model.cls_head.num_classes
 
-    def timed(fn):
-        if device.startswith('cuda'):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device.startswith('cuda'):
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
+        def batch(b, t, s):
+            inputs = [torch.randint(0, 256, (1, 3, t, s, s),
+                                    dtype=torch.uint8) for _ in range(b)]
+            samples = [ActionDataSample().set_gt_label(i % classes)
+                       for i in range(b)]
+            return dict(inputs=inputs, data_samples=samples)
 
-    def forward(data):
-        with torch.no_grad():
-            model(**model.data_preprocessor(data, True), mode='tensor')
+        def timed(fn):
+            if self.device.startswith('cuda'):
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn()
+            if self.device.startswith('cuda'):
+                torch.cuda.synchronize()
+            return time.perf_counter() - start
 
-    data = {key: batch(*key[:3]) for key in shapes}
-    base = shapes[0]
-    # Round-robin over the shapes, so a change of machine load during the
-    # measurement hits all of them alike; the first round is warm-up. Each
-    # round ends with two base steps: the second, which follows a step of
-    # the same shape, times the base shape as the baseline trains it.
-    steps = {key: [] for key in shapes}
-    alone, forwards = [], {}
-    for round_ in range(iters + 1):
-        for key in shapes:
-            seconds = timed(lambda: model.train_step(data[key], wrapper))
+        def forward(data):
+            with torch.no_grad():
+                model(**model.data_preprocessor(data, True), mode='tensor')
+
+        data = {key: batch(*key[:3]) for key in shapes}
+        # Round-robin over the shapes, so a change of machine load during
+        # the measurement hits all of them alike; the first round is
+        # warm-up. Each round ends with two base steps: the second, which
+        # follows a step of the same shape, times the base shape as the
+        # baseline trains it.
+        steps = {key: [] for key in shapes}
+        alone, forwards = [], {}
+        for round_ in range(self.iters + 1):
+            for key in shapes:
+                seconds = timed(lambda: model.train_step(data[key], wrapper))
+                if round_:
+                    steps[key].append(seconds)
+                elif key not in forwards:
+                    forwards[key] = timed(lambda: forward(data[key]))
+            repeated = [timed(lambda: model.train_step(data[base], wrapper))
+                        for _ in range(2)]
             if round_:
-                steps[key].append(seconds)
-            elif key not in forwards:
-                forwards[key] = timed(lambda: forward(data[key]))
-        repeated = [timed(lambda: model.train_step(data[base], wrapper))
-                    for _ in range(2)]
-        if round_:
-            alone.append(repeated[1])
-    out = {}
-    for key in shapes:
-        out[key] = (statistics.median(steps[key]), forwards[key])
-        b, t, s, splits = key
-        print(f'  timed batch {b:>3} T={t:>3} S={s:>3} sub-BN splits '
-              f'{splits}: {out[key][0]:.3f} s/iter (median of {iters})')
-    alone = statistics.median(alone)
-    print(f'  timed the base shape after itself: {alone:.3f} s/iter '
-          f'(median of {iters})')
-    disable_sub_bn(model)
-    return out, alone
+                alone.append(repeated[1])
+        self.times = {key: (statistics.median(steps[key]), forwards[key])
+                      for key in shapes}
+        for (b, t, s, splits), (step, _) in self.times.items():
+            print(f'  timed batch {b:>3} T={t:>3} S={s:>3} sub-BN splits '
+                  f'{splits}: {step:.3f} s/iter (median of {self.iters})')
+        self.alone = statistics.median(alone)
+        print(f'  timed the base shape after itself: {self.alone:.3f} '
+              f's/iter (median of {self.iters})')
+        runner.train_loop.stop_training = True
 
 
 def _project(args):
@@ -465,28 +480,29 @@ def _project(args):
     if samples is None:
         ann = cfg.train_dataloader.dataset.get('ann_file', '')
         if not osp.isfile(ann):
-            sys.exit(f'--project needs the clips per process per epoch: the '
-                     f'train ann_file {ann!r} is not readable here, so give '
-                     f'--samples-per-rank (e.g. 30055 for the 240,436 '
-                     f'Kinetics-400 training clips over 8 GPUs).')
+            sys.exit(f'--project needs the clips per process and epoch: the '
+                     f'train ann_file {ann!r} is not readable here; give '
+                     f'--samples-per-rank (e.g. 30055: Kinetics-400 over 8 '
+                     f'GPUs).')
         with open(ann) as f:
             samples = sum(1 for ln in f if ln.strip())
     plan = MultigridPlan.from_config(cfg, samples_per_rank=samples)
+    print(plan.describe())
     small = _timing_cfg(cfg, args.batch_size, args.crop_size)
-    small_plan = MultigridPlan.from_config(small, samples_per_rank=samples)
+    _make_synthetic(small, small.work_dir, clips=samples)
+    runner = build_runner(small)
+    timer = _ShapeTimer(args.device, args.project_iters)
+    runner.register_hook(timer)
+    runner.train()
+    small_plan, times, alone = timer.plan, timer.times, timer.alone
     full_counts = _shape_keys(plan)
     small_shapes = [k for k, _ in _shape_keys(small_plan)]
     base_key = (plan.base_batch, plan.base_clip_len, plan.base_crop_size, 1)
     small_base = (small_plan.base_batch, small_plan.base_clip_len,
                   small_plan.base_crop_size, 1)
-    print(describe(plan))
-    if small_shapes[-1][:3] != base_key[:3]:
-        print(f'timing reduced shapes: base (batch, T, S) '
-              f'{small_base[:3]} instead of {base_key[:3]}; every shape is '
-              f'scaled alike')
-    distinct = list(OrderedDict.fromkeys([small_base] + small_shapes))
-    times, alone = _time_shapes(small, distinct, args.device,
-                                args.project_iters)
+    if small_base[:3] != base_key[:3]:
+        print(f'timed reduced shapes: base (batch, T, S) {small_base[:3]} '
+              f'instead of {base_key[:3]}; every shape is scaled alike')
     round_robin = times[small_base][0]
     rows = OrderedDict()
     for (key, count), small_key in zip(full_counts, small_shapes):
@@ -497,11 +513,13 @@ def _project(args):
             forward_s_per_iter=times[small_key][1]))
         row['iters'] += count
     precise = plan.options.precise_bn_iters
-    # Precise BN runs at the long-cycle shape, the last of a stage's cycle.
+    # Precise BN may run at each end of a long-cycle shape, on that shape
+    # (the last of its stage's cycle).
     small_of = {(x.stage.start_epoch, x.shape): key for x, (key, _) in zip(
         small_plan.shape_iterations(), _shape_keys(small_plan))}
     bn_shapes = [small_of[(stage.start_epoch, stage.short_cycle[-1])]
-                 for stage in small_plan.precise_bn_stages()]
+                 for stage in small_plan.stages
+                 if precise and small_plan.is_shape_end(stage.end_epoch - 1)]
     bn_seconds = sum(precise * times[key][1] for key in bn_shapes)
     mg_seconds = sum(r['iters'] * r['s_per_iter']
                      for r in rows.values()) + bn_seconds

@@ -1,13 +1,12 @@
-"""Seed statistics of accuracy runs, shared by the multigrid accuracy tools.
+"""Seed statistics of accuracy runs, shared by the accuracy benchmarks.
 
 ``tools/benchmark/multigrid_accuracy.py`` (recipe vs multigrid on the fight
-clips) and ``tools/benchmark/multigrid_demo_study.py`` (the demo's ablation
-arms) both report top-1 as mean +- sample standard deviation over seeds and,
+clips) reports top-1 as mean +- sample standard deviation over seeds and,
 for runs paired by seed, the per-seed differences.
 """
 import math
 import statistics
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 __all__ = ['summary', 'paired', 'format_summary']
 
@@ -67,7 +66,3 @@ def format_summary(stats: Optional[dict], scale: float = 1.0,
     std = 'nan' if math.isnan(std) else f'{std:.{digits}f}'
     return f'{stats["mean"] * scale:.{digits}f} +- {std} (n={stats["n"]})'
 
-
-def values_text(values: List[float], digits: int = 3) -> str:
-    """Per-seed values, comma separated."""
-    return ', '.join(f'{v:.{digits}f}' for v in values)

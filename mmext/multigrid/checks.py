@@ -1,0 +1,492 @@
+"""A recognizer checked against a multigrid plan before training.
+
+The hook and ``tools/analysis/multigrid_schedule.py`` run the same checks
+(:func:`check_run`): recipe values the plan cannot honour (warnings), clip
+lengths of SlowFast/ResNet3d, BN layers that sub-batch BN must split, and
+every planned grid shape forwarded through the model (after the video
+transformers got their shape adapters), which also gives the backbone's
+final feature map at each shape.
+
+The shape probe runs one forward pass per distinct per-process ``(B, T, S)``
+on a copy of the model on PyTorch's ``meta`` device (shapes and dtypes, no
+data: a recipe's full batch costs no memory). The copy shares nothing with
+the model (:func:`meta_copy`). A forward that needs data (``.item()``,
+kernels without a meta implementation) is tried again on the model itself,
+on its device, with at most :data:`FALLBACK_BATCH` clips in eval mode
+without gradients; the model's weights, statistics and modes are kept.
+"""
+import copy
+from typing import List, NamedTuple, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from mmext.log import warn
+from .bn import (SPLITTABLE_BN_TYPES, bn_layers_in_training,
+                 unsplittable_bn_layers)
+from .transformers import install_shape_adapters
+
+__all__ = [
+    'MIN_FEATURE_MAP_SIDE', 'FALLBACK_BATCH', 'PlannedShape', 'ShapeResult',
+    'check_clip_lengths', 'check_model', 'check_run', 'planned_shapes',
+    'probe_input_size', 'meta_copy', 'probe_shapes'
+]
+
+# A planned shape whose final feature map (backbone output) has a side below
+# this warns (docs/en/multigrid.md#small-feature-maps: measured accuracy cost).
+MIN_FEATURE_MAP_SIDE = 2
+# Clips of the fallback forward on the model's own device.
+FALLBACK_BATCH = 2
+
+
+class PlannedShape(NamedTuple):
+    """One distinct per-process mini-batch shape of a plan.
+
+    Attributes:
+        batch (int): Clips per process ``B``.
+        clip_len (int): ``T`` in frames.
+        crop_size (int): ``S`` in pixels.
+        long_cycle (bool): Whether some stage trains it as its long-cycle
+            shape (else only inside short cycles).
+        epochs (tuple[int, int]): First and end (exclusive) multigrid epoch
+            of the stages that train it.
+    """
+    batch: int
+    clip_len: int
+    crop_size: int
+    long_cycle: bool
+    epochs: Tuple[int, int]
+
+    def __str__(self) -> str:
+        return f'(B, T, S) = ({self.batch}, {self.clip_len}, {self.crop_size})'
+
+
+class ShapeResult(NamedTuple):
+    """What one planned shape did on the model.
+
+    Attributes:
+        shape (PlannedShape): The shape.
+        error (str, optional): ``'<ExceptionType>: <message>'`` of the
+            failed forward; None if it passed.
+        module (str, optional): The innermost module whose forward raised,
+            as ``'backbone.pool5 (MaxPool3d)'`` (``'model'`` for the
+            recognizer itself); None if it passed.
+        feature_map (tuple[int, int], optional): ``(H, W)`` of the
+            backbone's output (the smallest over pathways), None for
+            backbones that return tokens (``(N, C)``).
+        device (str): Where the forward ran: ``'meta'``, or the model's
+            device after a fallback.
+    """
+    shape: PlannedShape
+    error: Optional[str]
+    module: Optional[str]
+    feature_map: Optional[Tuple[int, int]]
+    device: str
+
+
+def planned_shapes(plan) -> List[PlannedShape]:
+    """Distinct per-process ``(B, T, S)`` of a ``MultigridPlan`` in training
+    order: every short-cycle shape of every stage (its long-cycle shape
+    included), each once."""
+    found = {}
+    for stage in plan.stages:
+        for grid in stage.short_cycle:
+            key = (plan.base_batch * grid.batch_factor, grid.clip_len,
+                   grid.crop_size)
+            long_cycle = grid == stage.shape
+            first = found.get(key)
+            found[key] = PlannedShape(
+                *key, long_cycle or bool(first and first.long_cycle),
+                (first.epochs[0] if first else stage.start_epoch,
+                 stage.end_epoch))
+    return list(found.values())
+
+
+def _num_clips(pipeline: Optional[Sequence[dict]]) -> int:
+    for transform in pipeline or []:
+        name = transform['type']
+        name = name if isinstance(name, str) else name.__name__
+        if name.split('.')[-1] in ('SampleFrames', 'UniformSample'):
+            return int(transform.get('num_clips', 1))
+    return 1
+
+
+def _in_channels(model: nn.Module) -> int:
+    for module in getattr(model, 'backbone', model).modules():
+        if isinstance(module, (nn.Conv2d, nn.Conv3d)):
+            return module.in_channels
+    return 3
+
+
+def probe_input_size(model: nn.Module, batch: int, clip_len: int,
+                     crop_size: int,
+                     pipeline: Optional[Sequence[dict]] = None
+                     ) -> Tuple[int, ...]:
+    """Size of the ``inputs`` tensor the recognizer gets for ``batch``
+    clips of ``clip_len`` frames and ``crop_size`` pixels, as mmaction2's
+    ``FormatShape`` and ``ActionDataPreprocessor`` give it: ``(B,
+    num_clips, C, T, S, S)`` for ``format_shape='NCTHW'`` (3D recognizers),
+    ``(B, num_clips * T, C, S, S)`` for ``'NCHW'`` (2D: TSN, TSM, ...).
+    ``num_clips`` comes from the pipeline's frame sampler (default 1), ``C``
+    from the first convolution (default 3)."""
+    fmt = getattr(getattr(model, 'data_preprocessor', None), 'format_shape',
+                  'NCTHW')
+    clips, channels = _num_clips(pipeline), _in_channels(model)
+    if fmt == 'NCHW':
+        return (batch, clips * clip_len, channels, crop_size, crop_size)
+    return (batch, clips, channels, clip_len, crop_size, crop_size)
+
+
+def meta_copy(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` (forward hooks included) whose parameters
+    and buffers are on ``meta``; no tensor data is copied (each one's meta
+    counterpart is put in ``copy.deepcopy``'s memo first). Raises what
+    ``copy.deepcopy`` raises for an object that cannot be copied."""
+    memo = {}
+    for param in model.parameters():
+        memo[id(param)] = nn.Parameter(
+            torch.empty_like(param, device='meta'),
+            requires_grad=param.requires_grad)
+    for buf in model.buffers():
+        memo[id(buf)] = torch.empty_like(buf, device='meta')
+    return copy.deepcopy(model, memo)
+
+
+def _spatial_size(output) -> Optional[Tuple[int, int]]:
+    """Smallest ``(H, W)`` over the ``>= 4``-d tensors in ``output``."""
+    if isinstance(output, torch.Tensor):
+        return tuple(output.shape[-2:]) if output.dim() >= 4 else None
+    if isinstance(output, (list, tuple)):
+        sizes = [s for s in map(_spatial_size, output) if s is not None]
+        return min(sizes, key=lambda s: s[0] * s[1]) if sizes else None
+    return None
+
+
+class _Tracer:
+    """Which module's forward raised; what the backbone returned."""
+
+    def __init__(self, model: nn.Module):
+        self.names = {m: n or 'model' for n, m in model.named_modules()}
+        self.stack: List[nn.Module] = []
+        self.feature_map = None
+        self.handles = []
+        for module in self.names:
+            self.handles += [
+                module.register_forward_pre_hook(self._enter),
+                module.register_forward_hook(self._leave)
+            ]
+        backbone = getattr(model, 'backbone', None)
+        if isinstance(backbone, nn.Module):
+            self.handles.append(
+                backbone.register_forward_hook(self._backbone_output))
+
+    def _enter(self, module, args):
+        self.stack.append(module)
+
+    def _leave(self, module, args, output):
+        self.stack.pop()
+
+    def _backbone_output(self, module, args, output):
+        self.feature_map = _spatial_size(output)
+
+    def culprit(self) -> str:
+        module = self.stack[-1] if self.stack else None
+        if module is None:
+            return 'model'
+        return f'{self.names[module]} ({type(module).__name__})'
+
+    def run(self, model, inputs) -> Tuple[Optional[Exception], str]:
+        self.stack, self.feature_map = [], None
+        try:
+            model(inputs, mode='tensor', stage='head')
+        except Exception as error:  # noqa: B902 any failure is the finding
+            return error, self.culprit()
+        return None, ''
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def _needs_data(error: Exception) -> bool:
+    """Whether a meta forward failed for want of data, not of a shape."""
+    return 'meta' in str(error).lower()
+
+
+def _error_text(error: Exception) -> str:
+    lines = str(error).strip().splitlines() or ['']
+    return f'{type(error).__name__}: {lines[0]}'
+
+
+def _fallback(model: nn.Module, shape: PlannedShape, pipeline
+              ) -> ShapeResult:
+    """The shape on the model itself: a tiny batch, eval mode, no grad."""
+    param = next(iter(model.parameters()), None)
+    device = param.device if param is not None else torch.device('cpu')
+    dtype = param.dtype if param is not None else torch.float32
+    size = probe_input_size(model, min(shape.batch, FALLBACK_BATCH),
+                            shape.clip_len, shape.crop_size, pipeline)
+    modes = [(m, m.training) for m in model.modules()]
+    tracer = _Tracer(model)
+    try:
+        model.eval()
+        with torch.no_grad():
+            error, module = tracer.run(
+                model, torch.zeros(size, device=device, dtype=dtype))
+    finally:
+        tracer.remove()
+        for m, mode in modes:
+            m.training = mode
+    return ShapeResult(shape, error and _error_text(error),
+                       module or None, tracer.feature_map, str(device))
+
+
+def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
+                 pipeline: Optional[Sequence[dict]] = None
+                 ) -> List[ShapeResult]:
+    """Forward every shape through the recognizer (see the module doc).
+
+    The meta copy is in training mode (``train()`` as the recipe defines
+    it), as in training. The model is not changed.
+
+    Args:
+        model (nn.Module): The unwrapped recognizer (``forward(inputs,
+            mode='tensor', stage='head')`` runs backbone, neck and head).
+        shapes (Sequence[PlannedShape]): The shapes.
+        pipeline (Sequence[dict], optional): The train pipeline, see
+            :func:`probe_input_size`.
+
+    Returns:
+        list[ShapeResult]: One per shape, in order.
+    """
+    try:
+        ghost = meta_copy(model).train()
+    except Exception:  # noqa: B902 an uncopyable model: use the fallback
+        return [_fallback(model, s, pipeline) for s in shapes]
+    tracer = _Tracer(ghost)
+    results = []
+    try:
+        for shape in shapes:
+            size = probe_input_size(ghost, shape.batch, shape.clip_len,
+                                    shape.crop_size, pipeline)
+            dtype = next(iter(ghost.parameters()), torch.empty(0)).dtype
+            error, module = tracer.run(
+                ghost, torch.empty(size, device='meta', dtype=dtype))
+            if error is not None and _needs_data(error):
+                results.append(_fallback(model, shape, pipeline))
+                continue
+            results.append(
+                ShapeResult(shape, error and _error_text(error),
+                            module or None, tracer.feature_map, 'meta'))
+    finally:
+        tracer.remove()
+    return results
+
+
+def check_clip_lengths(backbone, clip_lens: Sequence[int]) -> None:
+    """Raise if the backbone cannot take one of the clip lengths.
+
+    SlowFast (``resample_rate`` tau): ``T`` must be a multiple of tau.
+    ResNet3d family (I3D ...): the temporal strides of ``conv1``, ``pool1``
+    and ``pool2`` (kernel 2) need ``T >= conv1_stride_t * pool1_stride_t *
+    2`` (8 for mmaction2's I3D R50).
+
+    Args:
+        backbone (nn.Module): The recognizer's backbone.
+        clip_lens (Sequence[int]): Clip lengths ``T`` in frames.
+
+    Raises:
+        ValueError: Naming the clip lengths and the fix.
+    """
+    tau = getattr(backbone, 'resample_rate', None)
+    if tau:
+        bad = [t for t in clip_lens if t % tau]
+        if bad:
+            raise ValueError(
+                f'SlowFast needs clip lengths that are multiples of its '
+                f'resample_rate {tau}; the multigrid schedule uses T={bad}. '
+                f'Change long_cycle_factors or SampleFrames.clip_len.')
+        return
+    if hasattr(backbone, 'conv1_stride_t') and hasattr(
+            backbone, 'pool1_stride_t'):
+        min_t = backbone.conv1_stride_t * backbone.pool1_stride_t * (
+            2 if getattr(backbone, 'with_pool2', False) else 1)
+        bad = [t for t in clip_lens if t < min_t]
+        if bad:
+            raise ValueError(
+                f'{type(backbone).__name__} needs clip lengths T >= {min_t}; '
+                f'the multigrid schedule uses T={bad}. Use larger t in '
+                f'long_cycle_factors or a longer SampleFrames.clip_len.')
+
+
+def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
+              ) -> List[str]:
+    """Every check of a run before training, as the hook runs them.
+
+    Warns (:func:`mmext.log.warn`) about recipe values the plan cannot
+    honour and long-cycle shapes rounded to 0 epochs; with a model, installs
+    the video transformers' shape adapters (idempotent: the hook trains
+    with them), checks the model (:func:`check_model`), and warns about
+    final feature maps below :data:`MIN_FEATURE_MAP_SIDE` and precise BN
+    without a BN layer that trains.
+
+    Args:
+        plan (MultigridPlan): The run's plan.
+        model (nn.Module, optional): The unwrapped recognizer; None skips
+            the model checks.
+        pipeline (Sequence[dict], optional): The train pipeline (its frame
+            sampler's ``num_clips``, see :func:`probe_input_size`).
+
+    Returns:
+        list[str]: The warnings given.
+
+    Raises:
+        ValueError: See :func:`check_model`.
+    """
+    messages = plan.dropped_recipe_values() + plan.dropped_shapes()
+    for message in messages:
+        warn(message)
+    if model is None:
+        return messages
+    install_shape_adapters(model)
+    found = [_small_feature_maps(plan, check_model(plan, model, pipeline))]
+    iters = plan.options.precise_bn_iters
+    if iters and not bn_layers_in_training(model):
+        found.append(f'precise_bn_iters={iters}, but no BN layer of the '
+                     f'model trains (e.g. norm_eval=True): precise BN is '
+                     f'skipped.')
+    for message in filter(None, found):
+        warn(message)
+        messages.append(message)
+    return messages
+
+
+def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
+                ) -> List[ShapeResult]:
+    """Raise if the recognizer cannot train the plan.
+
+    Args:
+        plan (MultigridPlan): The run's plan.
+        model (nn.Module): The unwrapped recognizer, with the shape adapters
+            it trains with.
+        pipeline (Sequence[dict], optional): As in :func:`check_run`.
+
+    Returns:
+        list[ShapeResult]: The probe of every planned shape.
+
+    Raises:
+        ValueError: For a clip length the backbone cannot take
+            (:func:`check_clip_lengths`), a BN layer that trains and that
+            sub-batch BN cannot split (when some batch splits), or planned
+            shapes the model's forward pass refuses.
+    """
+    if hasattr(model, 'backbone'):
+        check_clip_lengths(
+            model.backbone,
+            sorted({s.shape.clip_len for s in plan.stages}))
+    base = plan.sub_bn_base_size
+    bad = unsplittable_bn_layers(model) if base else []
+    if bad:
+        raise ValueError(
+            f'Sub-batch BN (bn_base_size={base}) cannot split the BN layers '
+            f'{", ".join(bad)}: only '
+            f'{[t.__name__ for t in SPLITTABLE_BN_TYPES]} are split. Use one '
+            f'of those, keep them in eval mode (norm_eval), or set '
+            f'bn_base_size=None.')
+    results = probe_shapes(model, planned_shapes(plan), pipeline)
+    refused = _refused_shapes(plan, results)
+    if refused:
+        raise ValueError(refused)
+    return results
+
+
+def _long_cycle_factors_of(plan, shapes) -> List[tuple]:
+    """The ``long_cycle_factors`` entries whose cycles contain ``shapes``."""
+    options, found = plan.options, []
+    if not options.long_cycle:
+        return found
+    keys = {(s.clip_len, s.crop_size) for s in shapes}
+    for stage in plan.stages:
+        cycle = {(g.clip_len, g.crop_size) for g in stage.short_cycle}
+        if not keys & cycle:
+            continue
+        for t, s in options.long_cycle_factors:
+            if (int(round(plan.base_clip_len * t)),
+                    int(round(plan.base_crop_size * s))) == (
+                        stage.shape.clip_len, stage.shape.crop_size) and (
+                            (t, s) not in found):
+                found.append((t, s))
+    return found
+
+
+def _factors_text(factors) -> str:
+    return '[' + ', '.join(f'({t:g}, {s:g})' for t, s in factors) + ']'
+
+
+def _refused_shapes(plan, results: Sequence[ShapeResult]) -> Optional[str]:
+    """The error for planned shapes the model's forward pass refused: the
+    first one with the module that raised and its error, every refused and
+    accepted shape, and the fix (the ``long_cycle_factors`` entries whose
+    cycles hold refused long-cycle shapes, ``short_cycle=False``, which of
+    ``T``/``S`` all refused shapes change, or that multigrid cannot train a
+    model that takes the recipe's shape only); None if all passed."""
+    bad = [r for r in results if r.error]
+    if not bad:
+        return None
+    first = bad[0]
+    base_t, base_s = plan.base_clip_len, plan.base_crop_size
+    shapes = [r.shape for r in bad]
+    accepted = [r.shape for r in results if not r.error]
+    fixes = []
+    if {(s.clip_len, s.crop_size) for s in accepted} <= {
+            (base_t, base_s)} and any(s.clip_len != base_t for s in shapes) \
+            and any(s.crop_size != base_s for s in shapes):
+        fixes.append('none: the model takes the recipe\'s shape only, so '
+                     'train it without mmext.MultigridHook')
+    else:
+        factors = _long_cycle_factors_of(
+            plan, [s for s in shapes if s.long_cycle])
+        if factors:
+            fixes.append(f'long_cycle_factors without '
+                         f'{_factors_text(factors)} (or long_cycle=False)')
+        if any(not s.long_cycle for s in shapes):
+            fixes.append('short_cycle=False (or short_cycle_factors closer '
+                         'to 1)')
+        if all(s.clip_len != base_t for s in shapes):
+            fixes.append(f'(every refused shape has T != {base_t})')
+        elif all(s.crop_size != base_s for s in shapes):
+            fixes.append(f'(every refused shape has S != {base_s})')
+    return (
+        f'The model cannot take {len(bad)} of the {len(results)} planned '
+        f'grid shapes (base T={base_t}, S={base_s}): at {first.shape} the '
+        f'forward fails in {first.module}: {first.error.rstrip(".")}. '
+        f'Refused: {", ".join(str(s) for s in shapes)}. Accepted: '
+        f'{", ".join(str(s) for s in accepted)}. Fix: '
+        f'{" and ".join(fixes)}. See docs/en/multigrid.md#model-families.')
+
+
+def _small_feature_maps(plan, results: Sequence[ShapeResult]
+                        ) -> Optional[str]:
+    """The warning for shapes whose final feature map has a side below
+    :data:`MIN_FEATURE_MAP_SIDE` (backbones that return tokens have none);
+    None if no shape is that small."""
+    small = [r for r in results if r.feature_map is not None
+             and min(r.feature_map) < MIN_FEATURE_MAP_SIDE]
+    if not small:
+        return None
+    side = MIN_FEATURE_MAP_SIDE
+    shapes = ', '.join(f'{r.shape}: {r.feature_map[0]}x{r.feature_map[1]}'
+                       for r in small)
+    fixes = []
+    if any(not r.shape.long_cycle for r in small):
+        fixes.append('milder short_cycle_factors (e.g. [0.75, 0.875]) or '
+                     'short_cycle=False')
+    factors = _long_cycle_factors_of(
+        plan, [r.shape for r in small if r.shape.long_cycle])
+    if factors:
+        fixes.append(f'long_cycle_factors with larger s than '
+                     f'{_factors_text(factors)}')
+    fixes.append('a larger base crop')
+    return (f'Multigrid shapes with a final feature map below {side}x{side} '
+            f'lose accuracy (docs/en/multigrid.md#small-feature-maps): '
+            f'{shapes}. Fix: {"; or ".join(fixes)}.')
