@@ -6,7 +6,6 @@ onto their own axis say so with a class attribute
 them must not resume register a guard with :func:`register_resume_guard`
 (the modules listed by mmext's registries register theirs on import).
 """
-import bisect
 import os
 import os.path as osp
 from typing import Callable, List, Optional
@@ -29,7 +28,7 @@ from .scheduler_checks import (rescale_iterations, rescale_schedulers,
 
 __all__ = [
     'Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint',
-    'EFFECTIVE_BATCH_KEY', 'reads_bn_statistics_after_epoch',
+    'EFFECTIVE_BATCH_KEY',
     'check_dataset_config', 'single_class_subset'
 ]
 
@@ -64,38 +63,6 @@ def _add_once(registered: list, fn: Callable) -> Callable:
     if fn not in registered:
         registered.append(fn)
     return fn
-
-
-def reads_bn_statistics_after_epoch(runner) -> bool:
-    """Whether what follows the current train epoch reads BN statistics.
-
-    Called in ``after_train_epoch`` (``runner.epoch`` is the epoch that
-    ends): True if it is the last epoch, if the epoch-based train loop will
-    validate next (its ``val_begin``, ``val_interval`` and
-    ``dynamic_intervals``, as ``EpochBasedTrainLoop.run`` decides), or if an
-    epoch-based ``CheckpointHook`` saves now (``interval``, ``save_begin``,
-    ``save_last``, as its ``after_train_epoch`` decides). Iteration-based
-    checkpoints and other hooks are not predicted.
-
-    Args:
-        runner (Runner): The runner, inside ``after_train_epoch``.
-
-    Returns:
-        bool: Whether evaluation or a checkpoint follows the epoch.
-    """
-    done = runner.epoch + 1
-    loop = runner.train_loop
-    if done >= loop.max_epochs:
-        return True
-    if runner.val_loop is not None and done >= loop.val_begin:
-        # EpochBasedTrainLoop._decide_current_val_interval, after the epoch.
-        step = bisect.bisect(loop.dynamic_milestones, done + 1)
-        if done % loop.dynamic_intervals[step - 1] == 0:
-            return True
-    return any(
-        isinstance(hook, CheckpointHook) and hook.by_epoch
-        and hook.every_n_epochs(runner, hook.interval, hook.save_begin)
-        for hook in runner.hooks)
 
 
 def check_dataset_config(dataset_cfg: dict) -> None:

@@ -77,7 +77,7 @@ def test_multigrid_quick_start_plans_and_checks(tmp_path):
     from mmengine.registry import MODELS, init_default_scope
 
     from mmext.multigrid import MultigridPlan
-    from mmext.multigrid.model_checks import check_model
+    from mmext.multigrid.checks import check_model
     path = tmp_path / 'mg.py'
     path.write_text(_quick_start('Quick start: multigrid'))
     cfg = Config.fromfile(str(path))

@@ -438,42 +438,6 @@ class _LrRecorder(Hook):
         self.lrs.append(runner.optim_wrapper.optimizer.param_groups[0]['lr'])
 
 
-def _epoch_end(epoch, max_epochs=10, val=True, val_begin=1, val_interval=3,
-               dynamic_intervals=None, checkpoint=None):
-    """A runner stub inside ``after_train_epoch`` of ``epoch`` (0-based)."""
-    from types import SimpleNamespace
-
-    from mmengine.hooks import CheckpointHook
-    from mmengine.runner.loops import calc_dynamic_intervals
-    milestones, intervals = calc_dynamic_intervals(val_interval,
-                                                   dynamic_intervals)
-    loop = SimpleNamespace(max_epochs=max_epochs, val_begin=val_begin,
-                           dynamic_milestones=milestones,
-                           dynamic_intervals=intervals)
-    hooks = [CheckpointHook(**checkpoint)] if checkpoint else []
-    return SimpleNamespace(epoch=epoch, max_epochs=max_epochs,
-                           train_loop=loop, val_loop=object() if val else None,
-                           hooks=hooks)
-
-
-@pytest.mark.parametrize('kwargs, epochs', [
-    # Validation after epochs 3, 6, 9 and the last (10).
-    (dict(), [2, 5, 8, 9]),
-    (dict(val=False), [9]),
-    (dict(val_begin=5), [5, 8, 9]),
-    # Interval 3, then 2 from epoch 6 on (as EpochBasedTrainLoop decides).
-    (dict(dynamic_intervals=[(6, 2)]), [2, 5, 7, 9]),
-    (dict(val=False, checkpoint=dict(interval=4)), [3, 7, 9]),
-    # mmengine saves at epoch save_begin (dividend 0) and every 4 after.
-    (dict(val=False, checkpoint=dict(interval=4, save_begin=2)), [1, 5, 9]),
-    (dict(val=False, checkpoint=dict(interval=4, by_epoch=False)), [9]),
-])
-def test_reads_bn_statistics_after_epoch_follows_the_loop(kwargs, epochs):
-    from mmext.runner import reads_bn_statistics_after_epoch
-    assert [e for e in range(10) if reads_bn_statistics_after_epoch(
-        _epoch_end(e, **kwargs))] == epochs
-
-
 def _video_loader(ann_file, **dataset):
     return dict(batch_size=1, num_workers=0,
                 sampler=dict(type='DefaultSampler', shuffle=False),
