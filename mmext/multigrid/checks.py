@@ -324,7 +324,8 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
     """Every check of a run before training, as the hook runs them.
 
     Warns (:func:`mmext.log.warn`) about recipe values the plan cannot
-    honour and long-cycle shapes rounded to 0 epochs; with a model, installs
+    honour, long-cycle shapes rounded to 0 epochs and a short cycle of
+    other than 3 sizes; with a model, installs
     the video transformers' shape adapters (idempotent: the hook trains
     with them), checks the model (:func:`check_model`), and warns about
     final feature maps below :data:`MIN_FEATURE_MAP_SIDE` and precise BN
@@ -343,7 +344,8 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
     Raises:
         ValueError: See :func:`check_model`.
     """
-    messages = plan.dropped_recipe_values() + plan.dropped_shapes()
+    messages = plan.dropped_recipe_values() + plan.dropped_shapes() + list(
+        filter(None, [plan.short_cycle_warning()]))
     for message in messages:
         warn(message)
     if model is None:

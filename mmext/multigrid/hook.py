@@ -389,6 +389,11 @@ class MultigridHook(Hook):
         """
         if not isinstance(runner.optim_wrapper, BaseOptimWrapper):
             return
+        count = sum(isinstance(h, MultigridHook) for h in runner.hooks)
+        if count > 1:
+            raise ValueError(
+                f'The run has {count} MultigridHooks (custom_hooks), each '
+                f'with its own schedule; keep one.')
         check_auto_scale_lr(runner.auto_scale_lr, runner.optim_wrapper,
                             runner.message_hub)
         loop = runner.train_loop

@@ -526,7 +526,10 @@ class MultigridPlan:
         out (0 epochs), each shape as per-process (batch, T, S)."""
         if not self.options.long_cycle:
             return []
-        present = {(s.lr_stage, s.shape) for s in self.stages}
+        # The fine-tune's first half shares the last long cycle's LR stage
+        # and base shape: it must not hide that stage's own base shape.
+        present = {(s.lr_stage, s.shape) for s in self.stages
+                   if not s.fine_tune}
         planned = [
             short_cycle_shapes(self.base_clip_len, self.base_crop_size,
                                int(round(self.base_clip_len * t)),
@@ -549,6 +552,17 @@ class MultigridPlan:
                     f'Raise train_cfg.max_epochs or epoch_factor, or use '
                     f'fewer long_cycle_factors.')
         return messages
+
+    def short_cycle_warning(self) -> Optional[str]:
+        """The warning for a short cycle of other than the paper's 3 crop
+        sizes (two ``short_cycle_factors`` and the long-cycle S)."""
+        factors = list(self.options.short_cycle_factors)
+        if not self.options.short_cycle or len(factors) == 2:
+            return None
+        return (f'short_cycle_factors={factors} gives a short cycle of '
+                f'{len(factors) + 1} crop sizes; the paper\'s has 3 (two '
+                f'factors and the long-cycle S, e.g. short_cycle_factors='
+                f'[0.5, 0.707]).')
 
     def dropped_recipe_values(self) -> List[str]:
         """Messages about LR scheduler values of the recipe the run cannot
@@ -621,9 +635,21 @@ class MultigridPlan:
         for stage in self.stages:
             n = self.iters_per_epoch(stage)
             if n == 0:
+                sizes = self.batch_sizes(stage)
+                # The cycle's first batch is its largest: no batch is whole.
+                if len(sizes) > 1:
+                    raise ValueError(
+                        f'short_cycle_factors '
+                        f'{list(self.options.short_cycle_factors)} make '
+                        f'per-process batches {sizes} in epochs '
+                        f'{stage.start_epoch}-{stage.end_epoch}, more than '
+                        f'the {samples_per_rank} training clips per process: '
+                        f'0 iterations. Use factors closer to 1 (e.g. '
+                        f'[0.5, 0.707]), more data or a smaller '
+                        f'train_dataloader.batch_size.')
                 raise ValueError(
                     f'{samples_per_rank} training clips per process make no '
-                    f'batch of {self.batch_sizes(stage)} in epochs '
+                    f'batch of {sizes} in epochs '
                     f'{stage.start_epoch}-{stage.end_epoch}, which would '
                     f'train 0 iterations. Use more data, fewer processes '
                     f'or a smaller train_dataloader.batch_size.')

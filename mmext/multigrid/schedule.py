@@ -55,6 +55,9 @@ class MultigridStage:
         lr_factor (float): LR relative to the recipe's base LR,
             ``batch_factor * gamma ** lr_stage`` (``gamma=1`` for non-step
             schedules), as in PySlowFast's ``SOLVER.LRS``.
+        fine_tune (bool): Whether the stage is (a half of) the final
+            fine-tune at the base shape, not a long-cycle shape of its LR
+            stage.
     """
     lr_stage: int
     shape: GridShape
@@ -62,6 +65,7 @@ class MultigridStage:
     start_epoch: int
     end_epoch: int
     lr_factor: float
+    fine_tune: bool = False
 
     @property
     def num_epochs(self) -> int:
@@ -232,7 +236,8 @@ def build_multigrid_schedule(
         if end > start:
             stages.append(
                 MultigridStage(lr_stage, c[-1], c, start, end,
-                               c[-1].batch_factor * decay**lr_stage))
+                               c[-1].batch_factor * decay**lr_stage,
+                               fine_tune=k >= len(raw) - 2))
         start = max(start, end)
     if not stages or stages[-1].shape != base_cycle[-1]:
         raise ValueError(

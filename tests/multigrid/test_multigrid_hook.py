@@ -213,6 +213,16 @@ def test_dataset_wrapper_rejected(tmp_path):
             _delete_=True, type='RepeatDataset', times=2, dataset=dataset)))
 
 
+def test_two_multigrid_hooks_are_refused(tmp_path):
+    from mmengine.config import Config
+    hooks = Config.fromfile(TINY).custom_hooks
+    mg = next(h for h in hooks if h['type'] == 'mmext.MultigridHook')
+    with pytest.raises(ValueError, match='The run has 2 MultigridHooks '
+                       r'\(custom_hooks\), each with its own schedule; keep '
+                       'one.'):
+        _train(tmp_path, custom_hooks=list(hooks) + [dict(mg, epoch_factor=2)])
+
+
 class _Stop(Exception):
     """Raised by :class:`_StopBeforeTraining`."""
 

@@ -2,6 +2,7 @@
 recipe's LR stages and schedulers on the multigrid axis, what the run
 cannot honour, MultigridPlan from configs, its counts and its report."""
 import dataclasses
+import re
 import warnings
 
 import pytest
@@ -231,6 +232,56 @@ def test_dropped_scheduler_values(scheduler, message):
     if scheduler['type'] != 'MultiStepLR':
         schedulers.append(STEP)
     assert _messages(schedulers) == [message]
+
+
+def test_dropped_shapes_of_every_lr_stage_are_named():
+    """4 recipe epochs, LR steps at 1 and 2 (base T=32, S=224): LR stage 0
+    keeps (8, 158) and (16, 224), LR stage 1 keeps (8, 158) and (16, 158);
+    the fine-tune's first half, at LR stage 1 and the base shape, does not
+    hide that stage's own lost base shape."""
+    pipe = [dict(type='SampleFrames', clip_len=32, frame_interval=2),
+            dict(type='Resize', scale=(224, 224), keep_ratio=False)]
+    plan = MultigridPlan(pipe, 8, 4, [dict(STEP, end=4, milestones=[1, 2])])
+    assert [(s.lr_stage, s.shape.clip_len, s.shape.crop_size, s.fine_tune)
+            for s in plan.stages] == [
+        (0, 8, 158, False), (0, 16, 224, False), (1, 8, 158, False),
+        (1, 16, 158, False), (1, 32, 224, True), (2, 32, 224, True)]
+    first, second = plan.dropped_shapes()
+    assert 'shapes [(32, 16, 158), (8, 32, 224)]' in first
+    assert 'of LR stage 0 (recipe epochs 0-1)' in first
+    assert 'shapes [(16, 16, 224), (8, 32, 224)]' in second
+    assert 'of LR stage 1 (recipe epochs 1-2)' in second
+
+
+def test_extreme_short_cycle_factors_are_named():
+    """Base (B, T, S) = (4, 16, 56); the first long-cycle shape (T/4, S/sqrt2)
+    has batch 32, and crops of 0.1 and 0.2 of S make 50x and 12.5x more:
+    1600 and 400 clips per process, more than the 64 there are."""
+    with pytest.raises(ValueError, match=re.escape(
+            'short_cycle_factors [0.1, 0.2] make per-process batches '
+            '[1600, 400, 32] in epochs 0-2, more than the 64 training clips')):
+        MultigridPlan(PIPE, 4, 4, [STEP], samples_per_rank=64,
+                      options=MultigridOptions(short_cycle_factors=[0.1, 0.2],
+                                               bn_base_size=None))
+    with pytest.raises(ValueError, match='64 training clips per process make '
+                       r'no batch of \[512\] in epochs 0-3'):
+        MultigridPlan(PIPE, 64, 4, [STEP], samples_per_rank=64,
+                      options=MultigridOptions(short_cycle=False))
+
+
+@pytest.mark.parametrize('factors, warned', [
+    ([0.5], 'short_cycle_factors=[0.5] gives a short cycle of 2 crop sizes'),
+    ([0.5, 0.5**0.5], None)])
+def test_a_short_cycle_of_other_than_3_sizes_warns(factors, warned):
+    plan = MultigridPlan(PIPE, 4, 4, [STEP], options=MultigridOptions(
+        short_cycle_factors=factors))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        check_run(plan)
+    found = [str(w.message) for w in caught if 'short cycle' in str(
+        w.message)]
+    assert found == ([] if warned is None else [found[0]])
+    assert warned is None or found[0].startswith(warned)
 
 
 def test_honoured_schedules_give_no_warning():
