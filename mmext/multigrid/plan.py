@@ -637,16 +637,17 @@ class MultigridPlan:
             if n == 0:
                 sizes = self.batch_sizes(stage)
                 # The cycle's first batch is its largest: no batch is whole.
-                if len(sizes) > 1:
+                # The factors are to blame only when the shape's own batch
+                # (the cycle's last) would fit.
+                if len(sizes) > 1 and sizes[-1] <= samples_per_rank:
                     raise ValueError(
                         f'short_cycle_factors '
                         f'{list(self.options.short_cycle_factors)} make '
                         f'per-process batches {sizes} in epochs '
                         f'{stage.start_epoch}-{stage.end_epoch}, more than '
                         f'the {samples_per_rank} training clips per process: '
-                        f'0 iterations. Use factors closer to 1 (e.g. '
-                        f'[0.5, 0.707]), more data or a smaller '
-                        f'train_dataloader.batch_size.')
+                        f'0 iterations. Use factors closer to 1 (the default '
+                        f'is [0.5, 0.707]) or more data.')
                 raise ValueError(
                     f'{samples_per_rank} training clips per process make no '
                     f'batch of {sizes} in epochs '
