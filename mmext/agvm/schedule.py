@@ -1,8 +1,7 @@
 """When AGVM applies its factors, re-estimates them and clips gradients.
 
-Pure bookkeeping on mmengine's micro-batch counter (the optim wrapper's
-inner count, equal to ``runner.iter``), so it survives ``--resume`` (the
-runner restores the counter) and needs no state of its own.
+Stateless: it reads mmengine's micro-batch counter (``runner.iter``), which
+``--resume`` restores.
 """
 import math
 from typing import List, Optional, Sequence, Tuple
@@ -13,17 +12,12 @@ __all__ = ['AGVMSchedule']
 class AGVMSchedule:
     """Active window and re-estimation steps of AGVM.
 
-    Iterations are runner iterations (micro-batches, what param schedulers,
-    ``start_iter`` and the log count). One optimizer step covers the window
-    ``[k * K, (k + 1) * K)`` of ``K = accumulative_counts`` iterations; it is
-    *active* if its first iteration lies in ``[start_iter, end_iter)`` and it
-    *re-estimates* the factors every ``update_interval`` active steps,
-    starting with the first active one (the reference implementation counts
-    ``runner.iter % interval``; counting from the start makes the first
-    estimate happen at ``start_iter`` whatever the interval).
-
-    The arguments are trusted: :class:`mmext.agvm.AGVMOptimWrapper`
-    validates them once, when it is built.
+    Iterations are runner iterations (micro-batches). Optimizer step k covers
+    ``[k * K, (k + 1) * K)``; it is active if its first iteration lies in
+    ``[start_iter, end_iter)`` and re-estimates every ``update_interval``
+    active steps from the first active one (the reference counts
+    ``runner.iter % interval``). Arguments are trusted (checked by the
+    wrapper).
 
     Args:
         update_interval (int): tau >= 1, optimizer steps between
@@ -87,8 +81,7 @@ class AGVMSchedule:
         return begin <= iteration < end
 
     def unused_values(self, max_iters: int) -> List[str]:
-        """What of ``start_iter``/``end_iter``/``clip_grad_window`` a run of
-        ``max_iters`` iterations cannot honour, one message per value."""
+        """A message per window value a run of ``max_iters`` cannot honour."""
         messages = []
         start, end = self.start_iter, self.end_iter
         if start >= max_iters:
@@ -119,17 +112,13 @@ class AGVMSchedule:
                       ) -> List[str]:
         """A message for each LR warm-up that ``start_iter`` falls inside.
 
-        The paper starts AGVM after the warm-up (the released recipes 100
-        iterations after its end); the reference ``AgvmOptimizerHook``
-        warns when ``lr_update_start_iter < warmup_iters``.
+        As the reference ``AgvmOptimizerHook``, which warns when
+        ``lr_update_start_iter < warmup_iters``.
 
         Args:
             warmups (Sequence[tuple[str, int, int]]): ``(type, begin, end)``
                 per warm-up in runner iterations
                 (:func:`mmext.scheduler_checks.warmup_ends`).
-
-        Returns:
-            list[str]: The messages.
         """
         return [
             f'AGVM start_iter={self.start_iter} lies inside the LR warm-up '

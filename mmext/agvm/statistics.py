@@ -1,16 +1,10 @@
 """AGVM statistics: gradient variance, modulation factors and their EMA.
 
-Pure tensor math, no runner and no torch.distributed: the optimizer wrapper
-gathers per-module dot products and squared norms of the two halves'
-gradients and hands them here. Arguments are trusted (the wrapper validates
-its options once, when it is built).
-
-Source: Xue et al., "Large-batch Optimization for Dense Visual Predictions",
-NeurIPS 2022 (arXiv 2210.11078), Sec. 3 (the AGVM update rule), and the
-reference implementation (github.com/Sense-X/AGVM,
-``agvm/optim/agvm_optimizer_hook.py``, ``_agvm_update``):
+Source: Xue et al., NeurIPS 2022 (arXiv 2210.11078), Sec. 3, and Sense-X/AGVM
+``agvm/optim/agvm_optimizer_hook.py`` (``_agvm_update``):
 d_i = 1 - cos(G_A^(i), G_B^(i)), mu_i = sqrt(clamp(d_0 / d_i, lo, hi)),
 s_i <- alpha * s_i + (1 - alpha) * mu_i with s_i = 1 at the start.
+Arguments are trusted: the wrapper validates its options when it is built.
 """
 import math
 from typing import Dict, NamedTuple, Sequence, Tuple
@@ -23,19 +17,15 @@ __all__ = [
     'gradient_variance', 'modulation_factors', 'ModulationEMA', 'split_ranks'
 ]
 
-# Clamp of d_anchor / d_i before the square root (reference ``_agvm_update``:
-# ``clamp(0.5, 10)``).
+# Clamp of d_anchor / d_i (reference ``_agvm_update``: ``clamp(0.5, 10)``).
 DEFAULT_RATIO_RANGE = (0.5, 10.0)
 
-# Below this a gradient variance counts as zero (identical halves): float64
-# cosine of identical vectors is 1 up to ~1e-16.
+# Below this d_i counts as zero (float64 cos of equal vectors: 1 +- 1e-16).
 _ZERO_VARIANCE = 1e-12
 
 
 class HalfStatistics(NamedTuple):
-    """Per-module statistics of the two halves' mean gradients.
-
-    All fields are float64 tensors of shape (M,), M = number of modules.
+    """Per-module statistics of the halves, float64 tensors of shape (M,).
 
     Attributes:
         dot (Tensor): G_A^(i) . G_B^(i).
@@ -49,12 +39,7 @@ class HalfStatistics(NamedTuple):
 
 def half_dot_from_norms(sq_norm_sum: Tensor, sq_norm_a: Tensor,
                         sq_norm_b: Tensor) -> Tensor:
-    """Dot product of two vectors from the norms of them and of their sum.
-
-    ``a . b = (|a + b|^2 - |a|^2 - |b|^2) / 2``. With half means g_A, g_B of
-    equal-sized halves and global mean m = (g_A + g_B) / 2 this is
-    ``(4|m|^2 - |g_A|^2 - |g_B|^2) / 2``, since |g_A + g_B|^2 = 4|m|^2:
-    only per-module scalars have to cross the halves.
+    """Dot product ``a . b = (|a + b|^2 - |a|^2 - |b|^2) / 2``.
 
     Args:
         sq_norm_sum (Tensor): |a + b|^2, shape (M,).
@@ -62,15 +47,13 @@ def half_dot_from_norms(sq_norm_sum: Tensor, sq_norm_a: Tensor,
         sq_norm_b (Tensor): |b|^2, shape (M,).
 
     Returns:
-        Tensor: a . b, shape (M,), same dtype as the inputs.
+        Tensor: a . b, shape (M,).
     """
     return (sq_norm_sum - sq_norm_a - sq_norm_b) / 2
 
 
 def gradient_variance(stats: HalfStatistics) -> Tuple[Tensor, Tensor]:
-    """Gradient variance proxy d_i = 1 - cos(G_A^(i), G_B^(i)).
-
-    Source: paper Sec. 3; reference implementation ``_agvm_update``.
+    """Gradient variance d_i = 1 - cos(G_A^(i), G_B^(i)) (paper Sec. 3).
 
     Args:
         stats (HalfStatistics): Per-module dot products and squared norms.
@@ -95,12 +78,8 @@ def modulation_factors(d: Tensor, valid: Tensor, anchor: int,
                        ) -> Tensor:
     """Modulation factors mu_i = sqrt(clamp(d_anchor / d_i, lo, hi)).
 
-    Source: paper Sec. 3; reference ``_agvm_update`` (lo=0.5, hi=10; it
-    adds 1e-6 to both d's instead of handling zeros explicitly).
-
-    A zero d_i (identical halves) gives the upper bound, unless d_anchor is
-    zero too (then the ratio is 1). Modules that are not ``valid`` get NaN,
-    which :meth:`ModulationEMA.update` skips.
+    Paper Sec. 3. A zero d_i gives ``hi`` (the ratio is 1 if d_anchor is
+    zero too; the reference adds 1e-6 to both d's instead).
 
     Args:
         d (Tensor): Gradient variances, shape (M,).
@@ -109,7 +88,8 @@ def modulation_factors(d: Tensor, valid: Tensor, anchor: int,
         ratio_range (tuple[float, float]): ``(lo, hi)`` clamp of the ratio.
 
     Returns:
-        Tensor: mu, float64, shape (M,); all NaN if the anchor is not valid.
+        Tensor: mu, float64, shape (M,); NaN where not ``valid``, and all
+        NaN if the anchor is not valid.
     """
     lo, hi = ratio_range
     d = d.double()
@@ -127,15 +107,9 @@ def modulation_factors(d: Tensor, valid: Tensor, anchor: int,
 
 
 class ModulationEMA:
-    """Exponential moving average s_i of the modulation factors.
+    """EMA s_i of the modulation factors; s_i = 1 initially (paper Sec. 3).
 
-    Source: paper Sec. 3; reference ``after_train_iter`` (alpha=0.97).
-
-    ``s_i <- alpha * s_i + (1 - alpha) * mu_i``, s_i = 1 initially. Updates
-    are only given where mu_i is finite: a module without a valid measurement
-    keeps its factor, so a factor is never non-finite. The factors are a
-    float64 host tensor: the optimizer wrapper reads them as Python LR
-    multipliers every step, which would be a device sync per step on a GPU.
+    ``factors`` is a float64 host tensor, read as LR multipliers every step.
 
     Args:
         num_modules (int): M >= 1, the number of modulated modules.
@@ -151,7 +125,7 @@ class ModulationEMA:
         """Blend one measurement into the average.
 
         Args:
-            mu (Tensor): Shape (M,), on the host; NaN entries are skipped.
+            mu (Tensor): Shape (M,), on the host; NaN entries keep their s_i.
 
         Returns:
             Tensor: The new factors s, float64, shape (M,).
@@ -174,8 +148,7 @@ class ModulationEMA:
         Raises:
             ValueError: If the saved number of modules differs.
         """
-        # Checkpoints may be mapped to the GPU (mmengine's resume does);
-        # the factors are host scalars, consumed as Python LRs.
+        # mmengine's resume may map the checkpoint to the GPU.
         factors = torch.as_tensor(state['factors'], dtype=torch.float64,
                                   device='cpu')
         if factors.shape != self.factors.shape:
@@ -189,10 +162,7 @@ class ModulationEMA:
 def split_ranks(world_size: int) -> Tuple[Sequence[int], Sequence[int]]:
     """Split data-parallel ranks into two equal halves A and B.
 
-    With an odd world size the last rank is in neither half: both halves
-    keep the same number of ranks, so the cosine compares equally noisy means
-    (unequal halves would bias d_i), while that rank's gradient still enters
-    the update.
+    With an odd world size the last rank is in neither half.
 
     Args:
         world_size (int): Number of processes, >= 2.
