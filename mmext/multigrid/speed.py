@@ -1,26 +1,6 @@
-"""What makes multigrid runs fast on a device.
-
-* glibc told to keep freed memory (CPU training): multigrid changes tensor
-  sizes at every iteration (short cycle), and glibc serves blocks above its
-  mmap threshold (at most 32 MiB) with a fresh ``mmap`` and returns them with
-  ``munmap``, so each iteration would map, zero-fill and unmap its
-  activations again; ``mallopt(M_MMAP_MAX, 0)`` and
-  ``mallopt(M_TRIM_THRESHOLD, -1)`` (``mallopt(3)``) make the process reuse
-  its peak memory, as PyTorch's caching allocator does on GPUs.
-* ``torch.compile`` (mmengine's ``compile=...``, which compiles
-  ``model.train_step``): dynamo compiles a frame once per set of guards up
-  to its recompile limit (torch 2.13: 8), then runs it eagerly. A multigrid
-  run needs one static graph per train shape: the limit is raised to the
-  plan's shape count, and automatic dynamic shapes are off (inductor on CPU
-  fails to lower a convolution with symbolic sizes, torch 2.13). Frames
-  that recompile at every batch or logged value (the data preprocessor, the
-  message hub's ``update_scalar``, the optimizer's ``step``, which reads the
-  LR multigrid changes every iteration) run outside dynamo.
-* ``mmext.ChannelsLastHook``: 5-D weights and backbone inputs in
-  ``torch.channels_last_3d`` (mmengine has no memory-format option).
-* ``mmext.Float32HeadHook``: class scores in float32 under bfloat16
-  autocast (mmaction2 1.2 computes its top-k accuracy with numpy, which has
-  no bfloat16).
+"""What makes multigrid runs fast: glibc keeping freed memory on CPUs,
+``torch.compile`` sized to the plan, ``mmext.ChannelsLastHook`` and
+``mmext.Float32HeadHook`` (docs/en/multigrid.md#with-the-usual-speed-options).
 """
 import ctypes
 import os
@@ -36,11 +16,10 @@ from mmext.compat import (DynamoRecompileLimitWatch, dynamo_graph_count,
 from mmext.registry import HOOKS
 
 __all__ = [
-    'prepare_run', 'keep_freed_memory', 'keep_freed_memory_for',
-    'glibc_version', 'compile_enabled', 'train_shape_count',
-    'run_outside_dynamo', 'CompiledRun', 'ChannelsLastHook',
-    'to_channels_last_3d', 'Float32HeadHook', 'float32_head_outputs',
-    'autocasts_to_bf16'
+    'prepare_run', 'keep_freed_memory', 'glibc_version', 'compile_enabled',
+    'train_shape_count', 'run_outside_dynamo', 'CompiledRun',
+    'ChannelsLastHook', 'to_channels_last_3d', 'Float32HeadHook',
+    'float32_head_outputs', 'autocasts_to_bf16'
 ]
 
 # mallopt parameters (glibc's malloc.h).
@@ -54,23 +33,24 @@ def _unwrap(model):
 
 
 def prepare_run(runner, keep_cpu_memory: bool = True) -> Callable[[], None]:
-    """What ``MultigridHook`` gives its run besides multigrid, in
-    ``before_run`` (also for a baseline that should differ in multigrid
-    only): glibc keeps freed memory when the model trains on the CPU
-    (``keep_cpu_memory``; a constant shape's activations above the mmap
-    threshold are mapped and unmapped every iteration too), and under
-    mmengine's ``compile`` the per-iteration frames run outside dynamo
-    (:func:`run_outside_dynamo`). What is done is logged.
+    """Set up what ``MultigridHook`` gives a run besides multigrid.
+
+    glibc keeps freed memory when the model trains on the CPU
+    (``keep_cpu_memory``); under mmengine's ``compile`` the per-iteration
+    frames run outside dynamo (:func:`run_outside_dynamo`). Both are logged.
 
     Returns:
         callable: Undoes the dynamo exclusions (the allocator setting is
         process-wide and stays).
     """
     model = _unwrap(runner.model)
-    if keep_cpu_memory:
-        message = keep_freed_memory_for(model)
-        if message:
-            print_log(message, logger='current')
+    param = next(model.parameters(), None)
+    if (keep_cpu_memory and param is not None and param.device.type == 'cpu'
+            and keep_freed_memory()):
+        print_log(f'glibc {glibc_version()} keeps freed memory for reuse '
+                  f'(mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1); '
+                  f'keep_cpu_memory=False leaves malloc alone',
+                  logger='current')
     if not compile_enabled(runner.cfg.get('compile')):
         return lambda: None
     print_log('torch.compile: the data preprocessor, the message hub and '
@@ -92,9 +72,10 @@ def glibc_version() -> Optional[str]:
 
 
 def keep_freed_memory() -> bool:
-    """Make glibc keep freed memory for reuse (process-wide, idempotent;
-    loader workers forked afterwards inherit it); False if the C library is
-    not glibc.
+    """Make glibc keep freed memory for reuse (process-wide, idempotent).
+
+    Returns:
+        bool: False if the C library is not glibc.
 
     Raises:
         OSError: If glibc refused a setting (``mallopt`` returned 0).
@@ -110,18 +91,6 @@ def keep_freed_memory() -> bool:
     return True
 
 
-def keep_freed_memory_for(model) -> Optional[str]:
-    """:func:`keep_freed_memory` if ``model`` trains on the CPU (its first
-    parameter's device; CUDA tensors come from PyTorch's caching
-    allocator); returns the log line, or None if nothing was done."""
-    param = next(model.parameters(), None)
-    if param is None or param.device.type != 'cpu' or not keep_freed_memory():
-        return None
-    return (f'glibc {glibc_version()} keeps freed memory for reuse (mallopt '
-            f'M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1); keep_cpu_memory=False '
-            f'leaves malloc alone')
-
-
 # ---------------------------------------------------------------- compile
 def compile_enabled(compile_cfg) -> bool:
     """Whether a config's ``compile`` value makes mmengine compile
@@ -132,20 +101,17 @@ def compile_enabled(compile_cfg) -> bool:
 
 
 def train_shape_count(plan) -> int:
-    """Distinct ``(batch, T, S, sub-BN splits)`` the train step of ``plan``
-    (a ``MultigridPlan`` with ``samples_per_rank``) sees: shapes with
-    iterations."""
+    """Distinct ``(batch, T, S, sub-BN splits)`` with iterations in
+    ``plan`` (a ``MultigridPlan`` with ``samples_per_rank``)."""
     return len({(x.batch_size, x.shape.clip_len, x.shape.crop_size,
                  x.sub_bn_splits) for x in plan.shape_iterations() if x.iters})
 
 
 def run_outside_dynamo(model: torch.nn.Module, message_hub=None,
                        optim_wrapper=None) -> Callable[[], None]:
-    """Run ``model.data_preprocessor`` (of the unwrapped model),
-    ``message_hub.update_scalar`` and the ``step`` of each optimizer of
-    ``optim_wrapper`` (an ``OptimWrapperDict`` too) outside dynamo
-    (``torch.compiler.disable`` on the instances); returns the undo (it
-    removes the instance attributes)."""
+    """Run the data preprocessor, ``message_hub.update_scalar`` and each
+    optimizer's ``step`` outside dynamo (``torch.compiler.disable`` on the
+    instances); return the undo."""
     wrappers = list(getattr(optim_wrapper, 'optim_wrappers', {}).values()
                     ) or ([optim_wrapper] if optim_wrapper is not None else [])
     done = []
@@ -165,9 +131,6 @@ def run_outside_dynamo(model: torch.nn.Module, message_hub=None,
 
 class CompiledRun:
     """dynamo sized to a plan, and the graphs one run compiled.
-
-    Validation and precise BN call the model outside ``train_step``, so
-    they run eagerly and add no graphs.
 
     Args:
         plan (MultigridPlan): The run's plan (with ``samples_per_rank``).
@@ -232,10 +195,14 @@ class CompiledRun:
 
 # ---------------------------------------------------------- channels_last
 def to_channels_last_3d(model: torch.nn.Module) -> int:
-    """Store every 5-D parameter and buffer of ``model`` in channels_last_3d
-    and return how many were converted. In place: the Parameter objects stay
-    (the optimizer's and DDP's); ``Module.to(memory_format=...)`` would also
-    convert 4-D tensors (TSM's 2-D convolutions)."""
+    """Store every 5-D parameter and buffer in channels_last_3d, in place.
+
+    Unlike ``Module.to(memory_format=...)``, 4-D tensors (TSM's 2-D
+    convolutions) stay; the Parameter objects stay the optimizer's.
+
+    Returns:
+        int: Tensors converted.
+    """
     count = 0
     with torch.no_grad():
         for tensor in list(model.parameters()) + list(model.buffers()):
@@ -259,14 +226,10 @@ def _inputs_to_channels_last(module, args):
 class ChannelsLastHook(Hook):
     """Train and evaluate a recognizer's backbone in channels_last_3d.
 
-    A forward pre-hook on ``model.backbone`` converts its 5-D input (the
-    recognizer's ``(N * num_clips, C, T, H, W)``) from ``before_run`` on;
-    the model's 5-D parameters and buffers (and 5-D optimizer state after a
-    resume) are converted in ``before_train`` (after the weights are
-    initialised or loaded, before ``compile`` traces the first step) and in
-    ``before_val``/``before_test``. Convolutions and sub-batch BN keep the
-    format; checkpoints hold the same values. With or without
-    ``mmext.MultigridHook``::
+    A forward pre-hook converts the backbone's 5-D input; 5-D parameters,
+    buffers and optimizer state are converted in ``before_train`` (after
+    loading, before ``compile`` traces) and ``before_val``/``before_test``.
+    With or without ``mmext.MultigridHook``::
 
         custom_hooks = [dict(type='mmext.ChannelsLastHook'),
                         dict(type='mmext.MultigridHook')]
@@ -323,9 +286,11 @@ def _to_float32(module, args, output):
 
 
 def float32_head_outputs(model: torch.nn.Module) -> bool:
-    """Return ``model.cls_head``'s tensor output in float32 (idempotent):
-    True if the forward hook was added now, False without a ``cls_head`` or
-    when it has it already."""
+    """Make ``model.cls_head`` return float32 tensors (idempotent).
+
+    Returns:
+        bool: Whether the forward hook was added now.
+    """
     head = getattr(model, 'cls_head', None)
     if head is None or getattr(head, 'mmext_float32_outputs', False):
         return False
@@ -336,7 +301,7 @@ def float32_head_outputs(model: torch.nn.Module) -> bool:
 
 def autocasts_to_bf16(optim_wrapper) -> bool:
     """Whether the optim wrapper (or one of an ``OptimWrapperDict``)
-    autocasts to bfloat16 (``AmpOptimWrapper(dtype='bfloat16')``)."""
+    autocasts to bfloat16."""
     wrappers = list(getattr(optim_wrapper, 'optim_wrappers', {}).values())
     return any(
         getattr(w, 'cast_dtype', None) == torch.bfloat16
@@ -345,11 +310,9 @@ def autocasts_to_bf16(optim_wrapper) -> bool:
 
 @HOOKS.register_module()
 class Float32HeadHook(Hook):
-    """Class scores in float32 for bfloat16 AMP (see the module docstring).
-
-    ``MultigridHook`` does the same when its run autocasts to bfloat16; add
-    this hook to ``custom_hooks`` of a run without it.
-    """
+    """Class scores in float32 under bfloat16 AMP (mmaction2's top-k
+    accuracy uses numpy, which has no bfloat16); ``MultigridHook`` does the
+    same by itself."""
 
     priority = 'VERY_HIGH'
 
