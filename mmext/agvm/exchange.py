@@ -1,28 +1,9 @@
 """The gradients laid out by module, and the two halves' statistics.
 
-:class:`GradientLayout` gives every module one contiguous segment of one
-flat gradient buffer, identical on every rank, and computes per-module dot
-products and squared norms with float64 accuracy at float32 speed.
-
-Two sources of halves, both producing
-:class:`mmext.agvm.statistics.HalfStatistics` from three per-module squared
-norms, |S_A|^2, |S_B|^2 and |S_A + S_B|^2 (the cross-half dot product
-follows from them, :func:`mmext.agvm.statistics.half_dot_from_norms`):
-
-* :class:`DistributedHalves` (world size >= 2): the first and second half of
-  the ranks. With PyTorch DDP the measurement runs inside DDP's own
-  bucketed, backward-overlapped reduction (a communication hook): each half
-  sums its gradients, one rank per half takes the per-module norms of its
-  half sum, and the world all-reduce that DDP does anyway produces the
-  usual mean gradient. Without a DDP model (or if another communication
-  hook is registered) the wrapper switches DDP's reduction off on those
-  steps and the same reduction runs once on the whole flattened gradient.
-  Only per-module scalars cross the halves beyond the gradient itself.
-* :class:`AccumulationHalves` (single process, ``accumulative_counts`` even):
-  the first vs the second half of the accumulated micro-batches.
-
-Every buffer, mask and statistic lives on the parameters' device (NCCL
-takes CUDA tensors only); gradients never make a host round trip.
+Both sources of halves, :class:`DistributedHalves` (ranks) and
+:class:`AccumulationHalves` (micro-batches of one process), measure the
+per-module |S_A|^2, |S_B|^2 and |S_A + S_B|^2 of the half sums, on the
+parameters' device (design.md, "AGVM").
 """
 import logging
 from contextlib import contextmanager
@@ -44,13 +25,13 @@ __all__ = [
     'AccumulationHalves'
 ]
 
+
 class GradientLayout:
     """The optimizer's parameters laid out module by module in one buffer.
 
-    Module i (in ``module_names`` order, then ``'others'``) occupies one
-    contiguous segment, so per-module sums are slices of one flat tensor.
-    The layout depends only on the param groups, hence is the same on every
-    rank, which keeps the exchange aligned whatever gradients are missing.
+    Module i (``module_names`` order, then ``'others'``) is one contiguous
+    segment; the layout depends on the param groups only, so it is the
+    same on every rank.
 
     Args:
         optimizer (Optimizer): Param groups tagged with ``'agvm_module'`` by
@@ -83,8 +64,7 @@ class GradientLayout:
             offsets.append(offsets[-1] + size)
         self.bounds = list(zip(offsets[:-1], offsets[1:]))
         self.numel = offsets[-1]
-        # Float32 keeps a float32 model's sums as DDP does; a float64 model
-        # keeps its precision. Half-precision gradients are widened.
+        # Float32 as DDP sums; float64 models keep theirs; fp16 is widened.
         self.dtype = (torch.float64 if any(
             p.dtype == torch.float64 for p in self.params) else torch.float32)
         _device_of(self.params)  # fails before training, not at a step
@@ -99,8 +79,7 @@ class GradientLayout:
         """The device of the parameters, where every AGVM buffer lives.
 
         Raises:
-            ValueError: If the parameters are spread over several devices
-                (model parallelism): one flat buffer cannot hold them.
+            ValueError: If the parameters are on several devices.
         """
         return _device_of(self.params)
 
@@ -108,14 +87,12 @@ class GradientLayout:
         """Copy the gradients into one buffer on the parameters' device.
 
         Args:
-            extra (int): Zeroed slots appended after the gradients, so that
-                the mask can ride in the same collective without a copy.
+            extra (int): Zeroed slots appended after the gradients.
 
         Returns:
-            tuple[Tensor, Tensor]: The buffer, shape (numel + extra,), dtype
-            :attr:`dtype`, with zeros for parameters whose grad is None, and
-            a mask of the same dtype, shape (num_params,), 1 where the grad
-            exists; both on :attr:`device`.
+            tuple[Tensor, Tensor]: The buffer, shape (numel + extra,), zeros
+            where a grad is None, and a mask, shape (num_params,), 1 where
+            the grad exists; both of dtype :attr:`dtype`.
         """
         device = self.device
         flat = torch.zeros(self.numel + extra, dtype=self.dtype,
@@ -133,13 +110,9 @@ class GradientLayout:
     def write_grads(self, flat: Tensor, used: Tensor) -> None:
         """Set each parameter's grad from ``flat`` (None where unused).
 
-        Reads the mask on the host (num_params values, once per
-        re-estimate); the gradients stay on their device.
-
         Args:
             flat (Tensor): Shape (numel,), on the parameters' device.
-            used (Tensor): Shape (num_params,); grads stay None where 0, as
-                DDP leaves a parameter unused on every rank.
+            used (Tensor): Shape (num_params,); the grad is None where 0.
         """
         offset = 0
         for param, is_used in zip(self.params, used.tolist()):
@@ -168,15 +141,13 @@ class GradientLayout:
         """Per-module squared norms of the gradients of some parameters.
 
         Args:
-            params (Sequence[Tensor]): Parameters in the order their
-                gradients are concatenated in ``flat`` (e.g. one DDP
-                bucket); parameters outside the modulated modules (or
-                outside the optimizer) are skipped.
+            params (Sequence[Tensor]): Parameters in the order of ``flat``
+                (e.g. one DDP bucket); those of no modulated module are
+                skipped.
             flat (Tensor): Their gradients, shape (sum of numels,).
 
         Returns:
-            Tensor: float64, shape (M,), on ``flat``'s device; 0 for modules
-            without a parameter in ``params``.
+            Tensor: float64, shape (M,), on ``flat``'s device.
         """
         runs: List[List[int]] = []  # [module, begin, end] of equal modules
         offset = 0
@@ -209,12 +180,9 @@ def _device_of(params: Sequence[Tensor]) -> torch.device:
 
 
 def _dot64(a: Tensor, b: Tensor, chunk: int = 4096) -> Tensor:
-    """Float64-accurate dot product of float32 vectors at float32 speed.
+    """Dot product of float32 vectors, chunks summed in float64.
 
-    A single float32 dot over 10^7 elements is off by ~1e-5 relative, too
-    much for d_i ~ 1e-3 and the norm identity; float32 dots of short chunks
-    summed in float64 stay within 1e-7 (``tests/agvm/test_agvm_exchange.py``)
-    at a fifth of the cost of a float64 conversion.
+    Within 1e-7 relative on 10^7 elements (one float32 dot: ~1e-5).
     """
     main = a.numel() // chunk * chunk
     head = torch.bmm(a[:main].view(-1, 1, chunk),
@@ -223,9 +191,7 @@ def _dot64(a: Tensor, b: Tensor, chunk: int = 4096) -> Tensor:
 
 
 def _sq_norm64(x: Tensor, chunk: int = 4096) -> Tensor:
-    """Float64-accurate squared norm (within 1e-8 relative on 10^7
-    elements): norms of short chunks (float32 accumulation at least),
-    squared and summed in float64."""
+    """Squared norm, chunks' norms squared and summed in float64 (1e-8)."""
     main = x.numel() // chunk * chunk
     head = torch.linalg.vector_norm(
         x[:main].view(-1, chunk), dim=1,
@@ -238,16 +204,13 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
                       flat: Tensor) -> Tensor:
     """Adam-preconditioned gradients g / (sqrt(v) + eps), AGVM's AdamW mode.
 
-    Uses the optimizer's stored second moment v (``exp_avg_sq``); the
-    reference blends the current g into v first, but the stored v keeps the
-    map linear and identical across ranks, so the norm identity of
-    :func:`mmext.agvm.statistics.half_dot_from_norms` holds. Parameters
-    without state yet (the first step) are left as they are.
+    v is the stored ``exp_avg_sq`` (the reference blends in the current g
+    first); parameters without it yet are left as they are.
 
     Args:
         optimizer (Optimizer): An Adam-family optimizer.
         params (Sequence[Tensor]): Parameters whose gradients ``flat``
-            concatenates (all of the layout, or one DDP bucket).
+            concatenates.
         flat (Tensor): Their gradients, shape (sum of numels,).
 
     Returns:
@@ -268,13 +231,11 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
     return flat * torch.cat(weights).to(flat.dtype)
 
 
-# Maps the gradients of ``params``, concatenated into one flat tensor, to the
-# vector whose cosine AGVM measures (identity for SGD, the Adam
-# preconditioning otherwise); must be linear and act element-wise.
+# (params, their flat grads) -> the vector measured; linear, element-wise.
 Preconditioner = Callable[[Sequence[Tensor], Tensor], Tensor]
 
-# Rows of the per-module norm table: |S_A|^2, |S_B|^2, |S_A + S_B|^2.
-_HALF_A, _HALF_B, _SUM = 0, 1, 2
+# Row of |S_A + S_B|^2 in the norm table (rows 0 and 1: |S_A|^2, |S_B|^2).
+_SUM = 2
 
 
 def _statistics(norms: Tensor) -> HalfStatistics:
@@ -285,29 +246,13 @@ def _statistics(norms: Tensor) -> HalfStatistics:
 
 
 class DistributedHalves:
-    """Half-group reduction for AGVM re-estimation steps in DDP.
+    """Halves of the ranks, measured on DDP re-estimation steps.
 
-    Creates the two half process groups (``torch.distributed.new_group``, a
-    collective: every rank must build this object in the same order).
-
-    Per re-estimation step, with half sums S_A, S_B (an odd world's last
-    rank is in neither half, its gradient g_x only enters the update):
-
-    1. each rank of a half all-reduces inside its half (skipped for halves
-       of one rank); the first rank of each half (its leader) takes
-       |P(S_half)|^2 per module and keeps S_half, the other members zero
-       their share, the extra rank keeps g_x;
-    2. the world all-reduce of these shares gives S_A + S_B (+ g_x), whose
-       mean is the usual DDP gradient; rank 0, or the extra rank that alone
-       can subtract g_x, takes |P(S_A + S_B)|^2;
-    3. one all-reduce of the (3, M) table of norms (each row filled by one
-       rank) makes the statistics identical on every rank.
-
-    With DDP, steps 1-2 run per gradient bucket in DDP's communication hook,
-    overlapped with the backward pass, and replace DDP's own all-reduce; the
-    extra work is the per-module norms and, for halves of several ranks,
-    the half all-reduce. Otherwise they run once, after the backward, on
-    the flattened gradient (:meth:`reduce_and_measure`).
+    Steps 1-2 (half sums, world sum; design.md, "Halves in DDP") run per
+    bucket in DDP's communication hook, or once on the flattened gradient
+    (:meth:`reduce_and_measure`); step 3 exchanges the (3, M) norm table.
+    Builds the two half process groups, a collective: every rank must
+    build this object in the same order.
 
     Args:
         layout (GradientLayout): The flat gradient layout.
@@ -343,9 +288,8 @@ class DistributedHalves:
     def measuring(self, model: nn.Module, step: int) -> Iterator[None]:
         """Context of the forward pass of a micro-batch of ``step``.
 
-        With a DDP ``model`` the communication hook (registered on the first
-        call) measures during the synchronising backward; otherwise DDP's
-        reduction is switched off (``no_sync``) and :meth:`measure` reduces.
+        The hook measures a DDP ``model``; otherwise DDP's reduction is
+        switched off (``no_sync``) and :meth:`measure` reduces.
 
         Args:
             model (nn.Module): The training model (DDP-wrapped or not).
@@ -366,9 +310,8 @@ class DistributedHalves:
         """Register the communication hook on a DDP model (once).
 
         Returns:
-            bool: Whether the hook measures this model's re-estimation steps;
-            False for a model that is not DDP, or whose DDP already has a
-            communication hook (DDP takes one only; the fallback is used).
+            bool: Whether the hook measures this model; False for a model
+            that is not DDP or already has a communication hook.
         """
         key = id(model)
         if key not in self._hooked:
@@ -389,13 +332,11 @@ class DistributedHalves:
     def measure(self, step: int) -> Optional[HalfStatistics]:
         """Statistics of the halves of ``step``, identical on every rank.
 
-        After this the parameters' grads hold the world-mean gradient (what
-        DDP would have produced).
+        The grads then hold the world-mean gradient, as after DDP.
 
         Returns:
-            HalfStatistics or None: None if neither the hook nor the
-            fallback saw the halves of this step (its forward ran outside
-            ``optim_context``, so DDP averaged the gradients already).
+            HalfStatistics or None: None if the step's forward ran outside
+            ``optim_context`` (DDP averaged the gradients already).
         """
         measured, fallback = self._measured_step, self._fallback_step
         self._hook_step = self._measured_step = self._fallback_step = None
@@ -408,10 +349,7 @@ class DistributedHalves:
     def _comm_hook(self, state: Optional[dist.ProcessGroup],
                    bucket: dist.GradBucket
                    ) -> torch.futures.Future[torch.Tensor]:
-        """DDP communication hook: measure on re-estimation steps.
-
-        Other steps get DDP's default (mean all-reduce of the bucket).
-        """
+        """DDP communication hook: DDP's default outside re-estimates."""
         if self._hook_step is None:
             return allreduce_hook(state, bucket)
         self._measured_step = self._hook_step
@@ -428,11 +366,7 @@ class DistributedHalves:
         return future.then(finish)
 
     def reduce_and_measure(self) -> HalfStatistics:
-        """Reduce and measure the flattened gradients (no DDP hook).
-
-        Writes the world-mean gradient into every ``param.grad`` (None where
-        no rank has one, as DDP does) and returns the statistics.
-        """
+        """Reduce and measure the flattened gradients (no DDP hook)."""
         layout = self.layout
         num_params = len(layout.params)
         buffer, used = layout.flatten(extra=num_params)
@@ -448,12 +382,11 @@ class DistributedHalves:
 
     def share_half_sum(self, grads: Tensor,
                         params: Sequence[Tensor]) -> Optional[Tensor]:
-        """Turn this rank's gradients into its share of S_A + S_B (+ g_x).
-
-        In place on ``grads`` (steps 1 of the class doc).
+        """Turn ``grads`` in place into this rank's share of S_A + S_B.
 
         Returns:
-            Tensor or None: The extra rank's own gradient, else None.
+            Tensor or None: The odd world's extra rank's own gradient, else
+            None.
         """
         if self.side is None:
             return grads.clone()
@@ -476,7 +409,7 @@ class DistributedHalves:
             params, self.precondition(params, halves_sum))))
 
     def _exchange_norms(self) -> HalfStatistics:
-        """All-reduce the norm table (step 3); one collective of 3M values."""
+        """All-reduce the (3, M) norm table."""
         norms = torch.zeros(3, self.layout.num_modules, dtype=torch.float64,
                             device=self.layout.device)
         # The per-bucket norms stay referenced until the next re-estimate:
@@ -489,9 +422,6 @@ class DistributedHalves:
 
 class AccumulationHalves:
     """First vs second half of the accumulated micro-batches (one process).
-
-    The first half's gradient sum is kept, on the gradients' device, from
-    the middle of a re-estimation step to its end.
 
     Args:
         layout (GradientLayout): The flat gradient layout.
@@ -521,7 +451,7 @@ class AccumulationHalves:
 
         Returns:
             HalfStatistics or None: None if the first half was not seen
-            (e.g. a run resumed in the middle of an accumulation window).
+            (e.g. a resume inside the accumulation window).
         """
         first = self._snapshot.pop(step, None)
         if first is None:
