@@ -1,10 +1,6 @@
 """``mmext.Runner``: mmengine's runner with the effective batch and checks.
 
-The runner knows neither method. Components that move the param schedulers
-onto their own axis say so with a class attribute
-(``remaps_param_schedulers``); components whose checkpoints a config without
-them must not resume register a guard with :func:`register_resume_guard`
-(the modules listed by mmext's registries register theirs on import).
+It knows neither method (docs/en/design.md, "Layers").
 """
 import os
 import os.path as osp
@@ -28,17 +24,13 @@ from .scheduler_checks import (rescale_iterations, rescale_schedulers,
 
 __all__ = [
     'Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint',
-    'EFFECTIVE_BATCH_KEY',
-    'check_dataset_config', 'single_class_subset'
+    'EFFECTIVE_BATCH_KEY', 'check_dataset_config', 'single_class_subset'
 ]
 
-# Where mmext.Runner's checkpoints record the run's effective batch per
-# optimizer (``meta``).
+# The ``meta`` key of the effective batch per optimizer in checkpoints.
 EFFECTIVE_BATCH_KEY = 'mmext_effective_batch'
 
-# guard(runner, checkpoint, filename, resume_optimizer): raises ValueError,
-# naming what to do instead, for a checkpoint the runner's config cannot
-# resume.
+# guard(runner, checkpoint, filename, resume_optimizer); raises ValueError.
 ResumeGuard = Callable[['Runner', dict, str, bool], None]
 _RESUME_GUARDS: List[ResumeGuard] = []
 
@@ -46,39 +38,33 @@ _RESUME_GUARDS: List[ResumeGuard] = []
 def register_resume_guard(guard: ResumeGuard) -> ResumeGuard:
     """Add a check that :class:`Runner` runs on every checkpoint it resumes.
 
-    Usable as a decorator. Each guard is called with the runner, the loaded
-    checkpoint, its path and whether the optimizer state is restored, before
-    any state is restored, and raises ``ValueError`` to refuse it.
+    Usable as a decorator. Guards run before any state is restored and
+    raise ``ValueError`` to refuse the checkpoint.
 
     Args:
-        guard (callable): The check.
+        guard (callable): ``guard(runner, checkpoint, filename,
+            resume_optimizer)``.
 
     Returns:
         callable: ``guard`` itself.
     """
-    return _add_once(_RESUME_GUARDS, guard)
-
-
-def _add_once(registered: list, fn: Callable) -> Callable:
-    if fn not in registered:
-        registered.append(fn)
-    return fn
+    if guard not in _RESUME_GUARDS:
+        _RESUME_GUARDS.append(guard)
+    return guard
 
 
 def check_dataset_config(dataset_cfg: dict) -> None:
-    """Refuse a dataset whose annotation file is missing or lists nothing.
+    """Refuse a dataset whose annotation file is missing or empty.
 
-    mmengine fails on both deep inside the dataset (``FileNotFoundError`` of
-    a relative path with no word of the folder it is relative to; ``need at
-    least one array to concatenate`` for an empty list).
+    mmengine fails on both deep inside the dataset, with no word of the
+    folder a relative path is relative to.
 
     Args:
         dataset_cfg (dict): A loader's ``dataset`` (wrappers: their
             ``dataset``).
 
     Raises:
-        FileNotFoundError: For a missing ``ann_file``, saying that relative
-            paths are relative to the current folder.
+        FileNotFoundError: For a missing ``ann_file``.
         ValueError: For an empty ``ann_file``.
     """
     while isinstance(dataset_cfg.get('dataset'), dict):
@@ -99,11 +85,10 @@ def check_dataset_config(dataset_cfg: dict) -> None:
 
 
 def single_class_subset(dataset_cfg: dict, dataset) -> Optional[str]:
-    """The warning for an ``indices`` subset of a labelled dataset that
-    holds one class.
+    """The warning for an ``indices`` subset that holds one class.
 
-    An int ``indices=N`` keeps the first N entries, which in a list sorted
-    by class (mmaction2's annotation lists often are) are all one class.
+    ``indices=N`` keeps the first N entries: one class in a list sorted by
+    class, as mmaction2's annotation lists often are.
 
     Args:
         dataset_cfg (dict): The loader's ``dataset`` config.
@@ -135,57 +120,34 @@ def restart_hint(filename: str) -> str:
 @RUNNERS.register_module(name='Runner')
 class Runner(MMEngineRunner):
     """mmengine's ``Runner`` with the effective batch and the checks that
-    need the runner itself.
+    need a runner subclass (docs/en/get_started.md, "Tool options").
 
-    The checks of mmext's own components (``MultigridHook``,
-    ``AGVMOptimWrapper``) live in those components and hold with any runner;
-    ``runner_type='mmext.Runner'`` (mmext's ``tools/train.py`` and
-    ``tools/test.py`` use it unless the config names another runner) adds
-    what only a runner subclass can do, for any recipe:
-
-    * The batch is the effective batch: loader batch x world size x
-      ``accumulative_counts``. It is logged when training starts, and
-      ``auto_scale_lr`` scales each optimizer's LR by effective batch /
-      ``base_batch_size`` (mmengine leaves out the accumulation).
-    * ``auto_scale_schedule=dict(enable=True, base_batch_size=N)`` (opt-in,
-      detectron2's ``REFERENCE_WORLD_SIZE``) divides every iteration count
-      of the recipe by the batch ratio (:meth:`scale_schedule`), logged.
-    * Param scheduler values the run cannot honour (a warm-up longer than
-      the run, milestones after its end, ...) warn, naming the value
-      (:func:`mmext.scheduler_checks.unused_scheduler_values`), unless a
-      hook moves the schedulers onto its own axis and checks them there
-      (a hook class with ``remaps_param_schedulers = True``).
-    * ``resume`` refuses a checkpoint written with an mmext component
-      (AGVM optimizer state, a multigrid schedule) into a config without
-      it, where no mmext object exists to notice (the guards of
-      :func:`register_resume_guard`). Checkpoints record the effective
-      batch (``meta[EFFECTIVE_BATCH_KEY]``), and resuming iteration-based
-      param schedulers built for another one warns
-      (:func:`mmext.scheduler_checks.resumed_batch_mismatch`).
-    * Its own checkpoint loads (``resume``, ``load_from``) unpickle whole
-      mmengine checkpoints, as torch < 2.6 did
+    * ``auto_scale_lr`` scales by the effective batch, loader batch x world
+      size x ``accumulative_counts`` (logged, and saved in checkpoints as
+      ``meta[EFFECTIVE_BATCH_KEY]``).
+    * ``auto_scale_schedule`` rescales iteration counts
+      (:meth:`scale_schedule`).
+    * Warnings: param scheduler values the run cannot honour (unless a hook
+      has ``remaps_param_schedulers = True``), resumed iteration-based
+      schedulers of another effective batch, dataset mistakes, frozen
+      layers that load no weights.
+    * ``resume`` runs the guards of :func:`register_resume_guard`; its own
+      checkpoint loads are trusted
       (:func:`mmext.compat.trusted_checkpoint_loading`).
-    * Dataset mistakes are named before training (:meth:`build_dataloader`),
-      and so are BN layers kept in eval mode and frozen stages of modules
-      that load no weights (:func:`mmext.frozen_check.frozen_without_weights`).
     """
 
     def train(self):
-        """mmengine's ``train``, warning first about layers that stay at
-        their random initialisation (see the class doc)."""
-        loads_all = bool(self._load_from) or bool(self._resume)
-        model_cfg = self.cfg.get('model')
-        for message in frozen_without_weights(
-                self.model, model_cfg, [''] if loads_all else []):
+        """mmengine's, warning first about frozen layers without weights."""
+        loaded = [''] if self._load_from or self._resume else []
+        for message in frozen_without_weights(self.model,
+                                              self.cfg.get('model'), loaded):
             warn(message)
         return super().train()
 
     @staticmethod
     def build_dataloader(dataloader, seed: Optional[int] = None,
                          diff_rank_seed: bool = False):
-        """mmengine's, with the dataset mistakes named before training
-        (:func:`check_dataset_config`, :func:`single_class_subset`);
-        arguments as there."""
+        """mmengine's, naming dataset mistakes first; arguments as there."""
         if isinstance(dataloader, dict):
             check_dataset_config(dataloader.get('dataset') or {})
         loader = MMEngineRunner.build_dataloader(dataloader, seed,
@@ -204,8 +166,7 @@ class Runner(MMEngineRunner):
         Args:
             optim_wrapper (OptimWrapper | OptimWrapperDict): Built wrapper(s).
             auto_scale_lr (dict, optional): ``enable`` and
-                ``base_batch_size`` (the effective batch the config's LR is
-                meant for), as in mmengine.
+                ``base_batch_size``, as in mmengine.
 
         Raises:
             ValueError: If enabled without ``base_batch_size``.
@@ -218,11 +179,9 @@ class Runner(MMEngineRunner):
         batches = {}
         for name, wrapper in optim_wrappers(optim_wrapper).items():
             counts = accumulative_counts(wrapper)
-            batch = loader_batch * self.world_size * counts
-            batches[name] = batch
-            prefix = f'{name}: ' if name else ''
-            message = (f'{prefix}effective batch '
-                       f'{effective_batch(loader_batch, self.world_size, counts)}')
+            batches[name] = batch = loader_batch * self.world_size * counts
+            message = (f"{name + ': ' if name else ''}effective batch " +
+                       effective_batch(loader_batch, self.world_size, counts))
             if enabled:
                 ratio = batch / auto_scale_lr['base_batch_size']
                 for group in wrapper.optimizer.param_groups:
@@ -231,7 +190,7 @@ class Runner(MMEngineRunner):
                             f'batch / base_batch_size '
                             f"{auto_scale_lr['base_batch_size']})")
             self.logger.info(message)
-        # Not resumed: a later run with mmengine's runner must not inherit it.
+        # Not resumed: a later run with mmengine's Runner must not inherit it.
         self.message_hub.update_info(EFFECTIVE_BATCH_INFO, batches,
                                      resumed=False)
         self.scale_schedule(optim_wrapper)
@@ -240,25 +199,20 @@ class Runner(MMEngineRunner):
     _schedule_ratio: Optional[float] = None
 
     def scale_schedule(self, optim_wrapper) -> None:
-        """With ``auto_scale_schedule.enable``, divide the recipe's iteration
-        counts by the batch ratio r (:func:`mmext.scheduler_checks.
-        schedule_ratio`, effective batch / ``base_batch_size`` by default):
-        an iteration loop's ``max_iters``, ``val_begin`` and validation
-        intervals, iteration-based ``CheckpointHook`` intervals, the
-        ``by_epoch=False`` param schedulers (warm-up length, milestones;
-        in :meth:`build_param_scheduler`) and what an optimizer wrapper
-        with a ``rescale_iterations(scale)`` method counts in iterations
-        (AGVM's window). Epoch counts stay. Every change is logged.
+        """Divide the recipe's iteration counts by the batch ratio.
 
-        ``auto_scale_schedule`` keys: ``enable``, ``base_batch_size`` (images
-        per optimizer step the recipe's counts were written for; default
-        ``auto_scale_lr.base_batch_size``) and ``base_accumulative_counts``
-        (the recipe's micro-batches per step; default the run's).
+        With ``auto_scale_schedule.enable``: the iteration loop's counts,
+        iteration-based ``CheckpointHook`` intervals, ``by_epoch=False``
+        param schedulers (in :meth:`build_param_scheduler`) and what a
+        wrapper's ``rescale_iterations`` counts; epoch counts stay. Keys:
+        ``base_batch_size`` (default ``auto_scale_lr.base_batch_size``) and
+        ``base_accumulative_counts`` (default the run's); see
+        :func:`mmext.scheduler_checks.schedule_ratio`.
 
         Raises:
             ValueError: Without a base batch size, with wrappers of different
-                ``accumulative_counts``, or with a hook that moves the param
-                schedulers onto its own axis (multigrid plans its own).
+                ``accumulative_counts``, or with a hook that remaps the param
+                schedulers.
         """
         cfg = self.cfg.get('auto_scale_schedule') or {}
         if not cfg.get('enable', False):
@@ -331,8 +285,7 @@ class Runner(MMEngineRunner):
         return changes
 
     def build_param_scheduler(self, scheduler):
-        """mmengine's, warning first about scheduler values the run cannot
-        honour (:func:`unused_scheduler_values`); arguments as there."""
+        """mmengine's, rescaled and checked first; arguments as there."""
         if self._schedule_ratio is not None:
             scheduler, changes = rescale_schedulers(scheduler,
                                                     self._schedule_ratio)
@@ -340,11 +293,9 @@ class Runner(MMEngineRunner):
                 self.logger.info('auto_scale_schedule: param_scheduler ' +
                                  '; '.join(changes))
         loop = self.train_loop
-        remapped = any(
-            getattr(hook, 'remaps_param_schedulers', False)
-            for hook in self.hooks)
-        if (loop is not None and scheduler_configs(scheduler)
-                and not remapped):
+        remapped = any(getattr(h, 'remaps_param_schedulers', False)
+                       for h in self.hooks)
+        if loop is not None and scheduler_configs(scheduler) and not remapped:
             max_epochs = (loop.max_epochs
                           if isinstance(loop, EpochBasedTrainLoop) else None)
             for message in unused_scheduler_values(scheduler, max_epochs,
@@ -354,20 +305,18 @@ class Runner(MMEngineRunner):
 
     def save_checkpoint(self, *args, meta: Optional[dict] = None,
                         **kwargs) -> None:
-        """mmengine's, recording the effective batch per optimizer in
-        ``meta[EFFECTIVE_BATCH_KEY]``; arguments as there."""
+        """mmengine's, adding ``meta[EFFECTIVE_BATCH_KEY]``."""
         batches = self.message_hub.get_info(EFFECTIVE_BATCH_INFO)
         if batches is not None:
             meta = dict(meta or {}, **{EFFECTIVE_BATCH_KEY: dict(batches)})
         super().save_checkpoint(*args, meta=meta, **kwargs)
 
-    # Set while ``resume`` runs: None, or whether it restores the optimizer.
+    # While ``resume`` runs: whether it restores the optimizer.
     _resuming: Optional[bool] = None
 
     def resume(self, filename: str, resume_optimizer: bool = True,
                *args, **kwargs) -> None:
-        """mmengine's ``resume``, refusing checkpoints of mmext components
-        the config lacks (see :meth:`check_resume`); arguments as there."""
+        """mmengine's, with :meth:`check_resume`; arguments as there."""
         self._resuming = resume_optimizer
         try:
             super().resume(filename, resume_optimizer, *args, **kwargs)
@@ -375,32 +324,25 @@ class Runner(MMEngineRunner):
             self._resuming = None
 
     def load_checkpoint(self, filename: str, *args, **kwargs) -> dict:
-        """mmengine's ``load_checkpoint`` with trusted local loading; when
-        resuming, also :meth:`check_resume` before any state is restored."""
+        """mmengine's, trusted; when resuming, :meth:`check_resume` first."""
         with trusted_checkpoint_loading():
             checkpoint = super().load_checkpoint(filename, *args, **kwargs)
         if self._resuming is not None:
             self.check_resume(checkpoint, filename, self._resuming)
-            # The effective batch is set anew by this run (and not resumed);
-            # mmengine would warn that a non-resumed key is loaded.
+            # Set anew by this run; mmengine would warn about loading it.
             checkpoint.get('message_hub', {}).get('resumed_keys', {}).pop(
                 EFFECTIVE_BATCH_INFO, None)
         return checkpoint
 
     def check_resume(self, checkpoint: dict, filename: str,
                      resume_optimizer: bool = True) -> None:
-        """Run every registered resume guard on ``checkpoint``.
-
-        The modules that mmext's registries list are imported first, so the
-        guard of a component the config does not use is there too.
+        """Run every resume guard (those of modules the registries list too)
+        and warn about schedulers of another effective batch.
 
         Args:
             checkpoint (dict): The loaded checkpoint.
             filename (str): Its path, for the message.
             resume_optimizer (bool): Whether the optimizer state is restored.
-
-        Warns (``UserWarning``) when the resumed iteration-based param
-        schedulers were built for another effective batch.
 
         Raises:
             ValueError: From a guard, naming what to do instead.
