@@ -1,23 +1,11 @@
 """Sub-batch BN and precise BN for multigrid (paper Sec. 3.3).
 
-Sub-batch BN: a training forward pass over ``N > bn_base_size`` clips
-normalises ``N // bn_base_size`` splits of consecutive clips apart
-(PySlowFast ``NUM_SPLITS``), decided at every forward pass from the batch it
-gets, so every shape keeps ``bn_base_size`` clips per split. Layers are not
-replaced: :func:`enable_sub_bn` changes the class of each BN layer that
-trains to a subclass of its own kind (as ``torch.nn.utils.parametrize``
-does), so parameters, buffers, state-dict keys and the optimizer's and
-DDP's references stay. The running statistics are those a plain BN over the
-whole per-device batch tracks: the split statistics merged by the law of
-total variance (torch's unbiased correction over all ``N T H W`` values)
-before the momentum update, so evaluation, precise BN and checkpoints see a
-plain BN layer. A ``SyncBatchNorm`` normalises split ``k`` of every rank
-together. Splits are contiguous along the batch dimension, dense views in
-any memory format. Under autocast the statistics are float32 (torch's
-batch-norm kernel) and the output has the input's dtype.
-
-Which layers can be split, and which batches, is checked before training
-(:func:`mmext.multigrid.checks.check_model`, the plan); the layers trust it.
+Sub-batch BN (PySlowFast ``NUM_SPLITS``, decided per forward pass) changes
+the class of each BN layer that trains to a subclass of its own kind, so
+parameters, buffers and state-dict keys stay; the running statistics are the
+whole batch's (law of total variance). Which layers and batches can be split
+is checked before training (:func:`mmext.multigrid.checks.check_model`, the
+plan). Details: docs/en/design.md#multigrid.
 """
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, List, Tuple
@@ -30,8 +18,7 @@ from mmengine.dist import all_reduce_params
 from mmext.compat import BatchNormBase, InstanceNormBase, batch_norm_xd_type
 
 __all__ = [
-    'SPLITTABLE_BN_TYPES', 'SubBatchNorm', 'SubBatchNorm3d',
-    'SubSyncBatchNorm', 'SubBatchNormXd', 'enable_sub_bn', 'disable_sub_bn',
+    'SPLITTABLE_BN_TYPES', 'SubBatchNorm', 'enable_sub_bn', 'disable_sub_bn',
     'update_precise_bn', 'unsplittable_bn_layers', 'bn_layers_in_training'
 ]
 
@@ -40,14 +27,11 @@ SPLITTABLE_BN_TYPES = (nn.BatchNorm3d, nn.SyncBatchNorm, batch_norm_xd_type())
 
 
 class SubBatchNorm:
-    """Sub-batch BN behaviour mixed into a BN layer of a splittable kind.
+    """Sub-batch BN mixed into a BN layer of a splittable kind.
 
-    In training, a batch of ``N > bn_base_size`` clips is normalised in
-    ``N // bn_base_size`` splits of ``bn_base_size`` consecutive clips, each
-    with its own batch statistics and the layer's affine parameters; the
-    running statistics get the whole batch's statistics (see the module
-    docstring). Otherwise (eval mode, ``N <= bn_base_size``) the layer's own
-    ``forward`` runs unchanged.
+    In training, ``N > bn_base_size`` clips are normalised in
+    ``N // bn_base_size`` splits of consecutive clips; otherwise the layer's
+    own ``forward`` runs.
 
     Attributes:
         bn_base_size (int): Clips per split (set by :func:`enable_sub_bn`).
@@ -58,9 +42,8 @@ class SubBatchNorm:
     plain_type: type
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise ``x`` of shape ``(N, C, T, H, W)`` (any memory format);
-        in training ``N`` above ``bn_base_size`` is a multiple of it (the
-        plan's batches)."""
+        """Normalise ``x`` of shape ``(N, C, T, H, W)`` (any memory format;
+        in training an ``N`` above ``bn_base_size`` is a multiple of it)."""
         n, base = x.shape[0], self.bn_base_size
         if not self.training or n <= base:
             return super().forward(x)
@@ -97,9 +80,8 @@ class SubBatchNorm:
 
     def _synchronised_forward(self, x: torch.Tensor,
                               splits: int) -> torch.Tensor:
-        """Split ``k`` of every rank normalised together (SyncBatchNorm's
-        own synchronised pass per split); the running statistics are the
-        whole synchronised batch's."""
+        """Split ``k`` of every rank normalised together; running statistics
+        of the whole synchronised batch."""
         outs = []
         with _untracked(self):
             for chunk in x.chunk(splits):
@@ -124,13 +106,8 @@ class SubBatchNorm:
 
     def _track(self, mean: torch.Tensor, variance: torch.Tensor,
                count: int) -> None:
-        """Momentum update of the running statistics, as torch's BN.
-
-        Args:
-            mean (Tensor): ``(C,)`` batch mean.
-            variance (Tensor): ``(C,)`` biased batch variance.
-            count (int): Values per channel the statistics cover.
-        """
+        """Momentum update, as torch's BN, from a ``(C,)`` mean and biased
+        variance over ``count`` values per channel."""
         self.num_batches_tracked.add_(1)
         dtype = self.running_mean.dtype
         factor = self.momentum
@@ -187,8 +164,7 @@ def _has_batch_stats(module: nn.Module) -> bool:
 
 
 def _bn_layers(model: nn.Module) -> Iterable:
-    """``(name, module)`` of BN layers; an mmaction2 ``SubBatchNorm3D`` of
-    the recipe counts as one."""
+    """``(name, module)`` of BN layers (a ``SubBatchNorm3D`` counts as one)."""
     inner = set()
     for name, module in model.named_modules():
         if module in inner:
@@ -201,10 +177,8 @@ def _bn_layers(model: nn.Module) -> Iterable:
 
 
 def bn_layers_in_training(model: nn.Module) -> List[Tuple[str, nn.Module]]:
-    """``(name, module)`` of the BN layers (an mmaction2 ``SubBatchNorm3D``
-    counts as one) that ``model.train()`` puts in training mode: recipes
-    decide per layer (``norm_eval``, ``frozen_stages``). Every module's mode
-    is restored."""
+    """``(name, module)`` of the BN layers that ``model.train()`` puts in
+    training mode (``norm_eval``, ``frozen_stages``); modes are restored."""
     modes = [(m, m.training) for m in model.modules()]
     model.train()
     training = {m for m in model.modules() if m.training}
@@ -219,8 +193,7 @@ def _splittable(module: nn.Module) -> bool:
 
 
 def unsplittable_bn_layers(model: nn.Module) -> List[str]:
-    """``'name (Type)'`` of the BN layers that train
-    (:func:`bn_layers_in_training`) but are of no kind in
+    """``'name (Type)'`` of the BN layers that train but are of no kind in
     ``SPLITTABLE_BN_TYPES`` (e.g. ``BatchNorm1d`` in a head)."""
     return [f'{name} ({type(m).__name__})'
             for name, m in bn_layers_in_training(model) if not _splittable(m)]
@@ -229,12 +202,10 @@ def unsplittable_bn_layers(model: nn.Module) -> List[str]:
 def enable_sub_bn(model: nn.Module, bn_base_size: int) -> int:
     """Give every splittable BN layer that trains sub-batch BN.
 
-    Layers in eval mode under ``model.train()`` (frozen by the recipe) stay
-    as they are; layers already converted take the new ``bn_base_size``.
+    Layers already converted take the new ``bn_base_size``.
 
     Args:
-        model (nn.Module): Unwrapped model, edited in place (the modules'
-            classes, nothing else).
+        model (nn.Module): Unwrapped model; only module classes change.
         bn_base_size (int): Clips per split (>= 1).
 
     Returns:
@@ -267,16 +238,10 @@ def update_precise_bn(model: nn.Module, batches: Iterable,
     """Recompute the statistics of the BN layers that train, exactly.
 
     Precise BN (PySlowFast ``calculate_and_update_precise_bn``, fvcore
-    ``update_bn_stats``): with ``momentum=None`` torch keeps the cumulative
-    average of the batch statistics, i.e. their exact mean over the batches
-    (sub-batch BN layers average their whole-batch statistics the same
-    way). The passes run in the mode ``model.train()`` gives, so layers the
-    recipe keeps in eval mode (``norm_eval``, ``frozen_stages``) normalise
-    with, and keep bit for bit, their own statistics; as in fvcore only
-    layers in training mode are updated. With several processes the updated
-    statistics are averaged across ranks (one coalesced all-reduce per dtype
-    on the buffers' own device; mmengine moves it to the backend's device if
-    that differs).
+    ``update_bn_stats``): ``momentum=None`` makes torch keep the cumulative
+    average of the batch statistics. Passes run in the modes
+    ``model.train()`` gives; only layers in training mode are updated, then
+    averaged across ranks.
 
     Args:
         model (nn.Module): Unwrapped model; its modes are restored after.

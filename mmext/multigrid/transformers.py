@@ -1,25 +1,12 @@
-"""Video transformers at every grid shape (absolute and window position codes).
+"""Video transformers at every grid shape.
 
-Convolutional backbones take clips of any ``(T, S)``; transformers bake the
-recipe's token grid into their position codes, and mmaction2 1.2 handles
-another grid for few of them (docs/en/multigrid.md#model-families):
-``TimeSformer`` (``pos_embed`` of the patch grid, ``time_embed`` of ``T0``
-frames, ``num_frames``), ``VisionTransformer`` (VideoMAE; ``pos_embed`` of
-``T0/tubelet`` x the patch grid, resized spatially only), ``UniFormerV2``
-(``positional_embedding``, ``transformer.T`` fixed at ``t_size``) and
-``SwinTransformer3D`` (``WindowAttention3D`` slices the full window's
-relative-position index with ``[:N, :N]`` when the window shrinks).
-
-:func:`install_shape_adapters` adds forward hooks that make each compute at
-the shape it is given: position embeddings resampled to the shape's token
-grid with mmaction2's ``resize_pos_embed`` (MViT's trilinear interpolation,
-class token kept), the temporal length set from the input, and Swin's index
-re-selected for the shrunken window (:func:`window_position_index`). The
-learned full-size parameters stay the ones trained, saved and loaded: the
-resampled tensor is computed from them in every forward pass (gradients flow
-through the interpolation) and only shadows them while the module runs
-(:func:`mmext.compat.shadow_tensor`). At the recipe's shape the hooks change
-nothing. MViT resizes its position codes itself.
+Forward hooks make ``TimeSformer``, ``VisionTransformer`` (VideoMAE),
+``UniFormerV2`` and Video Swin compute at the shape they are given: position
+embeddings resampled from the learned parameter with mmaction2's
+``resize_pos_embed`` in every pass (shadowing it only while the module runs,
+:func:`mmext.compat.shadow_tensor`), the temporal length set from the input,
+Swin's relative-position index re-selected for a shrunken window
+(docs/en/multigrid.md#model-families).
 """
 import weakref
 from typing import Dict, List, Sequence, Tuple
@@ -42,8 +29,8 @@ _INSTALLED: 'weakref.WeakKeyDictionary[nn.Module, Tuple[List[str], list]]' \
 def conv_output_size(conv: nn.Module, sizes: Sequence[int]) -> Tuple[int, ...]:
     """Output sizes of a convolution along its spatial dimensions.
 
-    ``floor((n + 2 p - d (k - 1) - 1) / s) + 1`` per dimension (the
-    formula of ``torch.nn.Conv3d``'s documentation).
+    ``floor((n + 2 p - d (k - 1) - 1) / s) + 1`` per dimension
+    (``torch.nn.Conv3d``'s documentation).
 
     Args:
         conv (nn.Conv2d | nn.Conv3d): The convolution (integer padding).
@@ -152,15 +139,10 @@ def window_position_index(full_index: torch.Tensor,
                           window: Sequence[int]) -> torch.Tensor:
     """Relative-position index of a shrunken Swin window.
 
-    ``WindowAttention3D`` looks its bias up in a table of
-    ``(2 Wd - 1)(2 Wh - 1)(2 Ww - 1)`` offsets through an ``(N, N)`` index
-    built for the full window (Liu et al., Video Swin Transformer, Sec.
-    3.2). The tokens of a ``(wd, wh, ww)`` window are the full window's
-    positions with ``d < wd, h < wh, w < ww``, with the same offsets between
-    them, so their index is the full index at those rows and columns
-    (mmaction2's ``[:N, :N]`` instead takes the first ``N`` positions in
-    row-major order, which lie in other rows of the window unless only the
-    first dimension shrinks).
+    The tokens of a ``(wd, wh, ww)`` window are the full window's positions
+    with ``d < wd, h < wh, w < ww`` (Liu et al., Video Swin Transformer,
+    Sec. 3.2), so their index is the full index at those rows and columns
+    (mmaction2's ``[:N, :N]`` takes the first ``N`` in row-major order).
 
     Args:
         full_index (Tensor): ``(Wd Wh Ww, Wd Wh Ww)`` index of the full
@@ -225,9 +207,8 @@ def _adapters():
 def install_shape_adapters(model: nn.Module) -> List[str]:
     """Make the video transformers in ``model`` take every grid shape.
 
-    Idempotent. The hooks are plain objects that take the module from their
-    arguments, so deep copies of the model (e.g. the shape probe's) carry
-    working copies.
+    Idempotent. The hooks take the module from their arguments, so deep
+    copies of the model (the shape probe's) carry working copies.
 
     Args:
         model (nn.Module): The unwrapped recognizer.
@@ -258,8 +239,7 @@ def install_shape_adapters(model: nn.Module) -> List[str]:
 
 
 def shape_adapters(model: nn.Module) -> List[str]:
-    """The lines :func:`install_shape_adapters` returned for ``model``
-    (empty if none are installed)."""
+    """The lines :func:`install_shape_adapters` returned for ``model``."""
     return list(_INSTALLED.get(model, ([], []))[0])
 
 
