@@ -1,14 +1,8 @@
 """Param groups by module: AGVM's optimizer wrapper constructor.
 
-AGVM compares gradient noise per module (backbone, neck, heads). The param
-groups come from the recipe's own constructor (mmengine's default with
-``paramwise_cfg``, mmdet/mmseg ``LearningRateDecayOptimizerConstructor``,
-mmseg ``LayerDecayOptimizerConstructor``, ...); AGVM only splits them by
-module, so layer-wise LR decay and per-parameter weight decay survive.
-Every trainable parameter belongs to one listed module or to the
-unmodulated ``'others'`` group, so none is left out of the optimizer (the
-reference constructor, Sense-X/AGVM ``GroupOptimizerConstructor``, dropped
-such parameters). ``module_names`` are checked against the model here, once.
+The recipe's own constructor builds the param groups; they are split by
+module. Every trainable parameter belongs to a listed module or to
+``'others'`` (the reference ``GroupOptimizerConstructor`` dropped those).
 """
 import copy
 from typing import Dict, List, Optional, Sequence
@@ -20,7 +14,7 @@ from torch.optim import Optimizer
 
 from mmext.log import warn
 from mmext.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
-from .optim_wrapper import AGVMOptimWrapper, check_option
+from .optim_wrapper import check_option, is_agvm_type
 
 __all__ = [
     'OTHERS', 'default_module_names', 'resolve_module_names',
@@ -28,13 +22,11 @@ __all__ = [
     'AGVMOptimWrapperConstructor'
 ]
 
-# Name of the group of trainable parameters outside ``module_names``; its
-# factor is always 1.
+# The group of trainable parameters outside ``module_names`` (factor 1).
 OTHERS = 'others'
 DEFAULT_BASE_CONSTRUCTOR = 'DefaultOptimWrapperConstructor'
-# ``DefaultOptimWrapperConstructor.__init__`` type-checks these keys for every
-# subclass, including the decay constructors whose ``add_params`` ignores
-# them; only reads while the groups are built say that they are applied.
+# ``DefaultOptimWrapperConstructor.__init__`` type-checks these for every
+# subclass: only reads while the groups are built count.
 _VALIDATED_AT_INIT = ('custom_keys', 'bias_decay_mult', 'norm_decay_mult',
                       'dwconv_decay_mult')
 
@@ -43,22 +35,16 @@ def _has_trainable(module: nn.Module) -> bool:
     return any(p.requires_grad for p in module.parameters())
 
 
-# Heads of a RoI head that the reference implementation modulates apart
-# when both exist (Sense-X/AGVM ``GroupOptimizerConstructor``: a component
-# with a ``mask_head`` gives its ``bbox_head`` and ``mask_head`` one param
-# group each).
+# Heads modulated apart when a child has both (reference
+# ``GroupOptimizerConstructor``).
 SPLIT_HEADS = ('bbox_head', 'mask_head')
 
 
 def default_module_names(model: nn.Module) -> List[str]:
-    """The model's top-level children that have trainable parameters, with a
-    child that holds both a trainable ``bbox_head`` and ``mask_head`` (Mask
-    R-CNN's ``roi_head``) replaced by those two, as in the reference.
+    """The model's top-level children with trainable parameters.
 
-    For mmdet two-stage detectors this is ``backbone, neck, rpn_head,
-    roi_head`` (Mask R-CNN: ``..., roi_head.bbox_head,
-    roi_head.mask_head``); for mmseg ``backbone, [neck], decode_head,
-    auxiliary_head``.
+    A child with a trainable ``bbox_head`` and ``mask_head`` (Mask R-CNN's
+    ``roi_head``) is replaced by those two, as in the reference.
     """
     names = []
     for name, child in model.named_children():
@@ -75,13 +61,7 @@ def default_module_names(model: nn.Module) -> List[str]:
 
 
 def _warn_if_anchor_moved(model: nn.Module, names: Sequence[str]) -> None:
-    """Warn when the default anchor is not the model's first module.
-
-    The first child with parameters (the backbone) is the anchor the paper
-    means; if it has no trainable parameter (``frozen_stages`` covering
-    every stage, ``requires_grad=False``) the defaults silently start with
-    the next module.
-    """
+    """Warn when the default anchor is not the model's first module."""
     first = next((n for n, m in model.named_children()
                   if next(m.parameters(), None) is not None), None)
     if first is None or not names or names[0].split('.')[0] == first:
@@ -104,11 +84,10 @@ def resolve_module_names(model: nn.Module,
         list[str]: The module names, anchor first.
 
     Raises:
-        ValueError: If ``module_names`` is not None or a list of names
-            (the wrapper's option table, read here because the names are
-            resolved before the wrapper is built), if a name is not a
-            submodule, is listed twice or is ``'others'``, if the list is
-            empty, or if the anchor has no trainable parameters.
+        ValueError: If ``module_names`` is not None or a list of names, if
+            a name is not a submodule, is listed twice or is ``'others'``,
+            if the list is empty, or if the anchor has no trainable
+            parameters.
 
     Warns:
         UserWarning: With the default names, if the model's first module has
@@ -178,11 +157,9 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
                            module_names: Sequence[str]) -> List[Dict]:
     """Split param groups so each holds parameters of one module only.
 
-    Each resulting group keeps its options (lr, weight decay, ...) and gets
-    ``'agvm_module'``: the module name from ``owners`` or ``'others'``. A
-    ``'param_names'`` list parallel to ``'params'`` (mmdet/mmseg decay
-    constructors, torch named params) is split alongside. Parameters not in
-    ``owners`` (frozen) are dropped.
+    Each group keeps its options and gets ``'agvm_module'``; a parallel
+    ``'param_names'`` list is split alongside; parameters not in ``owners``
+    (frozen) are dropped.
 
     Args:
         groups (list[dict]): Param groups (``'params'`` plus options).
@@ -194,8 +171,7 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
         list[dict]: The tagged groups, in input order, empty ones left out.
 
     Raises:
-        ValueError: If a listed module gets no parameter (its gradient
-            variance would be undefined).
+        ValueError: If a listed module gets no parameter.
     """
     tagged = []
     for group in groups:
@@ -252,10 +228,8 @@ def _reads_all(name: str):
 class _ReadKeys(dict):
     """A ``paramwise_cfg`` that records which keys its reader looked at.
 
-    Lookups (``[]``, ``get``, ``pop``, ``setdefault``) mark one key;
-    anything that reads the whole dict (iteration, ``items``, copies) marks
-    all of them, so a constructor that copies its config is never accused of
-    ignoring it. Membership tests do not count (they read no value).
+    Lookups mark one key; whole-dict reads (iteration, ``items``, copies)
+    mark all; membership tests none.
     """
 
     def __init__(self, *args, **kwargs):
@@ -282,12 +256,7 @@ class _ReadKeys(dict):
 
 def _warn_unmatched_custom_keys(model: nn.Module, paramwise_cfg: dict,
                                 base: str) -> None:
-    """Warn about ``custom_keys`` that match no trainable parameter.
-
-    mmengine applies a custom key to every parameter whose full name contains
-    it and ignores keys that match nothing, so a typo or a key meant for
-    another backbone silently changes nothing.
-    """
+    """Warn about ``custom_keys`` that match no trainable parameter."""
     names = [
         '.' + name for name, param in model.named_parameters()
         if param.requires_grad
@@ -306,44 +275,21 @@ def _warn_unmatched_custom_keys(model: nn.Module, paramwise_cfg: dict,
 class AGVMOptimWrapperConstructor:
     """Build the recipe's optimizer, with its param groups split by module.
 
-    The param groups are built by the recipe's own constructor
-    (``base_constructor``, mmengine's ``DefaultOptimWrapperConstructor`` by
-    default) from the recipe's ``optimizer`` and ``paramwise_cfg``. Each
-    group is then split so that it belongs to exactly one AGVM module,
-    keeping all its options (lr, weight decay, ``lr_scale`` ...): AGVM's
-    factor multiplies the LR each group has under the recipe. Every trainable
-    parameter is assigned to a listed module or to ``'others'`` (factor 1,
-    never dropped). The wrapper's own options are checked by the wrapper.
-
-    To switch a recipe to AGVM, move its ``optim_wrapper.constructor`` (if
-    any) to ``base_constructor``::
-
-        optim_wrapper = dict(
-            type='mmext.AGVMOptimWrapper',
-            constructor='mmext.AGVMOptimWrapperConstructor',
-            base_constructor='LearningRateDecayOptimizerConstructor',
-            paramwise_cfg=dict(decay_rate=0.9, decay_type='layer_wise',
-                               num_layers=6),
-            optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.05),
-            accumulative_counts=2)
-
-    ``base_constructor`` is looked up in the config's default scope, so the
-    mmdet and mmseg classes of the same name both work (or prefix it, e.g.
-    ``'mmseg.LayerDecayOptimizerConstructor'``).
+    ``base_constructor`` (the recipe's former ``constructor``; mmengine's
+    default if unset, looked up in the default scope) builds the groups;
+    each keeps its options. Usage: docs/en/agvm.md.
 
     Args:
         optim_wrapper_cfg (dict): The ``optim_wrapper`` config: ``optimizer``,
-            ``base_constructor`` (str, optional), the AGVM wrapper's options
-            and mmengine's (``accumulative_counts``, ``clip_grad`` ...). The
-            wrapper type defaults to ``mmext.AGVMOptimWrapper``.
+            ``base_constructor`` (str, optional) and the wrapper's options;
+            ``type`` defaults to ``mmext.AGVMOptimWrapper``.
         paramwise_cfg (dict, optional): Read by ``base_constructor`` only.
 
     Raises:
         ValueError: At construction if ``optim_wrapper.type`` is not an AGVM
             wrapper or ``base_constructor`` is this class; when called, for a
-            wrong ``module_names`` (:func:`resolve_module_names`,
-            :func:`split_groups_by_module`), or if ``base_constructor`` did
-            not read some ``paramwise_cfg`` key (it would change nothing).
+            wrong ``module_names`` or a ``paramwise_cfg`` key that
+            ``base_constructor`` does not read.
         KeyError: If ``base_constructor`` is not registered.
     """
 
@@ -364,11 +310,7 @@ class AGVMOptimWrapperConstructor:
                 "builds the recipe's param groups (e.g. "
                 f"'{DEFAULT_BASE_CONSTRUCTOR}'), not AGVM's own")
         wrapper_cfg.setdefault('type', 'mmext.AGVMOptimWrapper')
-        wrapper_type = wrapper_cfg['type']
-        if isinstance(wrapper_type, str):
-            wrapper_type = OPTIM_WRAPPERS.get(wrapper_type)
-        if not (isinstance(wrapper_type, type)
-                and issubclass(wrapper_type, AGVMOptimWrapper)):
+        if not is_agvm_type(wrapper_cfg['type']):
             raise ValueError(
                 f'AGVMOptimWrapperConstructor builds AGVM wrappers only, got '
                 f"optim_wrapper.type={wrapper_cfg['type']!r}; set "
@@ -415,8 +357,7 @@ class AGVMOptimWrapperConstructor:
         optimizer = self._recipe_optimizer(model)
         groups = split_groups_by_module(optimizer.param_groups,
                                         assign_parameters(model, names), names)
-        # The optimizer has no state yet: regrouping it keeps whatever the
-        # recipe's constructor configured on the optimizer object itself.
+        # No state yet: regroup the recipe constructor's optimizer object.
         optimizer.param_groups = []
         for group in groups:
             optimizer.add_param_group(group)

@@ -1,9 +1,7 @@
 """``mmext.AGVMOptimWrapper`` and ``mmext.AGVMAmpOptimWrapper``.
 
-The wrapper with its options (one table, checked once when the wrapper is
-built), its start-of-run summary, the checks against the run it makes when
-training starts (with any runner: it reads the run's config from the message
-hub) and the one resume guard that needs ``mmext.Runner``.
+Their option table, start-of-run summary and checks, and the resume guard
+that needs ``mmext.Runner``.
 """
 import inspect
 import logging
@@ -37,20 +35,18 @@ from .statistics import (DEFAULT_RATIO_RANGE, HalfStatistics, ModulationEMA,
 
 __all__ = [
     'SCALAR_FACTOR', 'SCALAR_VARIANCE', 'SCALAR_ESTIMATE', 'STATISTICS',
-    'check_option', 'halves_description', 'run_summary', 'AGVMOptimWrapper',
-    'AGVMAmpOptimWrapper'
+    'check_option', 'is_agvm_type', 'halves_description', 'run_summary',
+    'AGVMOptimWrapper', 'AGVMAmpOptimWrapper'
 ]
 
-# Logged scalars, one per module (``<prefix>/<module name>``): the factor
-# applied at every optimizer step (through the message hub, so at the
-# logger's interval as ``train/agvm_mu/...``), and, at each re-estimate,
-# d_i and the factor after the update (straight to the visualizer backends).
+# Logged scalars ``<prefix>/<module name>``: the factor applied at every step
+# (message hub, ``train/agvm_mu/...``); d_i and the factor after the update
+# at each re-estimate (visualizer backends).
 SCALAR_FACTOR = 'agvm_mu'
 SCALAR_VARIANCE = 'agvm_d'
 SCALAR_ESTIMATE = 'agvm_s'
 
-# What the cosine is taken on: the raw gradient (SGD) or the
-# Adam-preconditioned one (AdamW mode).
+# The cosine of the raw gradient (SGD) or the Adam-preconditioned one.
 STATISTICS = ('grad', 'adam')
 
 
@@ -74,18 +70,16 @@ class _Option(NamedTuple):
     """One row of the option table.
 
     Attributes:
-        check (callable): ``check(value, options) -> bool``; ``options``
-            holds every option (defaults filled in), for ``end_iter``.
+        check (callable): ``check(value, options) -> bool``.
         expected (str): What is expected; ``{start_iter}`` is filled in.
-        example: A valid value, written as the config value.
+        example: A valid value.
     """
     check: Callable[[object, dict], bool]
     expected: str
     example: object
 
 
-# Every AGVM option of the wrapper (mmengine's ``accumulative_counts`` too:
-# the schedule counts with it), checked in this order.
+# Every AGVM option, and mmengine's ``accumulative_counts``, in check order.
 _OPTIONS = {
     'module_names': _Option(
         lambda v, _: v is None or (isinstance(v, (list, tuple)) and all(
@@ -123,12 +117,11 @@ def check_option(name: str, value, options: Optional[dict] = None) -> None:
     Args:
         name (str): A key of the option table.
         value: The value given.
-        options (dict, optional): Every option, for the checks that depend
-            on another (``end_iter`` on ``start_iter``).
+        options (dict, optional): Every option (``end_iter`` reads
+            ``start_iter``).
 
     Raises:
-        ValueError: e.g. ``optim_wrapper.ratio_range=10 (int): expected (lo,
-            hi) with 0 < lo <= hi, e.g. ratio_range=(0.5, 10.0)``.
+        ValueError: If the value is invalid, with the expected form.
     """
     option = _OPTIONS[name]
     options = options or {}
@@ -140,14 +133,7 @@ def check_option(name: str, value, options: Optional[dict] = None) -> None:
 
 
 def _check_options(cls: type, options: dict) -> None:
-    """Refuse unknown option names (listing the valid ones), then check
-    every option of the table.
-
-    Args:
-        cls (type): The wrapper class; the ``__init__`` arguments of it and
-            of its OptimWrapper bases are the valid names.
-        options (dict): The options given, defaults filled in.
-    """
+    """Refuse unknown option names, then check every option of the table."""
     known = set()
     for klass in cls.__mro__:
         if issubclass(klass, OptimWrapper) and '__init__' in vars(klass):
@@ -175,9 +161,7 @@ def halves_description(world_size: int, accumulative_counts: int) -> str:
         accumulative_counts (int): K, micro-batches per optimizer step.
 
     Returns:
-        str: e.g. ``'ranks 0-3 vs ranks 4-7 (world size 8)'`` or
-        ``'micro-batch 1 vs micro-batch 2 of the 2 accumulated per optimizer
-        step (one process)'``.
+        str: e.g. ``'ranks 0-3 vs ranks 4-7 (world size 8)'``.
     """
     if world_size >= 2:
         half_a, half_b = split_ranks(world_size)
@@ -211,7 +195,7 @@ def run_summary(module_names: Sequence[str], sizes: Sequence[int],
         max_iters (int, optional): Iterations of the run.
 
     Returns:
-        str: Several lines, each starting with ``AGVM``.
+        str: Lines starting with ``AGVM``.
     """
     width = max(len(n) for n in list(module_names) + ['others'])
     lines = [f'AGVM: {len(module_names)} modulated modules, anchor (module '
@@ -244,7 +228,7 @@ def run_summary(module_names: Sequence[str], sizes: Sequence[int],
 
 
 # ------------------------------------------------------- checks at the start
-def _is_agvm(wrapper_type) -> bool:
+def is_agvm_type(wrapper_type) -> bool:
     """Whether an ``optim_wrapper`` config's ``type`` is an AGVM wrapper."""
     if isinstance(wrapper_type, str):
         wrapper_type = OPTIM_WRAPPERS.get(wrapper_type)
@@ -255,35 +239,28 @@ def _is_agvm(wrapper_type) -> bool:
 def _own_schedulers(cfg):
     """The ``param_scheduler`` configs that act on the run's AGVM wrapper.
 
-    One list serves every optimizer; a dict of lists per optimizer (an
-    ``OptimWrapperDict``) gives the list of the one ``optim_wrapper`` entry
-    of an AGVM type, or all lists if that entry is not unique.
+    Of an ``OptimWrapperDict``: its one AGVM entry's list, else all lists.
     """
     schedulers = cfg.get('param_scheduler')
     if not isinstance(schedulers, dict) or 'type' in schedulers:
         return schedulers
     wrappers = cfg.get('optim_wrapper') or {}
     names = [name for name, entry in wrappers.items()
-             if isinstance(entry, dict) and _is_agvm(entry.get('type'))]
+             if isinstance(entry, dict) and is_agvm_type(entry.get('type'))]
     return schedulers.get(names[0]) if len(names) == 1 else schedulers
 
 
 def ema_interval_messages(hook_cfgs: Sequence[dict],
                           accumulative_counts: int) -> List[str]:
-    """An ``EMAHook`` averaging every micro-batch of an accumulated step.
+    """A message per ``EMAHook`` whose ``interval`` is no multiple of K.
 
-    mmengine's ``EMAHook`` updates after every runner iteration (its
-    ``interval``, default 1), but with ``accumulative_counts = K`` the
-    weights change once per K iterations, so its momentum acts K times
-    faster than the recipe means; ``interval=K`` updates once per step.
+    With ``accumulative_counts = K`` the weights change every K runner
+    iterations, so such a hook averages the same weights several times.
 
     Args:
-        hook_cfgs (Sequence[dict]): The run's hook configs
-            (``custom_hooks`` and the values of ``default_hooks``).
+        hook_cfgs (Sequence[dict]): ``custom_hooks`` and the values of
+            ``default_hooks``.
         accumulative_counts (int): K.
-
-    Returns:
-        list[str]: One message per such hook.
     """
     messages = []
     for hook in hook_cfgs:
@@ -309,55 +286,36 @@ def ema_interval_messages(hook_cfgs: Sequence[dict],
 class AGVMOptimWrapper(OptimWrapper):
     """Optimizer wrapper with AGVM per-module learning-rate modulation.
 
-    Implements the Adaptive Gradient Variance Modulator (Xue et al.,
-    "Large-batch Optimization for Dense Visual Predictions", NeurIPS 2022,
-    arXiv 2210.11078, Sec. 3; reference implementation github.com/Sense-X/AGVM
-    ``agvm/optim/agvm_optimizer_hook.py``). Every ``update_interval``
-    optimizer steps inside ``[start_iter, end_iter)`` it measures, per module
-    i, the gradient variance d_i = 1 - cos(G_A, G_B) between two independent
-    halves of the batch, turns it into mu_i = sqrt(clamp(d_0 / d_i,
-    *ratio_range)) and blends mu_i into the factor s_i (EMA, momentum
-    ``ema_momentum``, s_i = 1 at the start). Each step in the window
-    multiplies the learning rate of every param group of module i by s_i and
-    restores it after ``optimizer.step()``, so param schedulers and the logged
-    base LR never see the factor.
-
-    Halves: with world size >= 2, the two halves of the ranks
-    (:class:`mmext.agvm.exchange.DistributedHalves`); in one process, the
-    first and second half of the ``accumulative_counts`` micro-batches.
-
-    Build it with :class:`mmext.agvm.AGVMOptimWrapperConstructor`, which
-    tags every param group with its module (parameters outside
-    ``module_names`` form the ``'others'`` groups, factor 1).
+    Xue et al., NeurIPS 2022 (arXiv 2210.11078), Sec. 3; reference
+    Sense-X/AGVM ``agvm/optim/agvm_optimizer_hook.py``. Each step in the
+    window multiplies the LR of module i's param groups by s_i
+    (:mod:`mmext.agvm.statistics`) around ``optimizer.step()``. Halves: the
+    ranks, or in one process the accumulated micro-batches. Build it with
+    :class:`mmext.agvm.AGVMOptimWrapperConstructor`.
 
     Args:
-        optimizer (Optimizer): Optimizer with tagged param groups.
-        module_names (Sequence[str]): Modulated modules, the first is the
-            anchor (module 0). Filled in by the constructor.
+        optimizer (Optimizer): Optimizer with param groups tagged by module.
+        module_names (Sequence[str]): Modulated modules, anchor first.
+            Filled in by the constructor.
         update_interval (int): tau, optimizer steps between re-estimates.
             Defaults to 10.
         ema_momentum (float): alpha of the EMA, in [0, 1). Defaults to 0.97.
-        ratio_range (tuple[float, float]): Clamp of d_anchor / d_i before the
-            square root, ``0 < lo <= hi``. Defaults to (0.5, 10.0).
+        ratio_range (tuple[float, float]): Clamp of d_anchor / d_i,
+            ``0 < lo <= hi``. Defaults to (0.5, 10.0).
         start_iter (int): First runner iteration with AGVM. Defaults to 0.
         end_iter (int, optional): First iteration without AGVM again; None
             for the end of training. Defaults to None.
-        statistic (str): ``'grad'`` measures the raw gradient (SGD);
-            ``'adam'`` the Adam-preconditioned gradient g / (sqrt(v) + eps)
-            with the optimizer's ``exp_avg_sq`` (AdamW mode). Defaults to
-            ``'grad'``.
-        clip_grad_window (tuple[int, int], optional): Apply ``clip_grad``
-            only for runner iterations in ``[begin, end)`` (the released
-            recipes clip in the 200 iterations before AGVM starts); None
-            clips always. Defaults to None.
-        **kwargs: ``accumulative_counts``, ``clip_grad`` and, for the AMP
-            variant, ``loss_scale``/``dtype``: as in mmengine's wrappers.
+        statistic (str): ``'grad'`` (raw gradient) or ``'adam'`` (g /
+            (sqrt(v) + eps), AdamW mode). Defaults to ``'grad'``.
+        clip_grad_window (tuple[int, int], optional): Runner iterations
+            ``[begin, end)`` in which ``clip_grad`` applies; None for all.
+            Defaults to None.
+        **kwargs: As in mmengine's wrappers (``accumulative_counts``,
+            ``clip_grad``, AMP's ``loss_scale``/``dtype``).
 
     Raises:
-        ValueError: On an unknown or invalid option (the option table),
-            param groups not tagged by the constructor, or when a single
-            process has no two halves (``accumulative_counts`` must then be
-            even and >= 2).
+        ValueError: On an unknown or invalid option, untagged param groups,
+            or one process with an odd or < 2 ``accumulative_counts``.
     """
 
     def __init__(self,
@@ -402,9 +360,6 @@ class AGVMOptimWrapper(OptimWrapper):
         self._clipping = bool(kwargs.get('clip_grad'))
         self.layout = GradientLayout(optimizer, module_names)
         self.module_names = self.layout.module_names
-        # Factors are consumed on the host (Python LRs) every step, so they
-        # and the logged d_i live there; the M statistics of a re-estimate
-        # cross once (see update_factors).
         self.ema = ModulationEMA(len(self.module_names), ema_momentum)
         self.last_variance = torch.full((len(self.module_names), ),
                                         float('nan'), dtype=torch.float64)
@@ -426,18 +381,12 @@ class AGVMOptimWrapper(OptimWrapper):
 
     def initialize_count_status(self, model: nn.Module, init_counts: int,
                                 max_counts: int) -> None:
-        """mmengine's set-up of the counters, then the checks against the
-        run.
+        """mmengine's set-up of the counters, then the checks against the run.
 
-        mmengine's ``Runner.train`` calls it once the loop, the schedulers
-        and any resumed state are there, whatever the runner class. It logs
-        :meth:`summary`, warns about window values the run cannot honour
-        (:meth:`AGVMSchedule.unused_values`) and, with the run's config
-        (:func:`mmext.compat.run_config`; none without a runner), refuses
-        mmengine's ``auto_scale_lr`` with accumulation
-        (:func:`mmext.lr_scaling.check_auto_scale_lr`) and warns about a
-        ``start_iter`` inside an LR warm-up and an ``EMAHook`` that updates
-        every micro-batch (:func:`ema_interval_messages`).
+        Any runner's ``train`` calls it once the loop, schedulers and resumed
+        state exist. Logs :meth:`summary`; warns about what the run cannot
+        honour, a ``start_iter`` in a warm-up and an EMAHook's interval; with
+        a run config, refuses ``auto_scale_lr`` with accumulation.
 
         Args:
             model (nn.Module): The training model.
@@ -467,13 +416,10 @@ class AGVMOptimWrapper(OptimWrapper):
             warn(message)
 
     def rescale_iterations(self, scale) -> List[str]:
-        """Rescale the runner-iteration options (``start_iter``,
-        ``end_iter``, ``clip_grad_window``) with ``scale(iterations)``, as
-        ``mmext.Runner``'s ``auto_scale_schedule`` does to the recipe's
-        other iteration counts; ``update_interval`` counts optimizer steps
-        and stays. A window that rounding would empty keeps one iteration,
-        as the runner does for param schedulers
-        (:func:`mmext.scheduler_checks.rescale_schedulers`).
+        """Rescale ``start_iter``, ``end_iter`` and ``clip_grad_window`` with
+        ``scale(iterations)`` (``mmext.Runner``'s ``auto_scale_schedule``).
+
+        A window that rounding would empty keeps one iteration.
 
         Returns:
             list[str]: ``'optim_wrapper.<option> a -> b'`` per change.
@@ -497,8 +443,7 @@ class AGVMOptimWrapper(OptimWrapper):
         ]
 
     def summary(self, max_iters: Optional[int] = None) -> str:
-        """What AGVM will do in this run, one log block
-        (:func:`run_summary`)."""
+        """What AGVM will do in this run (:func:`run_summary`)."""
         world_size = self.halves.world_size if self.distributed else 1
         return run_summary(
             self.module_names, [hi - lo for lo, hi in self.layout.bounds],
@@ -522,13 +467,8 @@ class AGVMOptimWrapper(OptimWrapper):
 
     @contextmanager
     def optim_context(self, model: nn.Module):
-        """mmengine's context; on DDP re-estimation steps, the halves'.
-
-        DDP decides at forward time how the backward reduces; on a
-        re-estimation step the halves must be measured before the ranks'
-        gradients are averaged: by AGVM's DDP communication hook, or, for
-        other models, by switching DDP's reduction off (see
-        :meth:`DistributedHalves.measuring`).
+        """mmengine's context; on DDP re-estimation steps, the halves'
+        (:meth:`DistributedHalves.measuring`).
 
         Args:
             model (nn.Module): The (possibly DDP-wrapped) training model.
@@ -545,12 +485,7 @@ class AGVMOptimWrapper(OptimWrapper):
             yield
 
     def backward(self, loss: Tensor, **kwargs) -> None:
-        """Back-propagate; in one process, remember the first half's grads.
-
-        Args:
-            loss (Tensor): The (scaled) loss of the current micro-batch.
-            **kwargs: Passed to ``Tensor.backward``.
-        """
+        """Back-propagate; in one process, keep the first half's grads."""
         iteration = self._counts[0]
         super().backward(loss, **kwargs)
         if not self.distributed and self._measures(iteration):
@@ -559,11 +494,7 @@ class AGVMOptimWrapper(OptimWrapper):
                 iteration + 1 - self.schedule.window_start(iteration))
 
     def step(self, **kwargs) -> None:
-        """Re-estimate if due, then step with the factors applied.
-
-        Args:
-            **kwargs: Passed to ``optimizer.step``.
-        """
+        """Re-estimate if due, then step with the factors applied."""
         iteration = self._counts[0] - 1
         if self._measures(iteration):
             self.update_factors(self.schedule.step_index(iteration))
@@ -587,11 +518,7 @@ class AGVMOptimWrapper(OptimWrapper):
 
     @contextmanager
     def _without_clipping(self):
-        """Skip mmengine's clipping for one step and drop its stale log.
-
-        The message hub keeps the last ``grad_norm`` it was given; once
-        clipping stops the key is removed, so no stale norm is logged.
-        """
+        """Skip mmengine's clipping for one step; drop its stale grad_norm."""
         with grad_clipping_off(self) as was_clipping:
             if was_clipping:
                 drop_logged_scalar(self.message_hub,
@@ -599,8 +526,7 @@ class AGVMOptimWrapper(OptimWrapper):
             yield
 
     def update_factors(self, step: int) -> None:
-        """Measure the halves of optimizer step ``step`` and update the EMA
-        factors (the re-estimate; :meth:`step` calls it when due)."""
+        """Measure the halves of optimizer step ``step``, update the EMA."""
         stats = self._collect(step)
         if stats is None:
             return
@@ -613,14 +539,7 @@ class AGVMOptimWrapper(OptimWrapper):
         self._log_estimate(step, d, valid)
 
     def _log_estimate(self, step: int, d: Tensor, valid: Tensor) -> None:
-        """Write one re-estimate to the visualizer backends.
-
-        ``SCALAR_VARIANCE/<module>`` (d_i) and ``SCALAR_ESTIMATE/<module>``
-        (the factor after this update) go to ``scalars.json``/TensorBoard
-        at the iteration of the re-estimate itself. Through the message hub
-        they would only be seen every ``logger.interval`` iterations,
-        repeating an estimate between re-estimates or skipping some.
-        """
+        """Write d_i and s_i to the visualizer, at the re-estimate's step."""
         scalars = {
             f'{SCALAR_VARIANCE}/{name}': value
             for name, value, ok in zip(self.module_names, d.tolist(),
@@ -652,18 +571,15 @@ class AGVMOptimWrapper(OptimWrapper):
         return stats
 
     def _precondition(self, params: Sequence[Tensor], flat: Tensor) -> Tensor:
-        """The vector whose cosine the statistic measures (see
-        :func:`mmext.agvm.exchange.adam_precondition` for ``'adam'``)."""
+        """The vector whose cosine the statistic measures."""
         if self.statistic == 'grad':
             return flat
         return adam_precondition(self.optimizer, params, flat)
 
     def state_dict(self) -> dict:
-        """The optimizer's state dict plus ``'agvm'``: module names, EMA
-        factors (float64 tensor (M,)), update count and last d_i.
+        """The optimizer's state dict plus ``'agvm'``.
 
-        The iteration counter is not saved: the train loop restores it from
-        ``runner.iter`` when training resumes.
+        ``'agvm'``: module names, EMA state and last d_i (float64, (M,)).
         """
         state = super().state_dict()
         state['agvm'] = dict(
@@ -676,11 +592,8 @@ class AGVMOptimWrapper(OptimWrapper):
         """Restore :meth:`state_dict` output.
 
         Raises:
-            ValueError: Naming what to do instead, if the checkpoint comes
-                from a run without AGVM (its param groups are not split by
-                module, so its optimizer state cannot be mapped), modulated
-                other modules, or split its param groups differently (other
-                ``base_constructor``, ``paramwise_cfg`` or frozen layers).
+            ValueError: If the checkpoint has no AGVM state, other module
+                names or other param groups.
         """
         state_dict = dict(state_dict)
         agvm = state_dict.pop('agvm', None)
@@ -716,11 +629,8 @@ class AGVMOptimWrapper(OptimWrapper):
 class AGVMAmpOptimWrapper(AGVMOptimWrapper, AmpOptimWrapper):
     """:class:`AGVMOptimWrapper` with mmengine's CUDA mixed precision.
 
-    The MRO puts AGVM's steps around ``AmpOptimWrapper``'s: the forward runs
-    under autocast, the backward scales the loss, and the halves are measured
-    on the scaled gradients (the cosine does not depend on the loss scale);
-    the loss scaler unscales, skips non-finite steps and updates as usual.
-    ``tools/train.py --amp`` switches ``mmext.AGVMOptimWrapper`` to it.
+    The halves are measured on the scaled gradients (the cosine does not
+    depend on the loss scale).
 
     Args:
         loss_scale (str | float | dict): As in ``AmpOptimWrapper``.
@@ -739,14 +649,8 @@ def agvm_checkpoint_needs_the_wrapper(runner, checkpoint: dict,
                                        resume_optimizer: bool) -> None:
     """Refuse to resume AGVM optimizer state into a wrapper without AGVM.
 
-    Only a runner sees this case (the config's wrapper knows nothing of
-    AGVM), so it holds with ``mmext.Runner`` only
-    (:func:`mmext.runner.register_resume_guard`); the opposite direction is
-    refused by :meth:`AGVMOptimWrapper.load_state_dict` with any runner.
-
     Raises:
-        ValueError: Naming the AGVM wrapper to use, or to start from the
-            weights.
+        ValueError: Naming the AGVM wrapper to use, or ``load_from``.
     """
     saved = (checkpoint.get('optimizer') or {}) if resume_optimizer else {}
     if 'param_groups' in saved:
