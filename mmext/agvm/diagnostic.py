@@ -1,14 +1,8 @@
 """Measure AGVM's gradient variances of a model without training it.
 
-d_i = 1 - cos(G_A^(i), G_B^(i)) per module for two given halves of a batch
-(Xue et al., NeurIPS 2022, arXiv 2210.11078, Sec. 3 and Fig. 1), with the
-statistic code of :class:`mmext.agvm.AGVMOptimWrapper` and the parameter
-grouping of :class:`mmext.agvm.AGVMOptimWrapperConstructor`, so the numbers
-are the ones the wrapper would see. ``tools/analysis/agvm_variance.py`` is
-the command line around it.
-
-Memory: one micro-batch's forward and backward at a time, plus one flat
-gradient buffer per half (the parameters' ``.grad`` are views into it).
+d_i per module for two given halves of a batch (paper Sec. 3 and Fig. 1),
+with the wrapper's statistics and the constructor's grouping; the command
+line is ``tools/analysis/agvm_variance.py``.
 """
 import math
 from contextlib import contextmanager
@@ -37,17 +31,15 @@ LossFn = Callable[[nn.Module, object], Tensor]
 class VarianceMeasurement(NamedTuple):
     """Per-module gradient variance of one pair of halves.
 
-    All tensors are float64 of shape (M,), modules in ``module_names`` order
-    (anchor first).
+    Tensors have shape (M,), modules in ``module_names`` order.
 
     Attributes:
         module_names (list[str]): The modules, anchor first.
-        d (Tensor): d_i = 1 - cos(G_A^(i), G_B^(i)), in [0, 2].
-        valid (Tensor): Bool; False where a half's gradient of the module
-            is zero or non-finite (``d`` and ``mu`` are meaningless there).
+        d (Tensor): d_i = 1 - cos(G_A^(i), G_B^(i)), float64, in [0, 2].
+        valid (Tensor): Bool; False where a half's gradient is zero or
+            non-finite (``d`` and ``mu`` are meaningless there).
         ratio (Tensor): d_anchor / d_i (NaN where not valid or d_i = 0).
-        mu (Tensor): The factor sqrt(clamp(d_anchor / d_i, lo, hi)) AGVM
-            would blend into its EMA for this measurement.
+        mu (Tensor): sqrt(clamp(d_anchor / d_i, lo, hi)), float64.
     """
     module_names: list
     d: Tensor
@@ -60,10 +52,6 @@ def module_layout(model: nn.Module,
                   module_names: Optional[Sequence[str]] = None
                   ) -> GradientLayout:
     """The wrapper's flat gradient layout for ``model``'s trainable params.
-
-    Groups the parameters exactly as :class:`AGVMOptimWrapperConstructor`
-    does; the optimizer built for it only carries the param groups and is
-    never stepped.
 
     Args:
         model (nn.Module): The unwrapped model.
@@ -106,12 +94,7 @@ def mmengine_loss(model: nn.Module, data_batch: object) -> Tensor:
 
 @contextmanager
 def _preserved_state(model: nn.Module) -> Iterator[None]:
-    """Restore the model's buffers, mode and grads after measuring.
-
-    Training-mode forwards update BN running statistics; the diagnostic must
-    leave the model as it found it. Buffers are small (no gradient-sized
-    copy); parameters are never written.
-    """
+    """Restore the model's buffers (BN statistics), modes and grads."""
     buffers = [(buf, buf.detach().clone()) for buf in model.buffers()]
     modes = [(m, m.training) for m in model.modules()]
     grads = [(p, p.grad) for p in model.parameters()]
@@ -128,12 +111,7 @@ def _preserved_state(model: nn.Module) -> Iterator[None]:
 
 
 def _bind_grads(layout: GradientLayout, flat: Tensor) -> None:
-    """Make every parameter's ``.grad`` a view into ``flat`` (zeroed).
-
-    Autograd then accumulates the micro-batches straight into the flat
-    buffer (in place, as for any existing dense grad), so no per-parameter
-    grad and no flattening copy exist beside it.
-    """
+    """Make every parameter's ``.grad`` a view into ``flat`` (zeroed)."""
     flat.zero_()
     offset = 0
     for param in layout.params:
@@ -165,14 +143,8 @@ def measure_gradient_variance(
         loss_fn: LossFn = mmengine_loss) -> VarianceMeasurement:
     """d_i between the mean gradients of two halves of a batch, per module.
 
-    The model state is that of the call: no optimizer step, weights never
-    written; buffers (BN statistics), train/eval modes and ``.grad`` are
-    restored afterwards. The forward passes run in training mode, as in
-    AGVM's measurement during training.
-
-    Source: d_i and mu_i as in the paper Sec. 3 and the reference
-    implementation's ``_agvm_update`` (github.com/Sense-X/AGVM), via
-    :func:`gradient_variance` and :func:`modulation_factors`.
+    Forwards run in training mode; buffers, modes and ``.grad`` are restored
+    afterwards and the weights are never written.
 
     Args:
         model (nn.Module): The unwrapped model.
@@ -190,7 +162,7 @@ def measure_gradient_variance(
 
     Raises:
         ValueError: If a half is empty or a trainable parameter is not
-            float32 (the flat buffers are float32, as in the wrapper).
+            float32.
     """
     layout = layout or module_layout(model)
     not_fp32 = {p.dtype for p in layout.params} - {torch.float32}
@@ -243,14 +215,10 @@ def variance_by_batch_size(
         loss_fn: LossFn = mmengine_loss) -> List[Dict]:
     """d_i, d_anchor / d_i and mu_i against the total batch size N.
 
-    For each N and each repeat, draws two halves of N / 2 images
-    (``draw_half(N // 2)`` twice; it must return fresh images each call) and
-    measures them with :func:`measure_gradient_variance`.
-
     Args:
         model (nn.Module): The unwrapped model, state kept as is.
         draw_half (callable): ``draw_half(images) -> micro-batches`` holding
-            that many images in total.
+            that many fresh images; called twice per N and repeat.
         batch_sizes (Sequence[int]): Total batch sizes N, even, >= 2.
         repeats (int): R >= 1 pairs of halves per N.
         layout (GradientLayout, optional): From :func:`module_layout`
