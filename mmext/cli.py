@@ -1,9 +1,8 @@
 """The steps of ``tools/train.py`` and ``tools/test.py``.
 
 Parsers with the union of the options of mmdet 3.3, mmaction2 1.2 and mmseg
-1.2 ``tools/train.py``/``tools/test.py``, the config edits each option makes
-(each with its toolbox's meaning), and the runner build. Function names avoid
-pytest's ``test*`` pattern, so test modules can import them.
+1.2 tools, the config edits of each option (with its toolbox's meaning) and
+the runner build. Names avoid pytest's ``test*`` pattern.
 """
 import argparse
 import copy
@@ -39,7 +38,6 @@ AMP_WRAPPERS = {
 }
 
 
-
 class _ExportLocalRank(argparse.Action):
     """Export ``--local-rank`` as ``LOCAL_RANK`` unless torchrun set it."""
 
@@ -66,7 +64,6 @@ def _run_parser(description: str, test: bool) -> argparse.ArgumentParser:
     parser.add_argument(
         '--launcher', choices=LAUNCHERS, default='none',
         help='job launcher (mpi needs CUDA)')
-    # ``torch.distributed.launch`` passes it; torchrun sets LOCAL_RANK.
     parser.add_argument(
         '--local_rank', '--local-rank', type=int, default=0,
         action=_ExportLocalRank,
@@ -74,89 +71,64 @@ def _run_parser(description: str, test: bool) -> argparse.ArgumentParser:
     return parser
 
 
-# Options of tools/train.py beyond the common ones: (flags, add_argument
-# keyword arguments).
-_TRAIN_OPTIONS = [
-    (('--resume', ), dict(
-        nargs='?', type=str, const='auto',
+def parser_for_train() -> argparse.ArgumentParser:
+    """``tools/train.py``'s options (see :func:`config_for_train`)."""
+    parser = _run_parser('Train a model', test=False)
+    parser.add_argument(
+        '--resume', nargs='?', type=str, const='auto',
         help='resume from the given checkpoint; without a value, from the '
-        'latest checkpoint in the work dir')),
-    (('--amp', ), dict(action='store_true',
-                       help='automatic mixed precision (needs CUDA)')),
-    (('--auto-scale-lr', ), dict(
-        action='store_true',
+        'latest checkpoint in the work dir')
+    parser.add_argument('--amp', action='store_true',
+                        help='automatic mixed precision (needs CUDA)')
+    parser.add_argument(
+        '--auto-scale-lr', action='store_true',
         help='scale the LR by effective batch / auto_scale_lr.'
         'base_batch_size (effective batch = loader batch x world size x '
-        'accumulative_counts)')),
-    (('--no-validate', ), dict(action='store_true',
-                               help='do not evaluate during training')),
-    (('--seed', ), dict(type=int, help='random seed')),
-    (('--diff-rank-seed', ), dict(action='store_true',
-                                  help='a different seed on every rank')),
-    (('--deterministic', ), dict(
-        action='store_true',
-        help='deterministic options for the CUDNN backend')),
-]
-# Options of tools/test.py beyond the common ones.
-_TEST_OPTIONS = [
-    (('--out', ), dict(
-        help='save the predictions: a .pkl file (mmdet, mmaction2), or the '
-        'directory of prediction images (mmseg)')),
-    (('--dump', ), dict(
-        help='dump the predictions to a .pkl file (mmaction2)')),
-    (('--show', ), dict(action='store_true', help='show the predictions')),
-    (('--show-dir', ), dict(
-        help='save the painted predictions in this directory')),
-    (('--wait-time', ), dict(type=float, default=2.,
-                             help='seconds each --show window stays')),
-    (('--interval', ), dict(
-        type=int,
-        help='visualize every interval-th sample (mmaction2 default 1)')),
-    (('--tta', ), dict(action='store_true', help='test-time augmentation')),
-]
-
-
-def _with_options(parser: argparse.ArgumentParser,
-                  options) -> argparse.ArgumentParser:
-    for flags, kwargs in options:
-        parser.add_argument(*flags, **kwargs)
+        'accumulative_counts)')
+    parser.add_argument('--no-validate', action='store_true',
+                        help='do not evaluate during training')
+    parser.add_argument('--seed', type=int, help='random seed')
+    parser.add_argument('--diff-rank-seed', action='store_true',
+                        help='a different seed on every rank')
+    parser.add_argument('--deterministic', action='store_true',
+                        help='deterministic options for the CUDNN backend')
     return parser
 
 
-def parser_for_train() -> argparse.ArgumentParser:
-    """``tools/train.py``'s options: the union of mmdet 3.3, mmaction2 1.2
-    and mmseg 1.2 ``tools/train.py`` (see :func:`config_for_train`)."""
-    return _with_options(_run_parser('Train a model', test=False),
-                         _TRAIN_OPTIONS)
-
-
 def parser_for_test() -> argparse.ArgumentParser:
-    """``tools/test.py``'s options: the union of mmdet 3.3, mmaction2 1.2
-    and mmseg 1.2 ``tools/test.py`` (see :func:`config_for_test`)."""
-    return _with_options(_run_parser('Test (and eval) a model', test=True),
-                         _TEST_OPTIONS)
-
-
-def _base_config(args: argparse.Namespace) -> Config:
-    return load_run_config(args.config, args.cfg_options, args.work_dir,
-                           args.launcher)
+    """``tools/test.py``'s options (see :func:`config_for_test`)."""
+    parser = _run_parser('Test (and eval) a model', test=True)
+    parser.add_argument(
+        '--out', help='save the predictions: a .pkl file (mmdet, '
+        'mmaction2), or the directory of prediction images (mmseg)')
+    parser.add_argument(
+        '--dump', help='dump the predictions to a .pkl file (mmaction2)')
+    parser.add_argument('--show', action='store_true',
+                        help='show the predictions')
+    parser.add_argument(
+        '--show-dir', help='save the painted predictions in this directory')
+    parser.add_argument('--wait-time', type=float, default=2.,
+                        help='seconds each --show window stays')
+    parser.add_argument(
+        '--interval', type=int,
+        help='visualize every interval-th sample (mmaction2 default 1)')
+    parser.add_argument('--tta', action='store_true',
+                        help='test-time augmentation')
+    return parser
 
 
 def config_for_train(args: argparse.Namespace) -> Config:
     """The training config of ``tools/train.py``'s ``args``.
 
-    Same meanings as in the toolboxes' ``tools/train.py``; where they
-    differ, an explicit option is never ignored: ``--seed``,
-    ``--diff-rank-seed`` and ``--deterministic`` update ``randomness`` (in
-    mmaction2 they apply only to configs without ``randomness``).
+    Meanings as in the toolboxes' tools; ``--seed``, ``--diff-rank-seed``
+    and ``--deterministic`` always update ``randomness`` (mmaction2 applies
+    them only to configs without it).
 
     Args:
         args (Namespace): From :func:`parser_for_train`.
 
     Returns:
-        Config: With ``resume``/``load_from`` (``--resume``), the AMP
-        wrapper (``--amp``), ``auto_scale_lr.enable`` (``--auto-scale-lr``),
-        no validation (``--no-validate``) and ``randomness`` set.
+        Config: The edited config.
 
     Raises:
         RuntimeError: ``--amp`` without CUDA.
@@ -164,16 +136,16 @@ def config_for_train(args: argparse.Namespace) -> Config:
             ``auto_scale_lr.base_batch_size`` in the config; ``--amp`` with
             an optimizer wrapper that has no AMP variant.
     """
-    cfg = _base_config(args)
+    cfg = load_run_config(args.config, args.cfg_options, args.work_dir,
+                          args.launcher)
     if args.amp:
         enable_amp(cfg)
     if args.auto_scale_lr:
         if 'base_batch_size' not in (cfg.get('auto_scale_lr') or {}):
             raise ValueError(
                 '--auto-scale-lr needs auto_scale_lr = dict('
-                'base_batch_size=N) in the config: the effective batch (loader '
-                'batch x world size x accumulative_counts) its LR is meant '
-                'for.')
+                'base_batch_size=N) in the config: the effective batch its '
+                'LR is meant for.')
         cfg.auto_scale_lr.enable = True
     if args.resume == 'auto':
         cfg.resume, cfg.load_from = True, None
@@ -181,13 +153,10 @@ def config_for_train(args: argparse.Namespace) -> Config:
         cfg.resume, cfg.load_from = True, args.resume
     if args.no_validate:
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
-    randomness = {
-        key: value for key, value in (
-            ('seed', args.seed),
-            ('diff_rank_seed', args.diff_rank_seed or None),
-            ('deterministic', args.deterministic or None))
-        if value is not None
-    }
+    randomness = dict(seed=args.seed,
+                      diff_rank_seed=args.diff_rank_seed or None,
+                      deterministic=args.deterministic or None)
+    randomness = {k: v for k, v in randomness.items() if v is not None}
     if randomness:
         cfg.randomness = dict(cfg.get('randomness') or {}, **randomness)
     return cfg
@@ -224,7 +193,7 @@ def _dump_predictions(cfg: Config, path: str, option: str) -> None:
 
 def _visualize(cfg: Config, args: argparse.Namespace) -> None:
     """``--show``/``--show-dir``/``--wait-time``/``--interval``, each
-    toolbox's way (their hooks name the options differently)."""
+    toolbox's way."""
     scope = _scope(cfg, '--show/--show-dir')
     hook = cfg.default_hooks.get('visualization')
     if hook is None:
@@ -247,8 +216,7 @@ def _visualize(cfg: Config, args: argparse.Namespace) -> None:
 
 
 def _mmdet_default_tta(cfg: Config) -> None:
-    """mmdet ``tools/test.py``'s defaults: horizontal-flip TTA merged by
-    NMS, for configs without ``tta_model``/``tta_pipeline``."""
+    """mmdet ``tools/test.py``'s default ``tta_model``/``tta_pipeline``."""
     cfg.setdefault('tta_model', dict(
         type='DetTTAModel',
         tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5),
@@ -290,15 +258,8 @@ def _test_time_augmentation(cfg: Config) -> None:
 def config_for_test(args: argparse.Namespace) -> Config:
     """The test config of ``tools/test.py``'s ``args``.
 
-    Each option has the meaning it has in the toolbox of the config's
-    ``default_scope``: ``--out`` dumps a .pkl (mmdet ``DumpDetResults``;
-    mmaction2: as ``--dump``) or, for mmseg, saves prediction images to a
-    directory (``test_evaluator.output_dir``); ``--dump`` a .pkl (mmdet's
-    dumper in mmdet, mmengine's ``DumpResults`` otherwise); ``--show``,
-    ``--show-dir``, ``--wait-time`` and ``--interval`` switch on the
-    config's ``VisualizationHook``; ``--tta`` wraps the model in
-    ``tta_model`` and tests with ``tta_pipeline`` (mmdet's defaults when
-    missing).
+    Each option means what it does in the toolbox of the config's
+    ``default_scope`` (table in docs/en/get_started.md, "Tool options").
 
     Args:
         args (Namespace): From :func:`parser_for_test`.
@@ -309,10 +270,11 @@ def config_for_test(args: argparse.Namespace) -> Config:
     Raises:
         ValueError: Naming the option: a dump file that is not .pkl, no
             ``VisualizationHook``, ``--tta`` on mmaction2 or without
-            ``tta_model``/``tta_pipeline`` (mmseg), or a config outside
+            ``tta_model``/``tta_pipeline``, or a config outside
             mmdet/mmseg/mmaction2 for the toolbox-specific options.
     """
-    cfg = _base_config(args)
+    cfg = load_run_config(args.config, args.cfg_options, args.work_dir,
+                          args.launcher)
     cfg.load_from = args.checkpoint
     if args.show or args.show_dir:
         _visualize(cfg, args)
@@ -332,7 +294,8 @@ def load_run_config(config: str,
                     cfg_options: Optional[dict] = None,
                     work_dir: Optional[str] = None,
                     launcher: str = 'none') -> Config:
-    """Read a config the way the toolboxes' ``tools/train.py`` does.
+    """Read a config as the toolboxes' ``tools/train.py`` does, and check
+    it (:func:`check_mmext_names`, :func:`dropped_base_hooks`).
 
     Args:
         config (str): Path of the config file.
@@ -361,8 +324,7 @@ def load_run_config(config: str,
 
 def _component_names(cfg: Config):
     """``(key, name, mmext registry)`` where a config can name an mmext
-    class: hooks, the optimizer wrapper and its constructors, param
-    schedulers and the runner."""
+    class."""
     hooks = [(f'custom_hooks[{i}]', h)
              for i, h in enumerate(cfg.get('custom_hooks') or [])]
     hooks += [(f'default_hooks.{k}', h)
@@ -381,11 +343,8 @@ def _component_names(cfg: Config):
 
 
 def check_mmext_names(cfg: Config) -> None:
-    """Refuse an mmext class named without its ``mmext.`` prefix.
-
-    mmengine looks an unprefixed name up in the config's default scope
-    (``mmdet``, ``mmaction``, ...), where mmext's classes are not: the build
-    would fail with a bare ``KeyError``.
+    """Refuse an mmext class named without its ``mmext.`` prefix (the
+    build would fail with a bare ``KeyError``).
 
     Raises:
         ValueError: Naming the key and the prefixed name to write.
@@ -404,11 +363,8 @@ def check_mmext_names(cfg: Config) -> None:
 
 
 def dropped_base_hooks(config: str, cfg: Config) -> List[str]:
-    """Warnings for mmext hooks of a ``_base_`` config that ``cfg`` lost.
-
-    mmengine replaces a list when a config sets it, so a ``custom_hooks``
-    list in a config that inherits e.g. a multigrid config drops the
-    base's ``mmext.MultigridHook`` without a word.
+    """Warnings for mmext hooks of a ``_base_`` config that ``cfg`` lost
+    (a ``custom_hooks`` list replaces the base's).
 
     Args:
         config (str): The config file (its ``_base_`` files are read).
@@ -421,8 +377,7 @@ def dropped_base_hooks(config: str, cfg: Config) -> List[str]:
             if isinstance(h, dict)}
     messages = []
     for base in config_base_files(config):
-        hooks = Config.fromfile(base).get('custom_hooks') or []
-        for hook in hooks:
+        for hook in Config.fromfile(base).get('custom_hooks') or []:
             kind = str(hook.get('type')) if isinstance(hook, dict) else ''
             if kind.startswith('mmext.') and kind not in kept:
                 kept.add(kind)
@@ -442,10 +397,8 @@ def build_runner(cfg: Config) -> MMEngineRunner:
             ``runner_type`` defaults to ``'mmext.Runner'``.
 
     Returns:
-        Runner: The ``runner_type`` runner, whose own checkpoint loads
-        (``--resume``, ``load_from``) are trusted: :class:`mmext.runner.Runner`
-        does that itself, another runner type gets
-        :func:`mmext.compat.trust_runner_checkpoints`.
+        Runner: The ``runner_type`` runner; its own checkpoint loads are
+        trusted (:func:`mmext.compat.trust_runner_checkpoints`).
     """
     setup_cpu_distributed(cfg, cfg.launcher)
     cfg.setdefault('runner_type', RUNNER_TYPE)
@@ -462,7 +415,7 @@ def enable_amp(cfg: Config) -> None:
         cfg (Config): Edited in place (``optim_wrapper.type``, ``loss_scale``).
 
     Raises:
-        RuntimeError: Without CUDA (mmengine's ``AmpOptimWrapper`` asserts it).
+        RuntimeError: Without CUDA.
         ValueError: If the configured wrapper has no known AMP variant.
     """
     if not torch.cuda.is_available():
