@@ -1,19 +1,9 @@
 """A recognizer checked against a multigrid plan before training.
 
-The hook and ``tools/analysis/multigrid_schedule.py`` run the same checks
-(:func:`check_run`): recipe values the plan cannot honour (warnings), clip
-lengths of SlowFast/ResNet3d, BN layers that sub-batch BN must split, and
-every planned grid shape forwarded through the model (after the video
-transformers got their shape adapters), which also gives the backbone's
-final feature map at each shape.
-
-The shape probe runs one forward pass per distinct per-process ``(B, T, S)``
-on a copy of the model on PyTorch's ``meta`` device (shapes and dtypes, no
-data: a recipe's full batch costs no memory). The copy shares nothing with
-the model (:func:`meta_copy`). A forward that needs data (``.item()``,
-kernels without a meta implementation) is tried again on the model itself,
-on its device, with at most :data:`FALLBACK_BATCH` clips in eval mode
-without gradients; the model's weights, statistics and modes are kept.
+The shape probe forwards every distinct per-process ``(B, T, S)`` through a
+copy of the model on PyTorch's ``meta`` device; a forward that needs data is
+tried again on the model itself with :data:`FALLBACK_BATCH` clips, in eval
+mode without gradients (docs/en/multigrid.md#model-families).
 """
 import copy
 from typing import List, NamedTuple, Optional, Sequence, Tuple
@@ -27,13 +17,12 @@ from .bn import (SPLITTABLE_BN_TYPES, bn_layers_in_training,
 from .transformers import install_shape_adapters
 
 __all__ = [
-    'MIN_FEATURE_MAP_SIDE', 'FALLBACK_BATCH', 'PlannedShape', 'ShapeResult',
-    'check_clip_lengths', 'check_model', 'check_run', 'planned_shapes',
-    'probe_input_size', 'meta_copy', 'probe_shapes'
+    'PlannedShape', 'check_clip_lengths', 'check_model', 'check_run',
+    'planned_shapes', 'probe_input_size', 'meta_copy', 'probe_shapes'
 ]
 
-# A planned shape whose final feature map (backbone output) has a side below
-# this warns (docs/en/multigrid.md#small-feature-maps: measured accuracy cost).
+# Smallest side of a backbone output that does not warn
+# (docs/en/multigrid.md#small-feature-maps).
 MIN_FEATURE_MAP_SIDE = 2
 # Clips of the fallback forward on the model's own device.
 FALLBACK_BATCH = 2
@@ -69,13 +58,10 @@ class ShapeResult(NamedTuple):
         error (str, optional): ``'<ExceptionType>: <message>'`` of the
             failed forward; None if it passed.
         module (str, optional): The innermost module whose forward raised,
-            as ``'backbone.pool5 (MaxPool3d)'`` (``'model'`` for the
-            recognizer itself); None if it passed.
+            e.g. ``'backbone.pool5 (MaxPool3d)'``; None if it passed.
         feature_map (tuple[int, int], optional): ``(H, W)`` of the
-            backbone's output (the smallest over pathways), None for
-            backbones that return tokens (``(N, C)``).
-        device (str): Where the forward ran: ``'meta'``, or the model's
-            device after a fallback.
+            backbone's output (smallest over pathways); None for tokens.
+        device (str): ``'meta'``, or the model's device after a fallback.
     """
     shape: PlannedShape
     error: Optional[str]
@@ -85,9 +71,8 @@ class ShapeResult(NamedTuple):
 
 
 def planned_shapes(plan) -> List[PlannedShape]:
-    """Distinct per-process ``(B, T, S)`` of a ``MultigridPlan`` in training
-    order: every short-cycle shape of every stage (its long-cycle shape
-    included), each once."""
+    """Distinct per-process ``(B, T, S)`` of a ``MultigridPlan``'s short
+    cycles, in training order."""
     found = {}
     for stage in plan.stages:
         for grid in stage.short_cycle:
@@ -122,13 +107,12 @@ def probe_input_size(model: nn.Module, batch: int, clip_len: int,
                      crop_size: int,
                      pipeline: Optional[Sequence[dict]] = None
                      ) -> Tuple[int, ...]:
-    """Size of the ``inputs`` tensor the recognizer gets for ``batch``
-    clips of ``clip_len`` frames and ``crop_size`` pixels, as mmaction2's
-    ``FormatShape`` and ``ActionDataPreprocessor`` give it: ``(B,
-    num_clips, C, T, S, S)`` for ``format_shape='NCTHW'`` (3D recognizers),
-    ``(B, num_clips * T, C, S, S)`` for ``'NCHW'`` (2D: TSN, TSM, ...).
-    ``num_clips`` comes from the pipeline's frame sampler (default 1), ``C``
-    from the first convolution (default 3)."""
+    """Size of the recognizer's ``inputs`` for ``batch`` clips of
+    ``clip_len`` frames and ``crop_size`` pixels, as mmaction2's
+    ``FormatShape`` gives it: ``(B, num_clips, C, T, S, S)`` for
+    ``'NCTHW'``, ``(B, num_clips * T, C, S, S)`` for ``'NCHW'`` (2D).
+    ``num_clips`` comes from the pipeline (default 1), ``C`` from the first
+    convolution (default 3)."""
     fmt = getattr(getattr(model, 'data_preprocessor', None), 'format_shape',
                   'NCTHW')
     clips, channels = _num_clips(pipeline), _in_channels(model)
@@ -138,10 +122,8 @@ def probe_input_size(model: nn.Module, batch: int, clip_len: int,
 
 
 def meta_copy(model: nn.Module) -> nn.Module:
-    """A deep copy of ``model`` (forward hooks included) whose parameters
-    and buffers are on ``meta``; no tensor data is copied (each one's meta
-    counterpart is put in ``copy.deepcopy``'s memo first). Raises what
-    ``copy.deepcopy`` raises for an object that cannot be copied."""
+    """A deep copy of ``model`` (hooks included) with its parameters and
+    buffers on ``meta``, copying no tensor data."""
     memo = {}
     for param in model.parameters():
         memo[id(param)] = nn.Parameter(
@@ -244,10 +226,8 @@ def _fallback(model: nn.Module, shape: PlannedShape, pipeline
 def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
                  pipeline: Optional[Sequence[dict]] = None
                  ) -> List[ShapeResult]:
-    """Forward every shape through the recognizer (see the module doc).
-
-    The meta copy is in training mode (``train()`` as the recipe defines
-    it), as in training. The model is not changed.
+    """Forward every shape through a meta copy of the recognizer in
+    training mode; the model is not changed.
 
     Args:
         model (nn.Module): The unwrapped recognizer (``forward(inputs,
@@ -286,10 +266,8 @@ def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
 def check_clip_lengths(backbone, clip_lens: Sequence[int]) -> None:
     """Raise if the backbone cannot take one of the clip lengths.
 
-    SlowFast (``resample_rate`` tau): ``T`` must be a multiple of tau.
-    ResNet3d family (I3D ...): the temporal strides of ``conv1``, ``pool1``
-    and ``pool2`` (kernel 2) need ``T >= conv1_stride_t * pool1_stride_t *
-    2`` (8 for mmaction2's I3D R50).
+    SlowFast: ``T`` a multiple of ``resample_rate``. ResNet3d family:
+    ``T >= conv1_stride_t * pool1_stride_t * 2`` (with ``pool2``).
 
     Args:
         backbone (nn.Module): The recognizer's backbone.
@@ -323,13 +301,10 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
               ) -> List[str]:
     """Every check of a run before training, as the hook runs them.
 
-    Warns (:func:`mmext.log.warn`) about recipe values the plan cannot
-    honour, long-cycle shapes rounded to 0 epochs and a short cycle of
-    other than 3 sizes; with a model, installs
-    the video transformers' shape adapters (idempotent: the hook trains
-    with them), checks the model (:func:`check_model`), and warns about
-    final feature maps below :data:`MIN_FEATURE_MAP_SIDE` and precise BN
-    without a BN layer that trains.
+    Warns about what the plan cannot honour; with a model, installs the
+    shape adapters (the hook trains with them), runs :func:`check_model`
+    and warns about small feature maps and precise BN without a BN layer
+    that trains.
 
     Args:
         plan (MultigridPlan): The run's plan.
@@ -377,10 +352,9 @@ def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
         list[ShapeResult]: The probe of every planned shape.
 
     Raises:
-        ValueError: For a clip length the backbone cannot take
-            (:func:`check_clip_lengths`), a BN layer that trains and that
-            sub-batch BN cannot split (when some batch splits), or planned
-            shapes the model's forward pass refuses.
+        ValueError: For a clip length the backbone cannot take, a BN layer
+            that sub-batch BN must but cannot split, or planned shapes the
+            model refuses.
     """
     if hasattr(model, 'backbone'):
         check_clip_lengths(
@@ -426,12 +400,8 @@ def _factors_text(factors) -> str:
 
 
 def _refused_shapes(plan, results: Sequence[ShapeResult]) -> Optional[str]:
-    """The error for planned shapes the model's forward pass refused: the
-    first one with the module that raised and its error, every refused and
-    accepted shape, and the fix (the ``long_cycle_factors`` entries whose
-    cycles hold refused long-cycle shapes, ``short_cycle=False``, which of
-    ``T``/``S`` all refused shapes change, or that multigrid cannot train a
-    model that takes the recipe's shape only); None if all passed."""
+    """The error for planned shapes the model refused, with the fix; None
+    if all passed."""
     bad = [r for r in results if r.error]
     if not bad:
         return None
@@ -469,9 +439,8 @@ def _refused_shapes(plan, results: Sequence[ShapeResult]) -> Optional[str]:
 
 def _small_feature_maps(plan, results: Sequence[ShapeResult]
                         ) -> Optional[str]:
-    """The warning for shapes whose final feature map has a side below
-    :data:`MIN_FEATURE_MAP_SIDE` (backbones that return tokens have none);
-    None if no shape is that small."""
+    """The warning for feature maps below :data:`MIN_FEATURE_MAP_SIDE`;
+    None if there are none."""
     small = [r for r in results if r.feature_map is not None
              and min(r.feature_map) < MIN_FEATURE_MAP_SIDE]
     if not small:

@@ -1,17 +1,10 @@
 """The data of a multigrid run: grid shapes in pipelines, the shape-aware
 dataset and the short-cycle batch sampler.
 
-``T`` is ``SampleFrames.clip_len`` (or ``UniformSample.clip_len``, which
-spreads ``T`` frames over the whole video); ``S`` is the size the last
-spatial transform fixes (``Resize(scale=(S, S), keep_ratio=False)`` or a
-``CenterCrop``/``RandomCrop``/``MultiScaleCrop`` of size ``S``). Pipelines are
-rewritten as edited copies of their config, never by mutating transforms.
-
-A batch sampler yields indices only, so the short cycle tells the dataset the
-shape of each sample with ``(index, shape_index)`` items.
-``MultigridDataset`` reuses the wrapped dataset object (annotations are not
-reloaded at a shape change) and names the file of a clip that fails to load
-(or skips it, counting over loader workers).
+``T`` is the frame sampler's ``clip_len``; ``S`` the size the last spatial
+transform fixes. Pipelines are rewritten as edited copies of their config.
+The batch sampler tells the dataset each sample's shape with
+``(index, shape_index)`` items.
 """
 import copy
 import inspect
@@ -90,9 +83,6 @@ def _final_crop_index(pipeline: List[dict]) -> Tuple[int, int]:
 def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
     """Return ``(clip_len, frame_interval, crop_size)`` of a train pipeline.
 
-    Args:
-        pipeline (list[dict]): Transform configs.
-
     Returns:
         tuple[int, int, int]: ``T`` (frames), frame stride (frames), ``S``
         (pixels).
@@ -117,11 +107,9 @@ def resize_pipeline(pipeline: List[dict], clip_len: int,
     """Copy of ``pipeline`` producing clips of ``clip_len`` x ``crop_size``.
 
     The temporal span is kept: ``SampleFrames.frame_interval`` grows by
-    ``T0 / T`` (paper Sec. 3.1; PySlowFast ``LONG_CYCLE_SAMPLING_RATE``);
-    ``UniformSample`` covers the whole video at any ``clip_len``. Every size
-    before the final crop (short-side ``Resize``, crop sizes) scales by
-    ``S / S0`` as PySlowFast scales its jitter range, so small shapes also
-    decode and augment at lower resolution.
+    ``T0 / T`` (paper Sec. 3.1; PySlowFast ``LONG_CYCLE_SAMPLING_RATE``).
+    Sizes before the final crop scale by ``S / S0``, as PySlowFast scales
+    its jitter range.
 
     Args:
         pipeline (list[dict]): Recipe train pipeline (not modified).
@@ -175,9 +163,8 @@ def _clip_path(info: dict) -> str:
 
 
 def clips_per_sample(dataset) -> int:
-    """Clips one dataset index gives: ``num_repeats`` for mmaction2's
-    ``RepeatAugDataset`` (one decoded video, several clips, flattened into
-    the batch by ``repeat_pseudo_collate``), else 1."""
+    """Clips one dataset index gives: ``num_repeats`` for a
+    ``RepeatAugDataset``, else 1."""
     if isinstance(dataset, RepeatAugDataset):
         return int(dataset.num_repeats)
     return 1
@@ -187,14 +174,12 @@ def config_clips_per_sample(dataset_cfg) -> int:
     """:func:`clips_per_sample` of the dataset a config would build.
 
     Args:
-        dataset_cfg (dict): ``train_dataloader.dataset``; its ``type`` is
-            looked up in mmaction2's registry (a class, or a name with or
-            without the ``mmaction.`` scope). A type the registry does not
-            know counts as 1 clip per index.
+        dataset_cfg (dict): ``train_dataloader.dataset``; a ``type`` that
+            mmaction2's registry does not know counts as 1 clip per index.
 
     Returns:
-        int: Its ``num_repeats`` (or the class's default) for a
-        ``RepeatAugDataset`` (or subclass), else 1.
+        int: ``num_repeats`` (or its default) of a ``RepeatAugDataset``,
+        else 1.
     """
     from mmaction.registry import DATASETS
     kind = dataset_cfg.get('type')
@@ -207,8 +192,8 @@ def config_clips_per_sample(dataset_cfg) -> int:
 
 
 class _RepeatAugView:
-    """``RepeatAugDataset.prepare_data``'s view of its dataset with another
-    pipeline: mmaction2's decode-once code runs at the multigrid shape."""
+    """A ``RepeatAugDataset`` seen with another pipeline, for its
+    decode-once ``prepare_data``."""
 
     def __init__(self, dataset: RepeatAugDataset, pipeline: Compose):
         self.dataset = dataset
@@ -227,24 +212,20 @@ class _RepeatAugView:
 class MultigridDataset(Dataset):
     """Serve samples of a dataset at one of several grid shapes.
 
-    Args:
-        dataset: An mmengine ``BaseDataset`` (e.g. mmaction2's
-            ``VideoDataset``); only ``get_data_info``, ``__len__`` and
-            ``metainfo`` are used, its own pipeline is bypassed.
-        pipelines (Sequence[list[dict]]): One train pipeline config per shape
-            (see :func:`resize_pipeline`).
-        max_refetch (int): Retries with another random index when a pipeline
-            returns ``None`` (as ``BaseDataset``) or, with
-            ``skip_broken_clips``, raises.
-        skip_broken_clips (bool): Replace a clip whose pipeline raises (a
-            truncated or corrupt video) by a random other one, with a warning
-            naming the file; :attr:`skipped_clips` counts them over all
-            loader workers. False raises :class:`BrokenClipError`.
-
     Items are ``(index, shape_index)``; a plain ``index`` uses the last
-    shape (the long-cycle shape). A ``RepeatAugDataset`` keeps its
-    decode-once sampling: each index gives its ``num_repeats`` clips at the
-    shape (a list; the recipe's ``repeat_pseudo_collate`` flattens it).
+    (long-cycle) shape. A ``RepeatAugDataset`` gives a list of its
+    ``num_repeats`` clips per index.
+
+    Args:
+        dataset: An mmengine ``BaseDataset``; its own pipeline is bypassed.
+        pipelines (Sequence[list[dict]]): One train pipeline config per
+            shape (see :func:`resize_pipeline`).
+        max_refetch (int): Retries with another random index when a pipeline
+            returns ``None`` or, with ``skip_broken_clips``, raises.
+        skip_broken_clips (bool): Replace a clip whose pipeline raises by a
+            random other one, with a warning; :attr:`skipped_clips` counts
+            them over all loader workers. False raises
+            :class:`BrokenClipError`.
     """
 
     def __init__(self, dataset, pipelines: Sequence[List[dict]],
@@ -275,13 +256,8 @@ class MultigridDataset(Dataset):
             self._skipped.value = 0
 
     def __deepcopy__(self, memo) -> 'MultigridDataset':
-        """A copy sharing the wrapped dataset, pipelines and skip counter.
-
-        ``Runner.build_dataloader`` deep-copies its config, dataset included:
-        the loader must serve this dataset (annotations held once) and count
-        into the counter the hook reads (a shared-memory value cannot be
-        deep-copied).
-        """
+        """A shallow copy: ``Runner.build_dataloader`` deep-copies its
+        config, but the loader must share the dataset and skip counter."""
         return copy.copy(self)
 
     def __len__(self) -> int:
@@ -337,17 +313,13 @@ class ShortCycleBatchSampler(Sampler):
 
     Iteration ``i`` of an epoch has ``batch_sizes[i % len(batch_sizes)]``
     samples, all tagged ``i % len(batch_sizes)`` (PySlowFast
-    ``ShortCycleBatchSampler``). The cycle restarts each epoch, so the shape
-    of every iteration depends only on the epoch length and is identical on
-    all ranks (mmengine's ``DefaultSampler`` gives each rank equally many
-    indices). The incomplete last batch is dropped.
+    ``ShortCycleBatchSampler``); the cycle restarts each epoch, the
+    incomplete last batch is dropped.
 
     Args:
-        sampler (Sampler): Per-rank index sampler, e.g. ``DefaultSampler``;
-            exposed as ``.sampler`` so ``DistSamplerSeedHook`` calls its
-            ``set_epoch``.
-        batch_sizes (Sequence[int]): Per-process batch sizes in cycle order
-            (positive: the plan's).
+        sampler (Sampler): Per-rank index sampler, exposed as ``.sampler``
+            for ``DistSamplerSeedHook``.
+        batch_sizes (Sequence[int]): Per-process batch sizes, cycle order.
     """
 
     def __init__(self, sampler: Sampler, batch_sizes: Sequence[int]):
