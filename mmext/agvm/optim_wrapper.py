@@ -276,8 +276,7 @@ def ema_interval_messages(hook_cfgs: Sequence[dict],
                 f'{hook_type.__name__} interval={interval} counts runner '
                 f'iterations, but with optim_wrapper.accumulative_counts='
                 f'{accumulative_counts} the weights change every '
-                f'{accumulative_counts}: set interval={accumulative_counts} '
-                f'in its custom_hooks entry.')
+                f'{accumulative_counts}: set interval={accumulative_counts}.')
     return messages
 
 
