@@ -1,18 +1,7 @@
-"""AGVM (Xue et al., NeurIPS 2022): everything of the method in one package.
+"""AGVM (Xue et al., NeurIPS 2022, arXiv 2210.11078) for mmdet and mmseg.
 
-* :mod:`.statistics`: the math (d_i, mu_i, their EMA; paper Sec. 3);
-* :mod:`.schedule`: when factors apply, are re-estimated, gradients clipped;
-* :mod:`.constructor`: ``mmext.AGVMOptimWrapperConstructor``, param groups
-  by module;
-* :mod:`.exchange`: the gradients laid out by module and the two halves'
-  statistics (DDP ranks or accumulated micro-batches);
-* :mod:`.optim_wrapper`: ``mmext.AGVMOptimWrapper`` and
-  ``mmext.AGVMAmpOptimWrapper``, their options, start checks and resume
-  guard;
-* :mod:`.diagnostic`: d_i of a model for two given halves, without training
-  (``tools/analysis/agvm_variance.py``).
-
-Importing it registers the three classes (mmext's registries list it).
+Importing it registers ``mmext.AGVMOptimWrapper``, ``AGVMAmpOptimWrapper``
+and ``AGVMOptimWrapperConstructor``; docs/en/design.md lists its modules.
 """
 from .constructor import AGVMOptimWrapperConstructor
 from .diagnostic import (VarianceMeasurement, measure_gradient_variance,
