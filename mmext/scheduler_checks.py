@@ -1,25 +1,8 @@
 """A recipe's ``param_scheduler`` configs: what a run cannot honour, where
 the warm-ups end, and the iteration counts rescaled to another batch.
 
-Used by :class:`mmext.runner.Runner` before the schedulers are built and
-when it resumes schedulers that a run with another effective batch built
-(:func:`resumed_batch_mismatch`), and by ``MultigridPlan`` on the recipe's
-schedulers, before it moves them onto the multigrid axis.
-
-Rescaling (``auto_scale_schedule``): mmengine's ``auto_scale_lr`` scales only
-the LR. detectron2's ``DefaultTrainer.auto_scale_workers``
-(``SOLVER.REFERENCE_WORLD_SIZE``, ``detectron2/engine/defaults.py``) also
-divides the iteration counts by the batch ratio: ``MAX_ITER``,
-``WARMUP_ITERS``, ``STEPS``, ``EVAL_PERIOD`` and ``CHECKPOINT_PERIOD``,
-rounded, so every point of the schedule (end of the warm-up, LR steps, end
-of training) falls after the same number of images. Iterations are runner
-iterations (micro-batches), as mmengine counts them. A recipe's counts are
-taken as written for ``base_batch_size`` images per optimizer step with
-``base_accumulative_counts`` micro-batches per step (default: the run's),
-so one of its iterations covered ``base_batch_size /
-base_accumulative_counts`` images; the run's covers loader batch x world
-size images. Epoch counts (and ``by_epoch=True`` schedulers, including
-``convert_to_iter_based`` ones) already follow the data and stay.
+Used by :class:`mmext.runner.Runner` and ``MultigridPlan``; rescaling
+(``auto_scale_schedule``) is described in docs/en/design.md.
 """
 import copy
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -33,21 +16,17 @@ __all__ = [
     'rescale_schedulers'
 ]
 
-# Schedulers whose value only changes at their milestones: an ``end`` after
-# the run changes nothing, milestones after it do.
+# Schedulers whose value changes only at their milestones.
 STEP_TYPES = ('MultiStepLR', 'MultiStepParamScheduler')
-# Warm-up LR schedulers (type names, with or without a scope) and whether a
-# config of that type raises the LR: mmengine's LinearLR from start_factor
-# (default 1/3) to end_factor (default 1), ConstantLR at factor (default 1/3)
-# until its end (mmcv's warmup='constant'), mmext's ExpWarmupLR.
+# Warm-up LR schedulers: whether a config of the type raises the LR (with
+# mmengine's defaults).
 _WARMUPS = {
     'LinearLR': lambda c: c.get('start_factor', 1 / 3) < c.get(
         'end_factor', 1.0),
     'ConstantLR': lambda c: c.get('factor', 1 / 3) < 1,
     'ExpWarmupLR': lambda c: c.get('start_factor', 0.001) < 1,
 }
-# Schedulers used as warm-ups (from a start factor up to the value): the LR
-# ones and their generic parameter-scheduler forms.
+# Schedulers used as warm-ups, LR and generic forms.
 WARMUP_TYPES = (*_WARMUPS, 'LinearParamScheduler', 'ConstantParamScheduler')
 
 
@@ -76,11 +55,8 @@ def unused_scheduler_values(schedulers, max_epochs: Optional[int],
     """What of the ``param_scheduler`` configs a run cannot honour.
 
     One message per value: a scheduler that begins at or after the end of
-    training (never applies), one other than a step schedule that ends after
-    it (cut short: a warm-up or a cosine never reaches its final value), and
-    ``milestones`` at or after the end (those LR steps never happen). The
-    one owner of these rules: ``mmext.Runner`` checks the run's schedulers,
-    ``MultigridPlan`` the recipe's before moving them onto its own axis.
+    training, one (not a step schedule) that ends after it, and
+    ``milestones`` at or after the end.
 
     Args:
         schedulers (dict | list): The ``param_scheduler`` config value.
@@ -160,13 +136,9 @@ def resumed_batch_mismatch(saved_batches: Optional[Dict[str, int]],
     """The warning for iteration-based schedulers resumed onto another
     effective batch.
 
-    mmengine restores a scheduler's ``begin``/``end`` from the checkpoint.
-    For iteration-based schedulers (``by_epoch=False``, including those
-    built with ``convert_to_iter_based=True``, whose bounds are epochs x the
-    iterations per epoch of the run that built them) those bounds were
-    computed for the checkpoint's effective batch; with another one an
-    epoch has another number of iterations, and they end elsewhere in the
-    run than the config says.
+    mmengine restores their ``begin``/``end``, computed (for
+    ``convert_to_iter_based`` ones too) for the checkpoint's iterations per
+    epoch.
 
     Args:
         saved_batches (dict, optional): Effective batch per optimizer
@@ -197,12 +169,10 @@ def resumed_batch_mismatch(saved_batches: Optional[Dict[str, int]],
     return (
         f'{filename} was trained with effective batch '
         f'{_batches(saved_batches)} (loader batch x world size x '
-        f'accumulative_counts), this run has {_batches(batches)}. Its '
-        f'iteration-based param schedulers are resumed with the iteration '
-        f'bounds computed for that batch: {", ".join(late)}; an epoch now '
-        f'has another number of iterations, so they end elsewhere in the '
-        f'run than the config says (a warm-up of one epoch at twice the '
-        f'batch lasts two). Resume with the checkpoint\'s world size, '
+        f'accumulative_counts), this run has {_batches(batches)}: its '
+        f'iteration-based param schedulers keep the bounds computed for '
+        f'that batch ({", ".join(late)}), so they end elsewhere than the '
+        f"config says. Resume with the checkpoint's world size, "
         f'train_dataloader.batch_size and accumulative_counts, or start '
         f'from its weights with load_from={filename} (no --resume).')
 
@@ -231,9 +201,7 @@ def warmup_ends(schedulers, epoch_length: int) -> List[tuple]:
     return ends
 
 
-# Iteration-valued keys of mmengine's scheduler configs (by_epoch=False):
-# the bounds, MultiStepLR/StepLR steps, CosineAnnealingLR's T_max,
-# OneCycleLR's total_steps, CosineRestartLR's periods.
+# Iteration-valued keys of mmengine's scheduler configs (by_epoch=False).
 _SCALAR_KEYS = ('begin', 'end', 'T_max', 'step_size', 'total_steps')
 _LIST_KEYS = ('milestones', 'periods')
 
@@ -241,10 +209,8 @@ _LIST_KEYS = ('milestones', 'periods')
 def schedule_ratio(loader_batch: int, world_size: int,
                    accumulative_counts: int, base_batch_size: int,
                    base_accumulative_counts: Optional[int] = None) -> float:
-    """Images per runner iteration of the run over those of the recipe.
-
-    With the recipe's accumulation (the default) this is effective batch /
-    ``base_batch_size``, the ratio detectron2 divides its counts by.
+    """Images per runner iteration of the run over those of the recipe
+    (effective batch / ``base_batch_size`` with the recipe's accumulation).
 
     Args:
         loader_batch (int): ``train_dataloader.batch_size``.
@@ -281,11 +247,8 @@ def rescale_iterations(value: int, ratio: float, minimum: int = 1) -> int:
 
 def rescale_schedulers(schedulers, ratio: float
                        ) -> Tuple[object, List[str]]:
-    """The ``param_scheduler`` config with its iteration counts / ratio.
-
-    Only ``by_epoch=False`` schedulers change: ``begin``, ``end`` (unless
-    to the end of training), ``milestones``, ``T_max``, ``step_size``,
-    ``total_steps``, ``periods``.
+    """The ``param_scheduler`` config with the iteration counts of its
+    ``by_epoch=False`` schedulers / ratio.
 
     Args:
         schedulers (dict | list): The ``param_scheduler`` config.

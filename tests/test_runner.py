@@ -278,11 +278,9 @@ def test_resume_onto_another_effective_batch_warns(tmp_path):
     assert [str(w.message) for w in caught if 'effective batch' in str(
         w.message)] == [
         f'{ckpt} was trained with effective batch 2 (loader batch x world '
-        'size x accumulative_counts), this run has 4. Its iteration-based '
-        'param schedulers are resumed with the iteration bounds computed for '
-        'that batch: LinearLR iterations [0, 8); an epoch now has another '
-        'number of iterations, so they end elsewhere in the run than the '
-        'config says (a warm-up of one epoch at twice the batch lasts two). '
+        'size x accumulative_counts), this run has 4: its iteration-based '
+        'param schedulers keep the bounds computed for that batch (LinearLR '
+        'iterations [0, 8)), so they end elsewhere than the config says. '
         "Resume with the checkpoint's world size, train_dataloader."
         'batch_size and accumulative_counts, or start from its weights with '
         f'load_from={ckpt} (no --resume).']

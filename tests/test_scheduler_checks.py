@@ -74,10 +74,10 @@ def test_resumed_batch_mismatch_names_the_iteration_based_schedulers():
                                      'epoch_3.pth')
     assert message.startswith(
         'epoch_3.pth was trained with effective batch 8 (loader batch x '
-        'world size x accumulative_counts), this run has 16. Its '
-        'iteration-based param schedulers are resumed with the iteration '
-        'bounds computed for that batch: LinearLR iterations [0, 40), '
-        'CosineAnnealingLR iterations [40, 400); an epoch now has')
+        'world size x accumulative_counts), this run has 16: its '
+        'iteration-based param schedulers keep the bounds computed for that '
+        'batch (LinearLR iterations [0, 40), CosineAnnealingLR iterations '
+        '[40, 400)), so they end elsewhere')
     # Two optimizers; names that do not line up are replaced by indices.
     two = resumed_batch_mismatch({'gen': 8, 'disc': 8},
                                  {'gen': 16, 'disc': 8}, states[:1], names)
