@@ -1,35 +1,5 @@
 """``mmext.NaNGuardHook``: stop (or skip the step) at a non-finite loss or
-gradient, saying where and why.
-
-Without it a single non-finite value (mmdet's box losses on a zero-size box,
-a diverging LR) poisons the weights, and the run goes on printing ``loss:
-nan`` to the end. mmdet's ``CheckInvalidLossHook`` asserts a finite total
-loss every ``interval`` iterations, after the optimizer step (so the weights
-are already corrupted), without the loss terms or the gradients, and only
-in mmdet's scope; this hook is for any mmengine recipe (both mmext methods)
-and checks before the step:
-
-* the total loss of every micro-batch, as the optimizer wrapper receives it
-  (``update_params`` of each wrapper, wrapped on the instance while
-  training runs);
-* before every optimizer step (a ``torch.optim.Optimizer`` step pre-hook),
-  the gradients: one fused norm of all of them (one device sync per step,
-  as gradient clipping costs);
-* after every iteration, every loss term of ``outputs`` (the model's
-  ``parse_losses`` log variables), for the message.
-
-An optimizer step whose accumulation window saw a non-finite loss, or whose
-gradients are non-finite, is never taken: the gradients are dropped, so the
-optimizer skips every parameter (a non-finite loss may leave finite but
-meaningless gradients: mmdet's box loss on a zero-size box does). Then
-``action='stop'`` raises ``FloatingPointError`` naming the iteration, the
-loss terms, the parameters with non-finite gradients and a hint, and
-``action='skip'`` warns with the same message and goes on.
-The hint names degenerate boxes (zero width or height) of the batch's
-``gt_instances`` (mmdet data samples, read by duck typing). With mixed
-precision, non-finite gradients are the loss scaler's business (it skips
-those steps itself and never calls the optimizer); the loss check remains.
-In DDP the verdict is all-reduced, so every rank stops or skips together.
+gradient, saying where and why (docs/en/design.md, "NaN guard").
 """
 import logging
 import math
@@ -51,12 +21,11 @@ ACTIONS = ('stop', 'skip')
 
 def _boxes(sample):
     """The ground-truth boxes (N, 4) of an mmdet data sample, or None."""
-    instances = getattr(sample, 'gt_instances', None)
-    boxes = getattr(instances, 'bboxes', None) if instances is not None \
-        else None
+    boxes = getattr(getattr(sample, 'gt_instances', None), 'bboxes', None)
     boxes = getattr(boxes, 'tensor', boxes)  # mmdet's HorizontalBoxes
-    return boxes if isinstance(boxes, torch.Tensor) and boxes.ndim == 2 \
-        else None
+    if isinstance(boxes, torch.Tensor) and boxes.ndim == 2:
+        return boxes
+    return None
 
 
 def degenerate_boxes(data_batch) -> List[str]:
@@ -92,7 +61,7 @@ def degenerate_boxes(data_batch) -> List[str]:
     return found
 
 
-def _hint(data_batch, loss_terms: Dict[str, float]) -> str:
+def _hint(data_batch) -> str:
     boxes = degenerate_boxes(data_batch)
     if boxes:
         return (f'the batch has boxes of zero width or height, which '
@@ -110,7 +79,8 @@ def _hint(data_batch, loss_terms: Dict[str, float]) -> str:
 
 @HOOKS.register_module()
 class NaNGuardHook(Hook):
-    """Stop (or skip the step) at a non-finite loss or gradient.
+    """Stop (or skip the step) at a non-finite loss or gradient, checked
+    before the optimizer step.
 
     Config: ``custom_hooks = [dict(type='mmext.NaNGuardHook')]``.
 
@@ -138,8 +108,7 @@ class NaNGuardHook(Hook):
         self._param_names: Dict[int, str] = {}
         self._wrappers = []
         self._bad_grads: Optional[List[str]] = None
-        # Why the last step was dropped, for the message: a non-finite loss
-        # of this process's window, or gradients whose total norm overflowed.
+        # Why the last step was dropped: a local loss, an overflowed norm.
         self._local_loss = self._norm_overflow = False
         self._bad_loss = False  # a non-finite loss in the current window
 
@@ -173,8 +142,7 @@ class NaNGuardHook(Hook):
 
     def _pre_step(self, optimizer, args, kwargs) -> None:
         """Drop every gradient of a step with a non-finite loss in its
-        window or a non-finite gradient (the optimizer then skips every
-        parameter), naming the culprits; the same verdict on every rank."""
+        window or a non-finite gradient; the same verdict on every rank."""
         params = [p for group in optimizer.param_groups
                   for p in group['params'] if p.grad is not None]
         bad_loss, self._bad_loss = self._bad_loss, False
@@ -238,7 +206,6 @@ class NaNGuardHook(Hook):
             what.append(f'gradients of {len(bad_grads)} parameters '
                         f'({", ".join(names)})')
         elif bad_grads is not None and self._norm_overflow:
-            # Every gradient finite, their total norm not (float overflow).
             what.append('gradient norm (every gradient finite, their total '
                         'norm overflows)')
         elif step_dropped and not bad_terms:
@@ -256,4 +223,4 @@ class NaNGuardHook(Hook):
                    f"action='skip')")
         return (f"Non-finite {' and '.join(what)} at iteration {iteration} "
                 f'({done}). Loss terms: {values or "none logged"}. Hint: '
-                f'{_hint(data_batch, terms)} {verdict}.')
+                f'{_hint(data_batch)} {verdict}.')
