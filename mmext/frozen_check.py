@@ -2,14 +2,8 @@
 weights.
 
 mmdet's and mmseg's ResNet recipes set ``norm_eval=True`` and
-``frozen_stages=1``: they assume ImageNet weights (``init_cfg=dict(type=
-'Pretrained', ...)``). A config that drops the weights (``init_cfg=None``)
-but keeps those keys trains a detector whose backbone BN layers never update
-their running statistics (mean 0, variance 1 forever) and whose stem and
-first stage stay at their random initialisation. :func:`frozen_without_weights`
-finds that from the model as ``model.train()`` leaves it, so it covers any
-way a module freezes itself; :class:`mmext.runner.Runner` warns with its
-messages before training.
+``frozen_stages=1`` for ImageNet weights; without the weights those layers
+keep their random initialisation (and BN statistics mean 0, variance 1).
 """
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -20,24 +14,22 @@ from .compat import BatchNormBase
 
 __all__ = ['FREEZING_KEYS', 'pretrained_paths', 'frozen_without_weights']
 
-# Config keys that keep BN layers in eval mode or freeze parameters, and the
-# value that trains everything.
+# Config keys that freeze layers, and the value that trains everything.
 FREEZING_KEYS = {'norm_eval': False, 'frozen_stages': -1}
 
 
 def _loads_weights(cfg: Mapping) -> bool:
-    """Whether a module config names pretrained weights itself."""
+    """Whether a module config has a ``Pretrained`` ``init_cfg`` or a
+    ``pretrained`` value."""
     init = cfg.get('init_cfg')
     inits = init if isinstance(init, (list, tuple)) else [init]
-    if any(isinstance(i, Mapping) and i.get('type') == 'Pretrained'
-           for i in inits):
-        return True
-    return bool(cfg.get('pretrained'))
+    return bool(cfg.get('pretrained')) or any(
+        isinstance(i, Mapping) and i.get('type') == 'Pretrained'
+        for i in inits)
 
 
 def pretrained_paths(cfg, prefix: str = '') -> List[str]:
-    """Dotted paths of the config dicts in ``cfg`` that load weights
-    (``init_cfg`` of type ``Pretrained``, or a ``pretrained`` value).
+    """Dotted paths of the config dicts in ``cfg`` that load weights.
 
     Args:
         cfg (dict | list): A model config (or part of one).
@@ -59,9 +51,7 @@ def pretrained_paths(cfg, prefix: str = '') -> List[str]:
 
 
 def _freezing_keys(cfg, prefix: str) -> List[Tuple[str, object, object]]:
-    """``(path, value, fix)`` of every key in ``cfg`` that freezes something:
-    ``norm_eval=True``, ``frozen_stages >= 0``, ``requires_grad=False``
-    (of a ``norm_cfg``)."""
+    """``(path, value, fix)`` of every key in ``cfg`` that freezes."""
     keys = []
     if isinstance(cfg, Mapping):
         for key, value in cfg.items():
@@ -83,8 +73,7 @@ def _freezing_keys(cfg, prefix: str) -> List[Tuple[str, object, object]]:
 
 def _frozen_in_training(model: nn.Module) -> Dict[str, Dict[str, int]]:
     """Per top-level module: its BN layers, those in eval mode and its frozen
-    parameters after ``model.train()`` (the model decides per layer there:
-    ``norm_eval``, ``frozen_stages``). Every module's mode is restored."""
+    parameters after ``model.train()``; every module's mode is restored."""
     modes = [(m, m.training) for m in model.modules()]
     try:
         model.train()
@@ -108,21 +97,17 @@ def frozen_without_weights(model: nn.Module,
                            loaded: Sequence[str] = ()) -> List[str]:
     """Messages for each top-level module that ``model.train()`` leaves with
     BN layers in eval mode or frozen parameters, while no weights are
-    loaded into it.
-
-    A module counts as loaded when its config (or the model's) has a
-    ``Pretrained`` ``init_cfg`` or a ``pretrained`` value, or when it is
-    listed in ``loaded``; pass ``loaded=['']`` when ``load_from`` or a
-    resume loads the whole model.
+    loaded into it (from its config or the model's, or ``loaded``).
 
     Args:
         model (nn.Module): The model (a model wrapper is unwrapped).
         model_cfg (dict, optional): Its config, to name the keys.
-        loaded (Sequence[str]): Further loaded module paths.
+        loaded (Sequence[str]): Further loaded module paths; ``['']`` for
+            the whole model (``load_from``, resume).
 
     Returns:
-        list[str]: One message per module (empty if nothing is wrong), naming
-        what is frozen, the config keys that do it and the fix.
+        list[str]: One message per module, naming what is frozen, the
+        config keys that do it and the fix.
     """
     if is_model_wrapper(model):
         model = model.module
