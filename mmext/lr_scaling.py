@@ -2,9 +2,7 @@
 
 The effective batch of an optimizer step is loader ``batch_size`` x world
 size x ``accumulative_counts``; mmengine's ``auto_scale_lr`` leaves out the
-third factor. Multigrid (batch factor of the long-cycle shape) and AGVM
-(modulation factor of each module) both change the LR of single optimizer
-steps on top of the recipe's param schedulers, with :func:`scale_lrs`.
+third factor.
 """
 from contextlib import contextmanager
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
@@ -20,9 +18,8 @@ __all__ = [
 
 # ``runner_type`` of :class:`mmext.runner.Runner` in configs.
 RUNNER_TYPE = 'mmext.Runner'
-# Message hub runtime info: ``{optim wrapper name ('' for one): effective
-# batch}``, set by :class:`mmext.runner.Runner` when it has scaled the LRs
-# for it.
+# Message hub runtime info ``{wrapper name ('' for one): effective batch}``,
+# set by :class:`mmext.runner.Runner`.
 EFFECTIVE_BATCH_INFO = 'effective_batch_size'
 
 
@@ -56,13 +53,9 @@ def check_auto_scale_lr(auto_scale_lr: Optional[dict], optim_wrapper,
                         message_hub) -> None:
     """Raise if mmengine's own ``auto_scale_lr`` missed the accumulation.
 
-    mmengine's ``Runner.scale_lr`` scales by loader batch x world size only,
-    so with ``accumulative_counts = K > 1`` it sets an LR K times too small
-    for the batch of an optimizer step. :class:`mmext.runner.Runner` counts K
-    and records it in the message hub (``EFFECTIVE_BATCH_INFO``); that record
-    clears the run. Called by the mmext components that see the run
-    (``MultigridHook.before_run``, ``AGVMOptimWrapper`` when training
-    starts), so it holds with any runner.
+    mmengine's ``Runner.scale_lr`` leaves out ``accumulative_counts = K``,
+    setting an LR K times too small; :class:`mmext.runner.Runner` counts K
+    and records ``EFFECTIVE_BATCH_INFO``, which clears the run.
 
     Args:
         auto_scale_lr (dict, optional): The run's ``auto_scale_lr``.
@@ -90,9 +83,6 @@ def check_auto_scale_lr(auto_scale_lr: Optional[dict], optim_wrapper,
 def scale_lrs(param_groups: Sequence[dict],
               factors: Sequence[float]) -> Callable[[], None]:
     """Multiply each param group's ``lr`` by its factor, for one step.
-
-    Restoring it right after the step keeps param schedulers and the logged
-    ``lr`` on the recipe's values.
 
     Args:
         param_groups (Sequence[dict]): The optimizer's param groups
