@@ -1,10 +1,4 @@
-"""Distributed set-up and tear-down that mmengine leaves to CUDA machines.
-
-mmengine's ``init_dist`` and ``Runner.wrap_model`` assume CUDA; on a CPU-only
-machine (or a CPU CI) :func:`setup_cpu_distributed` starts the gloo process
-group for the same launchers (torchrun, Slurm). :func:`finish_distributed`
-ends a completed run's process group cleanly.
-"""
+"""Distributed set-up on CPU-only machines (gloo), and tear-down."""
 import os
 import subprocess
 from typing import List
@@ -23,10 +17,10 @@ LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
 
 
 def _slurm_env_to_torch_env(port: str) -> None:
-    """Export torchrun's variables from Slurm's, as mmengine's slurm init does.
+    """Export torchrun's variables from Slurm's, as mmengine's slurm init.
 
     Raises:
-        KeyError: If the Slurm variables (``SLURM_PROCID`` ...) are missing.
+        KeyError: If the Slurm variables are missing.
     """
     node_list = os.environ['SLURM_NODELIST']
     os.environ.setdefault('MASTER_PORT', port)
@@ -68,15 +62,12 @@ def sync_bn_paths(cfg, prefix: str = 'model') -> List[str]:
 def setup_cpu_distributed(cfg: Config, launcher: str) -> None:
     """Initialise gloo distributed training when there is no CUDA device.
 
-    mmengine's ``init_dist`` and ``Runner.wrap_model`` call
-    ``torch.cuda.set_device`` and pass ``device_ids=[LOCAL_RANK]``, which fail
-    without CUDA. On a CPU-only machine this initialises the default process
-    group with the gloo backend before the Runner (which then skips its own
-    ``init_dist``) and makes ``MMDistributedDataParallel`` run without device
-    ids. With CUDA available it does nothing, so NCCL/GPU runs are unchanged.
+    mmengine's ``init_dist`` and ``Runner.wrap_model`` assume CUDA: this
+    starts the process group first (the runner then skips ``init_dist``) and
+    sets ``model_wrapper_cfg.device_ids=None``. Nothing with CUDA.
 
     Args:
-        cfg (Config): The full config; ``model_wrapper_cfg`` is edited in place.
+        cfg (Config): The full config; ``model_wrapper_cfg`` is edited.
         launcher (str): ``'none'``, ``'pytorch'`` (torchrun), ``'slurm'``
             or ``'mpi'``.
 
@@ -115,14 +106,10 @@ def setup_cpu_distributed(cfg: Config, launcher: str) -> None:
 def finish_distributed() -> None:
     """Tear down the default process group after a completed run.
 
-    mmengine leaves the process group to the interpreter's exit, where gloo's
-    worker threads can outlive the interpreter (pytorch/pytorch#179291): a CPU
-    CI run of ``tools/dist_train.sh`` aborted rank 0 with ``terminate called
-    without an active exception`` (SIGABRT). PyTorch's distributed docs
-    ("Shutdown") ask for this call near the end of ``main()``. A barrier first
-    keeps one rank from tearing down while another still communicates. Does
-    nothing outside distributed runs; call it only on success, since a rank
-    that failed never reaches the barrier.
+    Left to the interpreter's exit, gloo's threads can abort rank 0
+    (``terminate called without an active exception``,
+    pytorch/pytorch#179291); PyTorch's docs ("Shutdown") ask for this call.
+    A barrier comes first, so call it only on success.
     """
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
