@@ -6,9 +6,8 @@
 """
 import warnings
 
-# The stack pins setuptools < 81 because mmengine 0.10.7 and mmcv import
-# pkg_resources, whose import then warns that it is deprecated, two or three
-# times per process; the pin is deliberate (docs/en/get_started.md).
+# mmengine 0.10.7 and mmcv import pkg_resources (the pin setuptools<81 is
+# deliberate, docs/en/get_started.md), which warns that it is deprecated.
 warnings.filterwarnings('ignore', message='pkg_resources is deprecated',
                         category=UserWarning)
 

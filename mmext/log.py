@@ -1,13 +1,4 @@
-"""mmext's warnings: on stderr and in the run's log file.
-
-``warnings.warn`` reaches stderr only, which Slurm and torchrun redirects
-often drop, and never the work dir's ``<time>.log``. :func:`warn` gives the
-same message to both: as a Python ``UserWarning`` (shown on the console,
-filterable, what tests catch) and as a WARNING record to the file handlers
-of mmengine's current logger (``MMLogger.get_current_instance()``, which the
-runner created with the work dir's log file). The logger's console handler
-is skipped, so the console shows the message once.
-"""
+"""mmext's warnings: on stderr and in the run's log file."""
 import logging
 import warnings
 
@@ -18,6 +9,9 @@ __all__ = ['warn']
 
 def warn(message: str) -> None:
     """Warn with ``message`` on stderr and in the run's log file.
+
+    A ``UserWarning`` (filterable), and a WARNING record for the file
+    handlers of mmengine's current logger only (the console shows it once).
 
     Args:
         message (str): What is wrong and the fix.

@@ -1,11 +1,8 @@
-"""mmext's registries: children of mmengine's root registries in scope ``mmext``.
+"""mmext's registries: children of mmengine's in scope ``mmext``.
 
-Every registry here names the modules that fill it (``locations``), so a config
-in any default scope (``mmdet``, ``mmaction``, ``mmseg``) can write
-``type='mmext.MultigridHook'`` without ``custom_imports``: mmengine imports
-``mmext.registry`` for the ``mmext.`` prefix and then these locations. Only
-classes a config can build are registered (the multigrid dataset wrapper and
-batch sampler are built by the hook, not from configs).
+Their ``locations`` let a config in any default scope write
+``type='mmext.MultigridHook'`` without ``custom_imports``. Only classes a
+config builds are registered.
 """
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import \
@@ -22,8 +19,7 @@ __all__ = [
 
 
 def _child(name: str, parent: Registry, *locations: str) -> Registry:
-    """A child of mmengine's ``parent`` in scope ``mmext``, filled by the
-    modules ``locations``."""
+    """A child of ``parent`` in scope ``mmext``, filled by ``locations``."""
     return Registry(name, parent=parent, scope='mmext',
                     locations=list(locations))
 

@@ -1,16 +1,11 @@
 """Exponential LR warm-up, as mmcv 1.x's ``warmup='exp'``.
 
-The released AGVM recipes (mmdet 2.x on mmcv 1.x, e.g. Sense-X/AGVM
-``configs/object_detection/agvm/faster_rcnn_res50_bs512.py``) warm up with
-``lr_config = dict(warmup='exp', warmup_ratio=0.001, warmup_iters=460)``,
-which mmengine has no scheduler for. mmcv 1.x
-(``mmcv/runner/hooks/lr_updater.py``, ``LrUpdaterHook.get_warmup_lr``)
-computes, at iteration t < T of the warm-up,
-``lr_t = lr * ratio ** (1 - t / T)`` on top of the regular schedule's
-``lr``, and the regular ``lr`` from iteration T on. Over the warm-up it
-gives about 3.4x less LR than a linear warm-up from the same ratio (the
-integral of ``ratio ** (1 - x)`` over [0, 1] is ``(1 - ratio) / ln(1 /
-ratio)``, 0.145 for ratio 0.001, against 0.50).
+The released AGVM recipes (Sense-X/AGVM
+``configs/object_detection/agvm/faster_rcnn_res50_bs512.py``) use
+``warmup='exp', warmup_ratio=0.001, warmup_iters=460``: at iteration t < T,
+``lr_t = lr * ratio ** (1 - t / T)`` (mmcv 1.x
+``LrUpdaterHook.get_warmup_lr``), about 3.4x less LR over the warm-up than a
+linear one from the same ratio. mmengine has no such scheduler.
 """
 from mmengine.optim.scheduler.lr_scheduler import LRSchedulerMixin
 from mmengine.optim.scheduler import ExponentialParamScheduler
@@ -25,13 +20,11 @@ class ExpWarmupParamScheduler(ExponentialParamScheduler):
     """Exponential warm-up of a parameter from ``start_factor`` to 1.
 
     At step t of ``[begin, end)`` the value is ``value * start_factor ** (1
-    - (t - begin) / (end - begin))``, and ``value`` from step ``end`` on
-    (mmcv 1.x ``warmup='exp'`` with ``warmup_ratio=start_factor`` and
-    ``warmup_iters=end - begin``). Chainable like mmengine's schedulers: it
-    multiplies whatever value the other schedulers give, by ``start_factor``
-    at ``begin`` and by ``start_factor ** (-1 / (end - begin))`` at each
-    later step up to ``end`` included (hence it is active in ``[begin, end
-    + 1)``).
+    - (t - begin) / (end - begin))``, and ``value`` from step ``end`` on.
+    Chainable: it multiplies the other schedulers' value by
+    ``start_factor`` at ``begin`` and by ``start_factor ** (-1 / (end -
+    begin))`` at each later step up to ``end`` (active in ``[begin, end +
+    1)``).
 
     Args:
         optimizer (Optimizer | OptimWrapper): As in mmengine's schedulers.
@@ -39,11 +32,9 @@ class ExpWarmupParamScheduler(ExponentialParamScheduler):
         start_factor (float): The factor at ``begin``, in (0, 1]. Defaults
             to 0.001 (the released AGVM recipes).
         begin (int): First step of the warm-up. Defaults to 0.
-        end (int): Step at which the full value is reached (T = ``end -
-            begin`` steps of warm-up, mmcv's ``warmup_iters``).
+        end (int): Step at which the full value is reached.
         last_step (int), by_epoch (bool), verbose (bool): As in mmengine's
-            schedulers; the warm-up is usually counted in iterations
-            (``by_epoch=False``).
+            schedulers (usually ``by_epoch=False``).
 
     Raises:
         ValueError: If ``start_factor`` is not in (0, 1], or ``end`` is not
