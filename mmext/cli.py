@@ -171,7 +171,13 @@ def _scope(cfg: Config, option: str) -> str:
     return scope
 
 
-def _add_test_metric(cfg: Config, metric: dict) -> None:
+def _dump_predictions(cfg: Config, path: str, option: str) -> None:
+    """Append the scope's pickle dumper to the test metrics."""
+    if not path.endswith(('.pkl', '.pickle')):
+        raise ValueError(f'{option} {path}: the dump file must be a .pkl '
+                         f'file')
+    metric = dict(type='DumpDetResults' if _scope(cfg, option) == 'mmdet'
+                  else 'DumpResults', out_file_path=path)
     evaluator = cfg.test_evaluator
     if isinstance(evaluator, (list, tuple)):
         cfg.test_evaluator = list(evaluator) + [metric]
@@ -179,16 +185,6 @@ def _add_test_metric(cfg: Config, metric: dict) -> None:
         evaluator.metrics = list(evaluator.metrics) + [metric]
     else:
         cfg.test_evaluator = [evaluator, metric]
-
-
-def _dump_predictions(cfg: Config, path: str, option: str) -> None:
-    """Append the scope's pickle dumper to the test metrics."""
-    if not path.endswith(('.pkl', '.pickle')):
-        raise ValueError(f'{option} {path}: the dump file must be a .pkl '
-                         f'file')
-    metric = ('DumpDetResults'
-              if _scope(cfg, option) == 'mmdet' else 'DumpResults')
-    _add_test_metric(cfg, dict(type=metric, out_file_path=path))
 
 
 def _visualize(cfg: Config, args: argparse.Namespace) -> None:
