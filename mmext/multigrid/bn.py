@@ -7,8 +7,7 @@ whole batch's (law of total variance). Which layers and batches can be split
 is checked before training (:func:`mmext.multigrid.checks.check_model`, the
 plan). Details: docs/en/design.md#multigrid.
 """
-from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, List, Tuple
+from typing import Callable, Iterable, List, Tuple
 
 import torch
 import torch.distributed as torch_dist
@@ -82,10 +81,13 @@ class SubBatchNorm:
                               splits: int) -> torch.Tensor:
         """Split ``k`` of every rank normalised together; running statistics
         of the whole synchronised batch."""
-        outs = []
-        with _untracked(self):
+        outs, tracked = [], self.track_running_stats
+        self.track_running_stats = False  # batch statistics, buffers kept
+        try:
             for chunk in x.chunk(splits):
                 outs.append(super().forward(chunk))
+        finally:
+            self.track_running_stats = tracked
         if self.track_running_stats:
             with torch.no_grad():
                 dims = [0] + list(range(2, x.dim()))
@@ -119,17 +121,6 @@ class SubBatchNorm:
 
     def extra_repr(self) -> str:
         return f'{super().extra_repr()}, bn_base_size={self.bn_base_size}'
-
-
-@contextmanager
-def _untracked(bn: BatchNormBase) -> Iterator[None]:
-    """Run ``bn`` on batch statistics without updating its buffers."""
-    tracked = bn.track_running_stats
-    bn.track_running_stats = False
-    try:
-        yield
-    finally:
-        bn.track_running_stats = tracked
 
 
 class SubBatchNorm3d(SubBatchNorm, nn.BatchNorm3d):
@@ -200,13 +191,8 @@ def unsplittable_bn_layers(model: nn.Module) -> List[str]:
 
 
 def enable_sub_bn(model: nn.Module, bn_base_size: int) -> int:
-    """Give every splittable BN layer that trains sub-batch BN.
-
-    Layers already converted take the new ``bn_base_size``.
-
-    Args:
-        model (nn.Module): Unwrapped model; only module classes change.
-        bn_base_size (int): Clips per split (>= 1).
+    """Give every splittable BN layer that trains sub-batch BN of
+    ``bn_base_size`` clips per split (only module classes change).
 
     Returns:
         int: Number of layers with sub-batch BN.
@@ -220,11 +206,8 @@ def enable_sub_bn(model: nn.Module, bn_base_size: int) -> int:
 
 
 def disable_sub_bn(model: nn.Module) -> int:
-    """Give every sub-batch BN layer of ``model`` back its plain kind.
-
-    Returns:
-        int: Number of layers changed back.
-    """
+    """Give every sub-batch BN layer back its plain kind; return how
+    many."""
     subs = [m for m in model.modules() if isinstance(m, SubBatchNorm)]
     for module in subs:
         module.__class__ = module.plain_type
@@ -246,11 +229,11 @@ def update_precise_bn(model: nn.Module, batches: Iterable,
     Args:
         model (nn.Module): Unwrapped model; its modes are restored after.
         batches (Iterable): Data batches (already limited in number).
-        forward (callable): Runs one batch through ``model`` (no backward).
+        forward (callable): Runs one batch through ``model``.
 
     Returns:
-        int: Number of batches used; 0 without a BN layer that trains (no
-        forward pass is run then).
+        int: Number of batches used; 0 (and no pass) without a BN layer
+        that trains.
     """
     was_training = model.training
     model.train()

@@ -36,9 +36,9 @@ class PlannedShape(NamedTuple):
         clip_len (int): ``T`` in frames.
         crop_size (int): ``S`` in pixels.
         long_cycle (bool): Whether some stage trains it as its long-cycle
-            shape (else only inside short cycles).
-        epochs (tuple[int, int]): First and end (exclusive) multigrid epoch
-            of the stages that train it.
+            shape.
+        epochs (tuple[int, int]): ``[first, end)`` multigrid epochs of the
+            stages that train it.
     """
     batch: int
     clip_len: int
@@ -190,11 +190,6 @@ class _Tracer:
             handle.remove()
 
 
-def _needs_data(error: Exception) -> bool:
-    """Whether a meta forward failed for want of data, not of a shape."""
-    return 'meta' in str(error).lower()
-
-
 def _error_text(error: Exception) -> str:
     lines = str(error).strip().splitlines() or ['']
     return f'{type(error).__name__}: {lines[0]}'
@@ -226,15 +221,8 @@ def _fallback(model: nn.Module, shape: PlannedShape, pipeline
 def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
                  pipeline: Optional[Sequence[dict]] = None
                  ) -> List[ShapeResult]:
-    """Forward every shape through a meta copy of the recognizer in
-    training mode; the model is not changed.
-
-    Args:
-        model (nn.Module): The unwrapped recognizer (``forward(inputs,
-            mode='tensor', stage='head')`` runs backbone, neck and head).
-        shapes (Sequence[PlannedShape]): The shapes.
-        pipeline (Sequence[dict], optional): The train pipeline, see
-            :func:`probe_input_size`.
+    """Forward every shape through a meta copy of the unwrapped recognizer
+    in training mode (``pipeline``: the train pipeline, for ``num_clips``).
 
     Returns:
         list[ShapeResult]: One per shape, in order.
@@ -252,7 +240,8 @@ def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
             dtype = next(iter(ghost.parameters()), torch.empty(0)).dtype
             error, module = tracer.run(
                 ghost, torch.empty(size, device='meta', dtype=dtype))
-            if error is not None and _needs_data(error):
+            # A meta forward that failed for want of data, not of a shape.
+            if error is not None and 'meta' in str(error).lower():
                 results.append(_fallback(model, shape, pipeline))
                 continue
             results.append(
@@ -269,12 +258,8 @@ def check_clip_lengths(backbone, clip_lens: Sequence[int]) -> None:
     SlowFast: ``T`` a multiple of ``resample_rate``. ResNet3d family:
     ``T >= conv1_stride_t * pool1_stride_t * 2`` (with ``pool2``).
 
-    Args:
-        backbone (nn.Module): The recognizer's backbone.
-        clip_lens (Sequence[int]): Clip lengths ``T`` in frames.
-
     Raises:
-        ValueError: Naming the clip lengths and the fix.
+        ValueError: Naming the clip lengths (frames) and the fix.
     """
     tau = getattr(backbone, 'resample_rate', None)
     if tau:
@@ -310,8 +295,7 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
         plan (MultigridPlan): The run's plan.
         model (nn.Module, optional): The unwrapped recognizer; None skips
             the model checks.
-        pipeline (Sequence[dict], optional): The train pipeline (its frame
-            sampler's ``num_clips``, see :func:`probe_input_size`).
+        pipeline (Sequence[dict], optional): The train pipeline.
 
     Returns:
         list[str]: The warnings given.
@@ -340,13 +324,8 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
 
 def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
                 ) -> List[ShapeResult]:
-    """Raise if the recognizer cannot train the plan.
-
-    Args:
-        plan (MultigridPlan): The run's plan.
-        model (nn.Module): The unwrapped recognizer, with the shape adapters
-            it trains with.
-        pipeline (Sequence[dict], optional): As in :func:`check_run`.
+    """Raise if ``model`` (unwrapped, with its shape adapters) cannot train
+    ``plan``; ``pipeline`` as in :func:`probe_shapes`.
 
     Returns:
         list[ShapeResult]: The probe of every planned shape.
@@ -376,11 +355,12 @@ def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
     return results
 
 
-def _long_cycle_factors_of(plan, shapes) -> List[tuple]:
-    """The ``long_cycle_factors`` entries whose cycles contain ``shapes``."""
+def _long_cycle_factors_of(plan, shapes) -> str:
+    """The ``long_cycle_factors`` entries whose cycles contain ``shapes``,
+    as text ('' for none)."""
     options, found = plan.options, []
     if not options.long_cycle:
-        return found
+        return ''
     keys = {(s.clip_len, s.crop_size) for s in shapes}
     for stage in plan.stages:
         cycle = {(g.clip_len, g.crop_size) for g in stage.short_cycle}
@@ -392,11 +372,9 @@ def _long_cycle_factors_of(plan, shapes) -> List[tuple]:
                         stage.shape.clip_len, stage.shape.crop_size) and (
                             (t, s) not in found):
                 found.append((t, s))
-    return found
-
-
-def _factors_text(factors) -> str:
-    return '[' + ', '.join(f'({t:g}, {s:g})' for t, s in factors) + ']'
+    if not found:
+        return ''
+    return '[' + ', '.join(f'({t:g}, {s:g})' for t, s in found) + ']'
 
 
 def _refused_shapes(plan, results: Sequence[ShapeResult]) -> Optional[str]:
@@ -419,8 +397,8 @@ def _refused_shapes(plan, results: Sequence[ShapeResult]) -> Optional[str]:
         factors = _long_cycle_factors_of(
             plan, [s for s in shapes if s.long_cycle])
         if factors:
-            fixes.append(f'long_cycle_factors without '
-                         f'{_factors_text(factors)} (or long_cycle=False)')
+            fixes.append(f'long_cycle_factors without {factors} (or '
+                         f'long_cycle=False)')
         if any(not s.long_cycle for s in shapes):
             fixes.append('short_cycle=False (or short_cycle_factors closer '
                          'to 1)')
@@ -455,8 +433,7 @@ def _small_feature_maps(plan, results: Sequence[ShapeResult]
     factors = _long_cycle_factors_of(
         plan, [r.shape for r in small if r.shape.long_cycle])
     if factors:
-        fixes.append(f'long_cycle_factors with larger s than '
-                     f'{_factors_text(factors)}')
+        fixes.append(f'long_cycle_factors with larger s than {factors}')
     fixes.append('a larger base crop')
     return (f'Multigrid shapes with a final feature map below {side}x{side} '
             f'lose accuracy (docs/en/multigrid.md#small-feature-maps): '

@@ -54,12 +54,8 @@ def _square(value) -> Optional[int]:
 
 
 def _final_crop_index(pipeline: List[dict]) -> Tuple[int, int]:
-    """Index and side ``S`` of the transform fixing the output size.
-
-    Raises:
-        ValueError: If the last spatial transform does not output a fixed
-            square size.
-    """
+    """Index and side ``S`` of the final fixed-size square crop (else
+    ``ValueError``)."""
     for i in range(len(pipeline) - 1, -1, -1):
         t = pipeline[i]
         name = _type(t)
@@ -104,20 +100,13 @@ def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
 
 def resize_pipeline(pipeline: List[dict], clip_len: int,
                     crop_size: int) -> List[dict]:
-    """Copy of ``pipeline`` producing clips of ``clip_len`` x ``crop_size``.
+    """Copy of ``pipeline`` giving clips of ``clip_len`` frames and
+    ``crop_size`` pixels.
 
     The temporal span is kept: ``SampleFrames.frame_interval`` grows by
     ``T0 / T`` (paper Sec. 3.1; PySlowFast ``LONG_CYCLE_SAMPLING_RATE``).
     Sizes before the final crop scale by ``S / S0``, as PySlowFast scales
     its jitter range.
-
-    Args:
-        pipeline (list[dict]): Recipe train pipeline (not modified).
-        clip_len (int): New ``T`` in frames.
-        crop_size (int): New ``S`` in pixels.
-
-    Returns:
-        list[dict]: The edited copy.
 
     Raises:
         ValueError: As :func:`parse_grid_shape`.
@@ -171,16 +160,8 @@ def clips_per_sample(dataset) -> int:
 
 
 def config_clips_per_sample(dataset_cfg) -> int:
-    """:func:`clips_per_sample` of the dataset a config would build.
-
-    Args:
-        dataset_cfg (dict): ``train_dataloader.dataset``; a ``type`` that
-            mmaction2's registry does not know counts as 1 clip per index.
-
-    Returns:
-        int: ``num_repeats`` (or its default) of a ``RepeatAugDataset``,
-        else 1.
-    """
+    """:func:`clips_per_sample` of the ``train_dataloader.dataset`` config
+    (a ``type`` unknown to mmaction2's registry gives 1)."""
     from mmaction.registry import DATASETS
     kind = dataset_cfg.get('type')
     cls = kind if isinstance(kind, type) else (
@@ -223,9 +204,8 @@ class MultigridDataset(Dataset):
         max_refetch (int): Retries with another random index when a pipeline
             returns ``None`` or, with ``skip_broken_clips``, raises.
         skip_broken_clips (bool): Replace a clip whose pipeline raises by a
-            random other one, with a warning; :attr:`skipped_clips` counts
-            them over all loader workers. False raises
-            :class:`BrokenClipError`.
+            random other one, with a warning, counted in
+            :attr:`skipped_clips`; False raises :class:`BrokenClipError`.
     """
 
     def __init__(self, dataset, pipelines: Sequence[List[dict]],

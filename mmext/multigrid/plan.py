@@ -1,13 +1,7 @@
 """What a multigrid run trains: the hook's options and the run's plan.
 
-:class:`MultigridOptions` holds ``MultigridHook``'s options (one table:
-name, default, valid values, example) and checks them once.
-:class:`MultigridPlan` turns a recipe (train pipeline, batch size, epochs,
-``param_scheduler``) and the options into everything the run trains: base
-shape, stages, exact iterations per epoch, sub-BN splits, where precise BN
-can run, the schedulers on the multigrid epoch axis, and what of the recipe
-the run cannot honour. Configs and arithmetic only, no model and no runner:
-``tools/analysis/multigrid_schedule.py`` prints what the hook trains.
+Configs and arithmetic only, no model and no runner; the hook and
+``tools/analysis/multigrid_schedule.py`` build the same plan.
 """
 import copy
 import dataclasses
@@ -27,7 +21,7 @@ from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
                        map_recipe_epoch, short_cycle_shapes, stage_at_epoch,
                        total_flops_ratio)
 
-__all__ = ['MultigridOptions', 'MultigridPlan', 'ShapeIterations']
+__all__ = ['MultigridOptions', 'MultigridPlan']
 
 
 # ---------------------------------------------------------------- options
@@ -44,9 +38,7 @@ def _numbers(v) -> bool:
 
 
 def _long_cycle_factors(v) -> bool:
-    """(t, s) pairs in (0, 1], coarse to fine (t s^2 not decreasing), the
-    base shape (1, 1) last: every LR stage restarts the cycle from the
-    coarsest shape and ends at the recipe's (paper Sec. 3.1)."""
+    """(t, s) pairs in (0, 1], t s^2 not decreasing, (1, 1) last."""
     if not (isinstance(v, (list, tuple)) and v and all(
             _numbers(f) and len(f) == 2 for f in v)):
         return False
@@ -64,32 +56,22 @@ def _lr_steps(v) -> bool:
 
 def _option(default, valid: Callable[[object], bool], expected: str,
             example: str):
-    """A row of the option table: the field, its valid values (a
-    predicate), what they are and an example, for the one message."""
+    """A row of the option table: default, predicate, text, example."""
     return field(default=default, metadata=dict(
         valid=valid, expected=expected, example=example))
 
 
 def is_multigrid_hook(hook_cfg: dict) -> bool:
-    """Whether a ``custom_hooks`` entry builds ``MultigridHook``, with or
-    without the ``mmext.`` scope prefix."""
+    """Whether a ``custom_hooks`` entry builds ``MultigridHook``."""
     return str(hook_cfg['type']).split('.')[-1] == 'MultigridHook'
-
-
-# Keys of a ``custom_hooks`` entry that are not hook options.
-_HOOK_CFG_KEYS = ('type', 'priority', '_scope_')
 
 
 @dataclass(frozen=True)
 class MultigridOptions:
     """Options of ``MultigridHook`` (their meaning: its docstring).
 
-    Each field is a row of the option table (valid values, what they are,
-    an example); ``__post_init__`` checks every option once against it and
-    stores sequences as tuples. What depends on the recipe (factors giving
-    at least one frame and pixel, ``lr_steps`` within ``max_epochs``) is
-    the schedule's (:func:`~mmext.multigrid.build_multigrid_schedule`).
-    The fields of :attr:`SCHEDULE_FIELDS` define the multigrid epoch axis.
+    Each field is a row of the option table; sequences are stored as
+    tuples. :attr:`SCHEDULE_FIELDS` define the multigrid epoch axis.
 
     Raises:
         ValueError: Naming the option, the value, what is expected and an
@@ -163,12 +145,7 @@ class MultigridOptions:
 
     @classmethod
     def from_dict(cls, options: dict) -> 'MultigridOptions':
-        """Options from keyword values.
-
-        Raises:
-            ValueError: For an unknown option (listing the known ones), or
-                as the constructor.
-        """
+        """Options from keyword values (``ValueError`` for an unknown one)."""
         unknown = sorted(set(options) - set(cls.names()))
         if unknown:
             raise ValueError(f'unknown MultigridHook options {unknown}; '
@@ -177,10 +154,9 @@ class MultigridOptions:
 
     @classmethod
     def from_hook_config(cls, hook_cfg: dict) -> 'MultigridOptions':
-        """Options of a ``custom_hooks`` entry (its ``type``, ``priority``
-        and ``_scope_`` are not options)."""
+        """Options of a ``custom_hooks`` entry."""
         return cls.from_dict({k: v for k, v in hook_cfg.items()
-                              if k not in _HOOK_CFG_KEYS})
+                              if k not in ('type', 'priority', '_scope_')})
 
     def schedule_kwargs(self) -> dict:
         """:attr:`SCHEDULE_FIELDS` as keyword arguments of
@@ -191,18 +167,12 @@ class MultigridOptions:
 # ------------------------------------------------ the recipe's schedulers
 def find_lr_steps(schedulers: Sequence[dict],
                   max_epochs: int) -> Tuple[List[int], Optional[float]]:
-    """LR stage starts and decay of a recipe's schedule.
-
-    Args:
-        schedulers (Sequence[dict]): ``param_scheduler`` configs.
-        max_epochs (int): ``train_cfg.max_epochs``.
+    """LR stage starts and decay of a recipe's ``param_scheduler``.
 
     Returns:
-        tuple: ``([0] + milestones inside (0, max_epochs), gamma)`` of the
-        epoch-based LR ``MultiStepLR`` (milestones sorted, as mmengine
-        counts them); ``([0, max_epochs], None)`` for other schedules and
-        for one without milestones inside the run (one long cycle over the
-        run, no fine-tune stage).
+        tuple: ``([0] + sorted milestones inside (0, max_epochs), gamma)``
+        of the epoch-based LR ``MultiStepLR``, else
+        ``([0, max_epochs], None)``.
     """
     for s in schedulers:
         if str(s['type']).split('.')[-1] in STEP_TYPES and s.get(
@@ -219,12 +189,10 @@ def remap_param_schedulers(schedulers: Sequence[dict],
                            base_epoch_len: int) -> List[dict]:
     """Copies of scheduler configs on the multigrid axis.
 
-    Every epoch quantity (``begin``, ``end``, ``milestones``, ``T_max``)
-    goes through ``epoch_map``. Schedulers that are or become iteration
-    based (``by_epoch=False``, ``convert_to_iter_based=True``) get the
-    exact iteration counts of the multigrid run from ``iter_at``
-    (mmengine's conversion multiplies by the first epoch's length, which
-    multigrid changes).
+    ``begin``, ``end``, ``milestones`` and ``T_max`` go through
+    ``epoch_map``; iteration-based schedulers (or ``convert_to_iter_based``,
+    which mmengine scales by the first epoch's length) get exact counts
+    from ``iter_at``.
 
     Args:
         schedulers (Sequence[dict]): The recipe's ``param_scheduler``.
@@ -266,11 +234,9 @@ class ShapeIterations(NamedTuple):
     Attributes:
         stage (MultigridStage): The stage.
         shape (GridShape): One of ``stage.short_cycle``.
-        batch_size (int): Dataset indices per process (clips, or videos of
-            a ``RepeatAugDataset``).
+        batch_size (int): Dataset indices per process.
         sub_bn_splits (int): Sub-BN splits of its batches.
-        iters (int): Its iterations over the stage (iteration ``i`` of an
-            epoch has shape ``i % len(stage.short_cycle)``).
+        iters (int): Its iterations over the stage.
     """
     stage: MultigridStage
     shape: GridShape
@@ -283,9 +249,7 @@ class MultigridPlan:
     """Stages, iteration counts and schedulers of one multigrid run.
 
     Args:
-        pipeline (list[dict]): The recipe's train pipeline config (base
-            ``T`` from ``SampleFrames``, base ``S`` from the final fixed-size
-            crop).
+        pipeline (list[dict]): The recipe's train pipeline config.
         batch_size (int): The recipe's per-process ``batch_size`` (base B).
         max_epochs (int): The recipe's ``train_cfg.max_epochs``.
         param_scheduler (list[dict] | dict, optional): The recipe's
@@ -298,16 +262,14 @@ class MultigridPlan:
         accumulative_counts (int): Micro-batches per optimizer step (for
             the effective batch).
         options (MultigridOptions, optional): Default ``MultigridOptions()``.
-        clips_per_sample (int): Clips one dataset index gives (mmaction2's
-            ``RepeatAugDataset``: ``num_repeats``). Batch sizes and
-            iteration counts count indices, sub-BN splits count clips.
+        clips_per_sample (int): Clips one dataset index gives
+            (``RepeatAugDataset``); sub-BN splits count clips, batch sizes
+            and iterations count indices.
 
     Raises:
-        ValueError: From :func:`build_multigrid_schedule` (naming the recipe
-            values the run cannot honour), for a pipeline without
-            ``SampleFrames`` or a final fixed-size crop, a batch sub-batch
-            BN cannot split, or (with ``samples_per_rank``) an epoch of no
-            complete batch.
+        ValueError: For a schedule, pipeline or batch the run cannot use
+            (naming the recipe values it cannot honour); from the methods
+            that need exact counts, without ``samples_per_rank``.
     """
 
     def __init__(self,
@@ -364,13 +326,8 @@ class MultigridPlan:
                     world_size: int = 1,
                     recipe_iters_per_epoch: Optional[int] = None
                     ) -> 'MultigridPlan':
-        """Plan of a config whose ``custom_hooks`` hold ``MultigridHook``.
-
-        Args:
-            cfg (Config): A full mmaction2 config.
-            samples_per_rank, world_size, recipe_iters_per_epoch: As in the
-                constructor (``accumulative_counts`` comes from
-                ``cfg.optim_wrapper``).
+        """Plan of a full mmaction2 config whose ``custom_hooks`` hold
+        ``MultigridHook`` (other arguments as in the constructor).
 
         Raises:
             ValueError: Without a ``MultigridHook``, for an unknown option,
@@ -393,9 +350,8 @@ class MultigridPlan:
                    ) -> 'MultigridPlan':
         """Plan of the recipe in ``cfg`` trained with ``options``.
 
-        ``clips_per_sample`` defaults to the train dataset config's
-        (:func:`~mmext.multigrid.data.config_clips_per_sample`); the other
-        arguments are as in the constructor.
+        ``clips_per_sample`` defaults to the train dataset config's; the
+        other arguments are as in the constructor.
 
         Raises:
             ValueError: For a train loop without ``max_epochs``, a train
@@ -427,12 +383,7 @@ class MultigridPlan:
     def for_runner(cls, runner, options: MultigridOptions
                    ) -> 'MultigridPlan':
         """Plan of a built runner's recipe, with exact iteration counts
-        (``len(sampler)`` and ``len(loader)`` of its train loader, its world
-        size, the clips per index of its train dataset).
-
-        Raises:
-            ValueError: As :meth:`for_config`.
-        """
+        (raises as :meth:`for_config`)."""
         loader = runner.train_loop.dataloader
         return cls.for_config(runner.cfg, options,
                               samples_per_rank=len(loader.sampler),
@@ -444,8 +395,7 @@ class MultigridPlan:
     # ------------------------------------------------------------ shapes
     @property
     def exact(self) -> bool:
-        """bool: Whether iteration counts are exact (indices per rank
-        known)."""
+        """bool: Whether iteration counts are exact."""
         return self.cum_iters is not None
 
     @property
@@ -455,11 +405,7 @@ class MultigridPlan:
 
     @property
     def max_iters(self) -> int:
-        """int: Exact iterations of the run.
-
-        Raises:
-            ValueError: Without ``samples_per_rank``.
-        """
+        """int: Exact iterations of the run."""
         return self._cum()[-1]
 
     def stage_at(self, epoch: int) -> MultigridStage:
@@ -474,20 +420,17 @@ class MultigridPlan:
         return [self.base_batch * s.batch_factor for s in shapes]
 
     def _splits(self, batch: int) -> int:
-        """Sub-BN splits of a batch of ``batch`` dataset indices
-        (PySlowFast ``NUM_SPLITS``: ``bn_base_size`` clips per split)."""
+        """Sub-BN splits of ``batch`` indices (PySlowFast ``NUM_SPLITS``)."""
         clips, base = batch * self.clips_per_sample, self.options.bn_base_size
         return clips // base if base and clips > base else 1
 
     def sub_bn_splits(self, stage: MultigridStage) -> int:
-        """The most sub-BN splits of an iteration of ``stage`` (the short
-        cycle's larger batches split more)."""
+        """The most sub-BN splits of an iteration of ``stage``."""
         return max(self._splits(b) for b in self.batch_sizes(stage))
 
     @property
     def sub_bn_base_size(self) -> Optional[int]:
-        """int | None: Clips per sub-BN split, if some batch of the run
-        splits (``bn_base_size``), else None."""
+        """int | None: ``bn_base_size`` if some batch of the run splits."""
         if max(self.sub_bn_splits(s) for s in self.stages) > 1:
             return self.options.bn_base_size
         return None
@@ -503,11 +446,8 @@ class MultigridPlan:
             self.stages[following].short_cycle != stage.short_cycle)
 
     def shape_iterations(self) -> List[ShapeIterations]:
-        """Iterations of every grid shape of every stage, in training order.
-
-        Raises:
-            ValueError: Without ``samples_per_rank``.
-        """
+        """Iterations of every grid shape of every stage, in training
+        order."""
         out = []
         for stage in self.stages:
             n = self.iters_per_epoch(stage)
@@ -522,8 +462,8 @@ class MultigridPlan:
 
     # ------------------------------------------ what the run cannot honour
     def dropped_shapes(self) -> List[str]:
-        """One message per LR stage whose long-cycle shapes rounding left
-        out (0 epochs), each shape as per-process (batch, T, S)."""
+        """One message per LR stage whose long-cycle shapes were rounded to
+        0 epochs."""
         if not self.options.long_cycle:
             return []
         # The fine-tune's first half shares the last long cycle's LR stage
@@ -555,7 +495,7 @@ class MultigridPlan:
 
     def short_cycle_warning(self) -> Optional[str]:
         """The warning for a short cycle of other than the paper's 3 crop
-        sizes (two ``short_cycle_factors`` and the long-cycle S)."""
+        sizes; None for 3."""
         factors = list(self.options.short_cycle_factors)
         if not self.options.short_cycle or len(factors) == 2:
             return None
@@ -565,16 +505,11 @@ class MultigridPlan:
                 f'[0.5, 0.707]).')
 
     def dropped_recipe_values(self) -> List[str]:
-        """Messages about LR scheduler values of the recipe the run cannot
-        honour.
+        """Messages about recipe LR scheduler values the run cannot honour.
 
-        The rules of any run on the recipe's axis
-        (:func:`mmext.scheduler_checks.unused_scheduler_values`; iteration
-        bounds only when the recipe's iterations per epoch are known), and
-        multigrid's own: step-schedule milestones that are no LR stages
-        (none at or before 0, and none at all with ``by_epoch=False``)
-        unless ``lr_steps`` is given, and a warm-up from 0 longer than the
-        first LR stage.
+        Any run's rules (``unused_scheduler_values``) on the recipe's axis,
+        milestones that make no LR stages, a warm-up longer than the first
+        LR stage.
         """
         lr = [s for s in self.param_scheduler
               if s.get('param_name', 'lr') == 'lr']
@@ -613,19 +548,14 @@ class MultigridPlan:
 
     # ------------------------------------------------------------ counts
     def iters_per_epoch(self, stage: MultigridStage) -> int:
-        """Exact iterations of one epoch of ``stage``.
-
-        Raises:
-            ValueError: Without ``samples_per_rank``.
-        """
+        """Exact iterations of one epoch of ``stage``."""
         if self.samples_per_rank is None:
             raise ValueError('exact iteration counts need samples_per_rank')
         return iterations_per_epoch(self.samples_per_rank,
                                     self.batch_sizes(stage))
 
     def estimated_iters(self, stage: MultigridStage) -> float:
-        """Iterations of ``stage`` in recipe iterations per epoch
-        (incomplete batches ignored)."""
+        """Iterations of ``stage`` in recipe iterations per epoch."""
         cycle = stage.short_cycle
         return stage.num_epochs * len(cycle) / sum(x.batch_factor
                                                    for x in cycle)
@@ -636,7 +566,6 @@ class MultigridPlan:
             n = self.iters_per_epoch(stage)
             if n == 0:
                 sizes = self.batch_sizes(stage)
-                # The cycle's first batch is its largest: no batch is whole.
                 # The factors are to blame only when the shape's own batch
                 # (the cycle's last) would fit.
                 if len(sizes) > 1 and sizes[-1] <= samples_per_rank:
@@ -668,23 +597,15 @@ class MultigridPlan:
         k = min(max(int(math.floor(epoch)), 0), len(cum) - 2)
         return int(round(cum[k] + (epoch - k) * (cum[k + 1] - cum[k])))
 
-    def recipe_to_multigrid_epoch(self, epoch: float) -> float:
-        """Map a recipe epoch onto the multigrid epoch axis."""
-        return map_recipe_epoch(self.stages, self.lr_steps,
-                                self.recipe_epochs, epoch)
-
     def scheduler_cfgs(self) -> List[dict]:
         """The recipe's ``param_scheduler`` on the multigrid axis
-        (:func:`remap_param_schedulers`).
-
-        Raises:
-            ValueError: Without ``samples_per_rank``.
-        """
+        (:func:`remap_param_schedulers`)."""
         self._cum()
-        return remap_param_schedulers(self.param_scheduler,
-                                      self.recipe_to_multigrid_epoch,
-                                      self.iter_at,
-                                      self.recipe_iters_per_epoch)
+        return remap_param_schedulers(
+            self.param_scheduler,
+            lambda x: map_recipe_epoch(self.stages, self.lr_steps,
+                                       self.recipe_epochs, x),
+            self.iter_at, self.recipe_iters_per_epoch)
 
     def flops_ratio(self) -> float:
         """Multigrid FLOPs over the recipe's (FLOPs ~ ``B T S^2``)."""
@@ -692,9 +613,7 @@ class MultigridPlan:
                                  self.base_clip_len, self.base_crop_size)
 
     def iteration_saving(self) -> float:
-        """Recipe iterations over multigrid iterations (> 1 is a saving);
-        exact with ``samples_per_rank``, else from
-        :meth:`estimated_iters`."""
+        """Recipe iterations over multigrid iterations (> 1 is a saving)."""
         if self.exact:
             return (self.recipe_epochs * self.recipe_iters_per_epoch /
                     self.max_iters)
@@ -702,8 +621,8 @@ class MultigridPlan:
             self.estimated_iters(s) for s in self.stages)
 
     def _check_sub_bn(self) -> None:
-        """Raise unless sub-batch BN can split every batch of the run into
-        ``bn_base_size`` clips (batches above it must be multiples)."""
+        """Raise unless every batch above ``bn_base_size`` clips is a
+        multiple of it."""
         base = self.options.bn_base_size
         if not base:
             return
@@ -722,21 +641,15 @@ class MultigridPlan:
 
     # ------------------------------------------------------------ report
     def summary(self, warnings: Sequence[str] = ()) -> dict:
-        """The plan as plain data (the schedule tool's ``--json``).
-
-        Args:
-            warnings (Sequence[str]): Messages of the checks, kept as is.
+        """The plan as plain data (the schedule tool's ``--json``), with the
+        checks' ``warnings``.
 
         Returns:
-            dict: ``base`` (batch, effective batch, T, S), ``recipe_epochs``,
-            ``epochs``, ``exact``, ``clips_per_process`` (dataset indices),
-            ``clips_per_sample``, ``iters`` and ``recipe_iters`` (None
-            without exact counts), ``estimated_iters`` (in recipe iterations
-            per epoch), ``iteration_saving``, ``flops_ratio``,
-            ``world_size``, ``accumulative_counts``, ``warnings`` and
-            ``stages``: per stage :meth:`MultigridStage.to_dict` with
-            ``batch_size`` (per process), ``effective_batch_size``,
-            ``short_cycle_batch_sizes``, ``iters`` and ``estimated_iters``.
+            dict: The base shape, totals (``iters`` and ``recipe_iters``
+            None without exact counts, ``estimated_iters`` in recipe
+            iterations per epoch), ``warnings`` and ``stages``: per stage
+            :meth:`MultigridStage.to_dict` with its per-process and
+            effective batch sizes and iterations.
         """
         exact = self.exact
         stages = []
@@ -773,8 +686,7 @@ class MultigridPlan:
             stages=stages)
 
     def describe(self) -> str:
-        """The stage table the hook logs and the schedule tool prints
-        (rendered from :meth:`summary`)."""
+        """The stage table the hook logs and the schedule tool prints."""
         info = self.summary()
         exact, base = info['exact'], info['base']
         lines = [

@@ -3,10 +3,8 @@
 Wu et al., "A Multigrid Method for Efficiently Training Video Models" (CVPR
 2020, arXiv 1912.00998), Sec. 3, and PySlowFast
 ``slowfast/utils/multigrid.py`` (``MultigridSchedule.get_long_cycle_schedule``,
-``init_multigrid``). Epochs are data epochs (one pass over the training set),
-clip lengths are frames, crop sizes pixels. Options arrive as
-:class:`~mmext.multigrid.plan.MultigridOptions` validated them; what depends on
-the recipe (its base shape, its epochs) is checked here.
+``init_multigrid``). Epochs are data epochs, clip lengths frames, crop sizes
+pixels.
 """
 import bisect
 from dataclasses import asdict, dataclass
@@ -44,20 +42,17 @@ class MultigridStage:
     """A run of epochs trained at one long-cycle grid shape.
 
     Attributes:
-        lr_stage (int): Index of the recipe's LR stage (step schedule) the
-            stage belongs to; the recipe's LR decays by ``gamma ** lr_stage``.
-        shape (GridShape): Long-cycle shape. ``shape.batch_factor`` is the
-            linear LR scaling the stage applies on top of the recipe's LR.
+        lr_stage (int): Index of the recipe's LR stage.
+        shape (GridShape): Long-cycle shape; its ``batch_factor`` scales the
+            recipe's LR.
         short_cycle (tuple[GridShape]): Shapes cycled iteration by iteration
-            (3 with the short cycle on, else ``(shape,)``).
+            (``(shape,)`` without the short cycle).
         start_epoch (int): First epoch (inclusive).
         end_epoch (int): End epoch (exclusive).
         lr_factor (float): LR relative to the recipe's base LR,
-            ``batch_factor * gamma ** lr_stage`` (``gamma=1`` for non-step
-            schedules), as in PySlowFast's ``SOLVER.LRS``.
+            ``batch_factor * gamma ** lr_stage`` (PySlowFast ``SOLVER.LRS``).
         fine_tune (bool): Whether the stage is (a half of) the final
-            fine-tune at the base shape, not a long-cycle shape of its LR
-            stage.
+            fine-tune at the base shape.
     """
     lr_stage: int
     shape: GridShape
@@ -85,20 +80,15 @@ class MultigridStage:
 
 
 def _batch_factor(base_t: int, base_s: int, t: float, s: float) -> int:
-    """B so that ``B * T * S^2`` equals the base ``T0 * S0^2`` (paper Sec. 3.1).
-
-    PySlowFast rounds the ratio to the nearest integer.
-    """
+    """``B = round(T0 S0^2 / (T S^2))`` (paper Sec. 3.1, PySlowFast)."""
     return int(round(base_t * base_s**2 / (t * s * s)))
 
 
 def short_cycle_shapes(base_t: int, base_s: int, clip_len: int,
                        crop_size: int, factors: Sequence[float],
                        mode: str) -> Tuple[GridShape, ...]:
-    """The short cycle of one long-cycle shape (paper Sec. 3.2).
-
-    The cycle visits ``len(factors)`` smaller crops and then the long-cycle
-    crop itself, each with batch factor ``round(T0 S0^2 / (T S_i^2))``.
+    """The short cycle of one long-cycle shape (paper Sec. 3.2): the small
+    crops, then the long-cycle crop.
 
     Args:
         base_t (int): Recipe clip length ``T0`` (frames).
@@ -106,9 +96,8 @@ def short_cycle_shapes(base_t: int, base_s: int, clip_len: int,
         clip_len (int): Long-cycle ``T`` (frames), kept for all 3 shapes.
         crop_size (int): Long-cycle ``S`` (pixels).
         factors (Sequence[float]): Spatial factors of the small crops.
-        mode (str): ``'absolute'``: crops are ``factor * S0`` (PySlowFast:
-            at ``S = S0/sqrt2`` the cycle becomes 2B, B, B); ``'relative'``:
-            crops are ``factor * S`` (the paper's description).
+        mode (str): ``'absolute'``: crops are ``factor * S0`` (PySlowFast);
+            ``'relative'``: ``factor * S`` (the paper's text).
 
     Returns:
         tuple[GridShape]: The shapes in iteration order.
@@ -116,16 +105,10 @@ def short_cycle_shapes(base_t: int, base_s: int, clip_len: int,
     ref = base_s if mode == 'absolute' else crop_size
     # The batch factor uses the unrounded size (PySlowFast), the crop the
     # rounded one.
-    sizes = [ref * f for f in factors]
-    shapes = [
+    return tuple(
         GridShape(_batch_factor(base_t, base_s, clip_len, s), clip_len,
-                  int(round(s))) for s in sizes
-    ]
-    shapes.append(
-        GridShape(
-            _batch_factor(base_t, base_s, clip_len, crop_size), clip_len,
-            crop_size))
-    return tuple(shapes)
+                  int(round(s)))
+        for s in [ref * f for f in factors] + [crop_size])
 
 
 def build_multigrid_schedule(
@@ -143,33 +126,22 @@ def build_multigrid_schedule(
         gamma: Optional[float] = None) -> List[MultigridStage]:
     """Turn a recipe's schedule into the multigrid stages.
 
-    Long cycle (PySlowFast ``get_long_cycle_schedule``): inside every LR stage
-    ``[lr_steps[i], lr_steps[i+1])`` each long-cycle shape gets the same
-    number of iterations, i.e. epochs proportional to its average batch
-    factor. The last LR stage ``[lr_steps[-1], max_epochs)`` is a fine-tune at
-    the base shape with the same iteration saving as the rest; its first half
-    keeps the previous stage's LR and its second half the final LR
-    (``init_multigrid``). All epochs are then rescaled so they sum to
-    ``max_epochs * epoch_factor`` and rounded cumulatively.
-
-    Short cycle only: every boundary and ``max_epochs`` are multiplied by
-    ``epoch_factor`` and truncated (``init_multigrid``), one stage per LR
-    stage at the base shape.
+    Long cycle (PySlowFast ``get_long_cycle_schedule``): inside every LR
+    stage each long-cycle shape gets the same number of iterations. The last
+    LR stage is a fine-tune at the base shape with the same iteration
+    saving, its first half at the previous stage's LR (``init_multigrid``).
+    Epochs are rescaled to sum to ``max_epochs * epoch_factor`` and rounded
+    cumulatively. Short cycle only: every boundary is multiplied by
+    ``epoch_factor`` and truncated (``init_multigrid``).
 
     Args:
         base_t (int): Recipe clip length ``T0`` (frames).
         base_s (int): Recipe crop size ``S0`` (pixels).
-        lr_steps (Sequence[int]): LR stage starts in recipe epochs, starting
-            with 0: ``[0] + MultiStepLR.milestones`` for a step schedule,
-            ``[0, max_epochs]`` (no fine-tune) for e.g. a cosine one.
+        lr_steps (Sequence[int]): LR stage starts in recipe epochs
+            (``[0] + milestones``; ``[0, max_epochs]``: no fine-tune).
         max_epochs (int): Recipe's ``train_cfg.max_epochs``.
-        long_cycle (bool): Cycle through ``long_cycle_factors``.
-        short_cycle (bool): Cycle through the short-cycle crops.
-        long_cycle_factors (Sequence[tuple]): ``(t, s)`` factors of ``T0, S0``
-            in cycle order; the last should be ``(1, 1)``.
-        short_cycle_factors (Sequence[float]): Crop factors of the short cycle.
-        epoch_factor (float): Total epochs are ``max_epochs * epoch_factor``.
-        short_cycle_mode (str): See :func:`short_cycle_shapes`.
+        long_cycle, short_cycle, long_cycle_factors, short_cycle_factors,
+            epoch_factor, short_cycle_mode: As ``MultigridHook``'s options.
         gamma (float, optional): Step decay of the recipe, only used for the
             reported ``lr_factor``.
 
@@ -267,11 +239,8 @@ def _check_factors(base_t: int, base_s: int,
 
 def stage_at_epoch(stages: Sequence[MultigridStage],
                    epoch: int) -> MultigridStage:
-    """Return the stage that trains ``epoch`` (0-based).
-
-    Raises:
-        IndexError: If ``epoch`` is outside the schedule.
-    """
+    """Return the stage that trains ``epoch`` (0-based; ``IndexError``
+    outside the schedule)."""
     ends = [s.end_epoch for s in stages]
     k = bisect.bisect_right(ends, epoch)
     if epoch < 0 or k >= len(stages):
@@ -286,14 +255,14 @@ def map_recipe_epoch(stages: Sequence[MultigridStage],
     """Map an epoch of the recipe's schedule onto the multigrid schedule.
 
     Piecewise-linear through the knots ``lr_steps[i] -> start of LR stage i``
-    and ``max_epochs -> end of the schedule``, so a ``MultiStepLR`` milestone
-    lands exactly on its multigrid LR drop and warm-up or cosine keep their
-    share of each LR stage. Epochs past ``max_epochs`` extrapolate linearly.
+    and ``max_epochs -> end of the schedule`` (extrapolated past it), so a
+    milestone lands on its multigrid LR drop and warm-up or cosine keep their
+    share of each LR stage.
 
     Args:
         stages (Sequence[MultigridStage]): From
-            :func:`build_multigrid_schedule`.
-        lr_steps (Sequence[int]): The ``lr_steps`` given to it.
+            :func:`build_multigrid_schedule` with ``lr_steps``.
+        lr_steps (Sequence[int]): LR stage starts (recipe epochs).
         max_epochs (int): Recipe's max epochs.
         epoch (float): Recipe epoch.
 
@@ -313,17 +282,8 @@ def map_recipe_epoch(stages: Sequence[MultigridStage],
 
 
 def iterations_per_epoch(num_samples: int, batch_sizes: Sequence[int]) -> int:
-    """Batches in one pass over ``num_samples`` with cycled batch sizes.
-
-    Incomplete last batches are dropped (as PySlowFast's training loader).
-
-    Args:
-        num_samples (int): Samples one process sees per epoch.
-        batch_sizes (Sequence[int]): Per-process batch sizes, cycled.
-
-    Returns:
-        int: Number of iterations.
-    """
+    """Batches of cycled ``batch_sizes`` in one pass over ``num_samples``
+    (per process), incomplete batches dropped (PySlowFast's loader)."""
     cycle_len = sum(batch_sizes)
     iters = (num_samples // cycle_len) * len(batch_sizes)
     rest = num_samples % cycle_len
@@ -337,14 +297,11 @@ def iterations_per_epoch(num_samples: int, batch_sizes: Sequence[int]) -> int:
 
 def total_flops_ratio(stages: Sequence[MultigridStage], base_epochs: int,
                       base_t: int, base_s: int) -> float:
-    """Multigrid FLOPs over the recipe's, taking FLOPs ~ ``B T S^2``.
+    """Multigrid FLOPs over the recipe's (< 1 is a saving).
 
-    Per epoch every sample is seen once, so an epoch at shape ``(T, S)``
-    costs ``T S^2 / (T0 S0^2)`` of a base epoch (averaged over the short
-    cycle, which sees ``B_i`` samples per iteration).
-
-    Returns:
-        float: Ratio (< 1 is a saving).
+    With FLOPs ~ ``B T S^2``, an epoch at ``(T, S)`` costs
+    ``T S^2 / (T0 S0^2)`` of a base epoch (averaged over the short cycle's
+    samples).
     """
     cost = 0.0
     for s in stages:

@@ -33,11 +33,9 @@ def _unwrap(model):
 
 
 def prepare_run(runner, keep_cpu_memory: bool = True) -> Callable[[], None]:
-    """Set up what ``MultigridHook`` gives a run besides multigrid.
-
-    glibc keeps freed memory when the model trains on the CPU
-    (``keep_cpu_memory``); under mmengine's ``compile`` the per-iteration
-    frames run outside dynamo (:func:`run_outside_dynamo`). Both are logged.
+    """Set up what ``MultigridHook`` gives a run besides multigrid (logged):
+    glibc keeping freed memory when the model trains on the CPU, and
+    :func:`run_outside_dynamo` under mmengine's ``compile``.
 
     Returns:
         callable: Undoes the dynamo exclusions (the allocator setting is
@@ -137,10 +135,8 @@ class CompiledRun:
 
     Attributes:
         shapes (int): :func:`train_shape_count` of the plan.
-        limit (int): The run's recompile limit: the plan's shape count, or
-            the process's limit where that is higher.
-        graphs (int): Graphs compiled between :meth:`start` and
-            :meth:`stop`.
+        limit (int): The run's recompile limit (at least ``shapes``).
+        graphs (int): Graphs compiled between :meth:`start` and :meth:`stop`.
         fallbacks (list[str]): Frames that hit a recompile limit meanwhile
             (``"<limit>: <function> (<file>:<line>)"``).
     """
@@ -195,14 +191,8 @@ class CompiledRun:
 
 # ---------------------------------------------------------- channels_last
 def to_channels_last_3d(model: torch.nn.Module) -> int:
-    """Store every 5-D parameter and buffer in channels_last_3d, in place.
-
-    Unlike ``Module.to(memory_format=...)``, 4-D tensors (TSM's 2-D
-    convolutions) stay; the Parameter objects stay the optimizer's.
-
-    Returns:
-        int: Tensors converted.
-    """
+    """Store every 5-D parameter and buffer in channels_last_3d, in place
+    (4-D ones, e.g. TSM's, stay); return how many were converted."""
     count = 0
     with torch.no_grad():
         for tensor in list(model.parameters()) + list(model.buffers()):
@@ -286,11 +276,8 @@ def _to_float32(module, args, output):
 
 
 def float32_head_outputs(model: torch.nn.Module) -> bool:
-    """Make ``model.cls_head`` return float32 tensors (idempotent).
-
-    Returns:
-        bool: Whether the forward hook was added now.
-    """
+    """Make ``model.cls_head`` return float32 tensors (idempotent); return
+    whether the forward hook was added now."""
     head = getattr(model, 'cls_head', None)
     if head is None or getattr(head, 'mmext_float32_outputs', False):
         return False

@@ -27,18 +27,9 @@ _INSTALLED: 'weakref.WeakKeyDictionary[nn.Module, Tuple[List[str], list]]' \
 
 
 def conv_output_size(conv: nn.Module, sizes: Sequence[int]) -> Tuple[int, ...]:
-    """Output sizes of a convolution along its spatial dimensions.
-
-    ``floor((n + 2 p - d (k - 1) - 1) / s) + 1`` per dimension
-    (``torch.nn.Conv3d``'s documentation).
-
-    Args:
-        conv (nn.Conv2d | nn.Conv3d): The convolution (integer padding).
-        sizes (Sequence[int]): Input sizes, e.g. ``(T, H, W)``.
-
-    Returns:
-        tuple[int, ...]: The output sizes.
-    """
+    """Output sizes of ``conv`` (integer padding) for input ``sizes``, e.g.
+    ``(T, H, W)``: ``floor((n + 2 p - d (k - 1) - 1) / s) + 1`` per
+    dimension (``torch.nn.Conv3d``'s documentation)."""
     return tuple((n + 2 * p - d * (k - 1) - 1) // s + 1
                  for n, k, s, p, d in zip(sizes, conv.kernel_size,
                                           conv.stride, conv.padding,
@@ -209,9 +200,6 @@ def install_shape_adapters(model: nn.Module) -> List[str]:
 
     Idempotent. The hooks take the module from their arguments, so deep
     copies of the model (the shape probe's) carry working copies.
-
-    Args:
-        model (nn.Module): The unwrapped recognizer.
 
     Returns:
         list[str]: One line per adapted backbone, ``'<name> (<class>):
