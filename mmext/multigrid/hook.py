@@ -1,13 +1,7 @@
 """``MultigridHook``: the runner glue of multigrid training.
 
-The hook plans the run (:class:`~mmext.multigrid.plan.MultigridPlan`),
-checks the model against it (:mod:`.checks`), swaps the train loader at
-shape changes, scales the LR per iteration, runs sub-batch and precise BN
-(:mod:`.bn`), records its schedule in checkpoints and refuses to resume
-another one, and watches the data wait after shape changes from what
-mmengine's ``IterTimerHook`` logs. Everything holds with mmengine's own
-``Runner``; only the guard that refuses a multigrid checkpoint resumed into
-a config without the hook needs ``mmext.Runner``
+Every safeguard holds with mmengine's own ``Runner``; only refusing a
+multigrid checkpoint resumed without the hook needs ``mmext.Runner``
 (:func:`mmext.runner.register_resume_guard`).
 """
 import bisect
@@ -47,10 +41,8 @@ __all__ = [
     'reads_bn_statistics_after_epoch'
 ]
 
-# Scalars the hook writes to the visualizer backends (scalars.json,
-# TensorBoard) at the iteration they happen: the long-cycle shape (per
-# process) whenever the train loader changes, the batches of each precise
-# BN pass.
+# Visualizer scalars: the per-process long-cycle shape at each loader
+# change, the batches of each precise BN pass.
 SCALAR_BATCH_SIZE = 'multigrid/batch_size'
 SCALAR_CLIP_LEN = 'multigrid/clip_len'
 SCALAR_CROP_SIZE = 'multigrid/crop_size'
@@ -68,12 +60,7 @@ def _unwrap(model):
 
 
 def _check_repeat_collate(loader_cfg, repeats: int) -> None:
-    """Raise unless the loader collates a ``RepeatAugDataset``'s lists of
-    clips with mmaction2's ``repeat_pseudo_collate``.
-
-    ``collate_fn`` as ``Runner.build_dataloader`` takes it: a dict (type: a
-    name or a function) or the function itself.
-    """
+    """Raise unless the loader collates with ``repeat_pseudo_collate``."""
     collate = loader_cfg.get('collate_fn', dict(type='pseudo_collate'))
     kind = collate.get('type') if isinstance(collate, dict) else collate
     name = getattr(kind, '__name__', str(kind)).rsplit('.', 1)[-1]
@@ -88,13 +75,9 @@ def _check_repeat_collate(loader_cfg, repeats: int) -> None:
 def reads_bn_statistics_after_epoch(runner) -> bool:
     """Whether what follows the current train epoch reads BN statistics.
 
-    Called in ``after_train_epoch`` (``runner.epoch`` is the epoch that
-    ends): True after the last epoch, when the epoch-based train loop
-    validates next (its ``val_begin``, ``val_interval`` and
-    ``dynamic_intervals``, as ``EpochBasedTrainLoop.run`` decides), or when
-    an epoch-based ``CheckpointHook`` saves now (``interval``,
-    ``save_begin``, as its ``after_train_epoch`` decides). Iteration-based
-    checkpoints and other hooks are not predicted.
+    True in ``after_train_epoch`` of the last epoch, or when the loop
+    validates or an epoch-based ``CheckpointHook`` saves next (as mmengine
+    decides); iteration-based checkpoints are not predicted.
     """
     done = runner.epoch + 1
     loop = runner.train_loop
@@ -112,12 +95,9 @@ def reads_bn_statistics_after_epoch(runner) -> bool:
 
 
 # ---------------------------------------------------------------- resume
-# How the signature's epoch counts read in messages (their keys stay as
-# earlier checkpoints saved them).
-_LABELS = {
-    'max_epochs': 'multigrid epochs',
-    'recipe_epochs': 'recipe epochs (train_cfg.max_epochs)',
-}
+# Signature keys (as earlier checkpoints saved them) as messages name them.
+_LABELS = {'max_epochs': 'multigrid epochs',
+           'recipe_epochs': 'recipe epochs (train_cfg.max_epochs)'}
 
 
 def _iteration_axis(plan) -> dict:
@@ -127,15 +107,14 @@ def _iteration_axis(plan) -> dict:
 
 
 def resume_signature(plan) -> dict:
-    """What defines a run's epoch and iteration axes, saved in its
-    checkpoints (``meta[CHECKPOINT_KEY]``).
+    """What defines a run's epoch and iteration axes
+    (``meta[CHECKPOINT_KEY]`` of its checkpoints).
 
     Returns:
-        dict: The schedule options (sequences as lists, as earlier
-        checkpoints hold them), ``lr_steps``, ``recipe_epochs`` and
-        ``max_epochs`` (the epoch axis), ``world_size``, ``batch_size`` (per
-        process), ``samples_per_rank`` and ``max_iters`` (the iteration
-        axis; None without exact counts).
+        dict: The schedule options (sequences as lists), ``lr_steps``,
+        ``recipe_epochs``, ``max_epochs``, ``world_size``, ``batch_size``
+        (per process), ``samples_per_rank`` and ``max_iters`` (None without
+        exact counts).
     """
     options = plan.options
     signature = options.schedule_kwargs()
@@ -152,19 +131,15 @@ def check_resume(plan, saved: Optional[dict], epoch: Optional[int] = None,
                  iteration: Optional[int] = None) -> None:
     """Raise unless a resumed checkpoint trained this very schedule.
 
-    The epoch axis (schedule options, LR stages, recipe and multigrid
-    epochs) must be the checkpoint's, and so must the iteration axis
-    (world size, per-process batch, dataset size decide where each stage
-    and iteration-based scheduler bound lies). Checkpoints without an
-    iteration record are checked by where they stand: ``iteration`` must
-    lie in this plan's ``epoch``.
+    Both axes of :func:`resume_signature` must match; a checkpoint without
+    an iteration record must have ``iteration`` inside this plan's
+    ``epoch``.
 
     Args:
         plan (MultigridPlan): The run's plan.
         saved (dict, optional): The checkpoint's :func:`resume_signature`;
-            None for a checkpoint of a run without multigrid.
-        epoch (int, optional): The resumed epoch (``runner.epoch``).
-        iteration (int, optional): The resumed iteration (``runner.iter``).
+            None for a run without multigrid.
+        epoch, iteration (int, optional): ``runner.epoch``, ``runner.iter``.
 
     Raises:
         ValueError: Naming the differences and the fix.
@@ -195,8 +170,7 @@ def check_resume(plan, saved: Optional[dict], epoch: Optional[int] = None,
 
 
 def _epoch_span(plan, epoch: int) -> Tuple[int, int]:
-    """``[first, end)`` iterations of ``epoch`` (the end of training for an
-    epoch past the last)."""
+    """``[first, end)`` iterations of ``epoch`` (past the last: the end)."""
     cum = plan.cum_iters
     if epoch + 1 < len(cum):
         return cum[epoch], cum[epoch + 1]
@@ -227,13 +201,9 @@ def _refuse_iteration_axis(plan, saved: dict, axis: dict,
 class DataWaitWatch:
     """The data-wait share after each shape change; one warning per run.
 
-    :meth:`start_stage` when a stage's loader is swapped in, then
-    :meth:`record` once per iteration with what mmengine's
-    ``IterTimerHook`` logged for it. The first ``skip`` iterations (worker
-    start, first batch) count as stage-change cost; the next ``iters`` are
-    summed. When they are complete, :meth:`record` returns the summary and,
-    once per run, the warning if the share exceeds ``threshold``. A stage
-    shorter than ``skip + iters`` iterations gives nothing.
+    The first ``skip`` iterations after :meth:`start_stage` count as
+    stage-change cost, the next ``iters`` are measured; a shorter stage
+    gives nothing.
 
     Args:
         threshold (float, optional): Data-wait share in [0, 1]; 0 or None
@@ -251,8 +221,7 @@ class DataWaitWatch:
         self.start_stage('')
 
     def start_stage(self, where: str, rebuild_seconds: float = 0.0) -> None:
-        """Begin measuring a stage (``where`` names it in the messages;
-        ``rebuild_seconds``: its loader rebuild, s)."""
+        """Begin measuring a stage (``rebuild_seconds``: loader rebuild)."""
         self.where = where
         self.change_seconds = self._rebuild = rebuild_seconds
         self._seen = 0
@@ -260,14 +229,9 @@ class DataWaitWatch:
 
     def record(self, data_seconds: float,
                total_seconds: float) -> List[Tuple[int, str]]:
-        """Add one iteration; return the ``(logging level, text)`` due now.
-
-        Args:
-            data_seconds (float): Wait for the batch (s; mmengine's
-                ``train/data_time``).
-            total_seconds (float): The whole iteration, wait included (s;
-                ``train/time``).
-        """
+        """Add one iteration's data wait and total time (s; mmengine's
+        ``train/data_time``, ``train/time``); return the ``(logging level,
+        text)`` due now."""
         self._seen += 1
         if self._seen <= self.skip:
             self.change_seconds += data_seconds
@@ -306,19 +270,9 @@ class DataWaitWatch:
 class MultigridHook(Hook):
     """Multigrid training (Wu et al., CVPR 2020) for an mmaction2 recipe.
 
-    Add it to ``custom_hooks`` of an epoch-based recipe. Base ``T``, ``S``
-    and ``B`` come from the train pipeline's ``SampleFrames``, its final
-    fixed-size crop and ``train_dataloader.batch_size``; the LR stages from
-    the epoch-based ``MultiStepLR`` of ``param_scheduler``. Before training
-    the hook plans the multigrid stages, checks the model, sets the loop's
-    ``max_epochs``/``max_iters`` and rebuilds the param schedulers on the
-    multigrid epoch axis. At each shape change (only then) it rebuilds the
-    train loader from the same dataset object; during each iteration it
-    multiplies the LR by the long-cycle batch factor; it runs sub-batch BN
-    (``bn_base_size`` clips per split at every iteration) and precise BN at
-    the end of each long-cycle shape that evaluation or a checkpoint
-    follows; checkpoints hold the recipe's BN keys and the schedule. The
-    stage follows ``runner.epoch``, so resuming is exact.
+    Add it to ``custom_hooks`` of an epoch-based recipe; base ``(B, T, S)``
+    and LR stages come from the recipe (docs/en/multigrid.md). The stage
+    follows ``runner.epoch``, so resuming is exact.
 
     Args:
         long_cycle (bool): Cycle through ``long_cycle_factors``.
@@ -333,31 +287,23 @@ class MultigridHook(Hook):
         bn_base_size (int, optional): Clips per BN split; None or 0
             disables sub-batch BN.
         precise_bn_iters (int): Batches of precise BN at the end of a
-            long-cycle shape whose statistics are read next (last epoch,
-            validation, an epoch-based checkpoint; elsewhere the next shape
-            would overwrite them); 0 disables it. Only BN layers in training
-            mode are updated.
+            long-cycle shape whose statistics are read next (validation, a
+            checkpoint, the end); 0 disables it.
         lr_steps (Sequence[int], optional): LR stage starts in recipe epochs
             (``[0, ...]``); default from the recipe's ``MultiStepLR``, else
             ``[0, max_epochs]``.
         skip_broken_clips (bool): Replace a training clip that fails to load
-            by a random other one (with a warning naming the file and a
-            count per epoch); False stops with an error naming the file.
-        data_wait_threshold (float, optional): After each shape change the
-            hook logs the stage-change cost and the data-wait share of the
-            next ``data_wait_iters`` iterations; above this share it warns
-            once per run that the run is data-bound. 0 or None: no warning.
+            by a random other one; False stops with an error naming the file.
+        data_wait_threshold (float, optional): Data-wait share after a shape
+            change above which the hook warns once; 0 or None: no warning.
         data_wait_iters (int): Iterations measured after each shape change.
-        keep_cpu_memory (bool): When the model trains on the CPU with glibc,
-            make the process keep freed memory for reuse
-            (:func:`~mmext.multigrid.speed.prepare_run`).
+        keep_cpu_memory (bool): Make glibc keep freed memory when the model
+            trains on the CPU.
 
     Raises:
-        ValueError: At construction, for an option of the wrong type or out
-            of range (:class:`~mmext.multigrid.plan.MultigridOptions`).
+        ValueError: At construction for a bad option; in ``before_run`` for
+            a recipe the plan or the model checks refuse.
         TypeError: In ``before_run`` if the train loop is not epoch based.
-        ValueError: In ``before_run`` for a recipe the plan or the model
-            checks refuse.
         BrokenClipError: During training, for a clip that fails to load
             (unless ``skip_broken_clips``).
     """
@@ -382,11 +328,8 @@ class MultigridHook(Hook):
 
     # ------------------------------------------------------------ set-up
     def before_run(self, runner) -> None:
-        """Check the recipe, plan the run and re-time the loop.
-
-        Only for training: ``tools/test.py`` with a multigrid config runs the
-        recipe unchanged (its train loop and optimizer are never built).
-        """
+        """Check the recipe, plan the run and re-time the loop (training
+        only: ``tools/test.py`` runs the recipe unchanged)."""
         if not isinstance(runner.optim_wrapper, BaseOptimWrapper):
             return
         count = sum(isinstance(h, MultigridHook) for h in runner.hooks)
@@ -421,8 +364,7 @@ class MultigridHook(Hook):
             print_log('Multigrid: bfloat16 autocast: cls_head outputs in '
                       'float32', logger='current')
         if self.plan.sub_bn_base_size:
-            # Once, before mmengine compiles the model: the layers split
-            # every batch at forward time.
+            # Once, before mmengine compiles the model.
             enable_sub_bn(model, self.plan.sub_bn_base_size)
         if compile_enabled(runner.cfg.get('compile')):
             # Before Runner.train compiles train_step (after before_run).
@@ -449,8 +391,7 @@ class MultigridHook(Hook):
 
     # ------------------------------------------------------------ epochs
     def before_train_epoch(self, runner) -> None:
-        """Swap in the loader of the epoch's stage (when its shapes
-        change)."""
+        """Swap in the loader of the epoch's stage if its shapes change."""
         start = time.perf_counter()
         stage = self.plan.stage_at(runner.epoch)
         if self._loader_stage is not None and (
@@ -477,17 +418,8 @@ class MultigridHook(Hook):
 
     def build_loader(self, runner, stage: MultigridStage,
                      short_cycle: bool = True):
-        """Train loader of ``stage`` reusing the recipe's dataset object.
-
-        Args:
-            runner (Runner): The runner.
-            stage (MultigridStage): Stage whose shapes to serve.
-            short_cycle (bool): False gives only the long-cycle shape (for
-                precise BN).
-
-        Returns:
-            DataLoader: Built by ``Runner.build_dataloader``.
-        """
+        """Train loader of ``stage`` reusing the recipe's dataset object
+        (``short_cycle=False``: the long-cycle shape only, for precise BN)."""
         shapes = stage.short_cycle if short_cycle else stage.short_cycle[-1:]
         dataset = MultigridDataset(
             self._dataset, [
@@ -570,8 +502,8 @@ class MultigridHook(Hook):
                          runner.iter)
 
     def after_train(self, runner) -> None:
-        """Leave the recipe's plain BN modules (and no shape adapters) in
-        the trained model; log the graphs ``compile=...`` made."""
+        """Leave the recipe's plain modules in the trained model; log the
+        compiled graphs."""
         disable_sub_bn(_unwrap(runner.model))
         remove_shape_adapters(_unwrap(runner.model))
         self._undo_prepare()
@@ -601,9 +533,8 @@ class MultigridHook(Hook):
             self._restore_lrs = None
 
     def _watch_last_iteration(self, runner) -> None:
-        """Give the watch the figures ``IterTimerHook`` (priority NORMAL,
-        after this hook) logged for the last finished iteration: its
-        ``train/data_time`` and ``train/time`` (s)."""
+        """Give the watch the last iteration's times ``IterTimerHook``
+        logged."""
         hub = runner.message_hub
         try:
             data = hub.get_scalar('train/data_time').current()
@@ -621,12 +552,7 @@ class MultigridHook(Hook):
 def _multigrid_checkpoint_needs_the_hook(runner, checkpoint: dict,
                                          filename: str,
                                          resume_optimizer: bool) -> None:
-    """Refuse to resume a multigrid checkpoint without ``MultigridHook``
-    (needs ``mmext.Runner``, which runs the registered guards).
-
-    Raises:
-        ValueError: Naming the hook to add, or to start from the weights.
-    """
+    """Refuse to resume a multigrid checkpoint without ``MultigridHook``."""
     schedule = checkpoint.get('meta', {}).get(CHECKPOINT_KEY)
     if schedule is not None and not any(
             isinstance(hook, MultigridHook) for hook in runner.hooks):
