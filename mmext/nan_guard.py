@@ -152,7 +152,9 @@ class NaNGuardHook(Hook):
             bad_grads = not bool(torch.isfinite(total))
         self._local_loss, self._norm_overflow = bad_loss, bad_grads
         if get_world_size() > 1:
-            device = params[0].device if params else 'cpu'
+            # Every rank's optimizer holds parameters, with or without
+            # gradients: NCCL needs the same (CUDA) device on all ranks.
+            device = optimizer.param_groups[0]['params'][0].device
             shared = torch.tensor([bad_loss], dtype=torch.float32,
                                   device=device)
             all_reduce(shared, op='sum')
@@ -181,8 +183,7 @@ class NaNGuardHook(Hook):
         bad_grads, self._bad_grads = self._bad_grads, None
         flags = [bool(bad_terms), bad_grads is not None]
         if get_world_size() > 1:
-            device = next((v.device for v in (outputs or {}).values()
-                           if isinstance(v, torch.Tensor)), 'cpu')
+            device = next(runner.model.parameters()).device
             shared = torch.tensor(flags, dtype=torch.float32, device=device)
             all_reduce(shared, op='sum')
             flags = [bool(v > 0) for v in shared.tolist()]

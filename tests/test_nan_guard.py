@@ -289,3 +289,31 @@ def test_bccd_zero_size_box_is_named(tmp_path, shared_data):
             "0). Drop them from the annotations, or filter them in the train "
             "pipeline (dict(type='FilterAnnotations', min_gt_bbox_wh=(1, 1)) "
             'after LoadAnnotations).') in message
+
+
+def test_collectives_take_the_model_device_without_gradients(monkeypatch):
+    """A rank whose step has no gradient and whose outputs hold no tensor
+    still all-reduces on the model's device (NCCL takes CUDA tensors only):
+    checked with the model on the ``meta`` device, which a CPU default
+    would not match."""
+    from types import SimpleNamespace
+
+    import mmext.nan_guard as guard
+
+    class Reduced(Exception):
+        """Stops at the collective (a meta tensor has no value to read)."""
+
+    def all_reduce(tensor, op):
+        raise Reduced(tensor.device)
+
+    monkeypatch.setattr(guard, 'get_world_size', lambda: 2)
+    monkeypatch.setattr(guard, 'all_reduce', all_reduce)
+    model = nn.Linear(2, 1, device='meta')
+    hook = NaNGuardHook()
+    with pytest.raises(Reduced) as pre_step:
+        hook._pre_step(torch.optim.SGD(model.parameters(), lr=0.1), (), {})
+    with pytest.raises(Reduced) as after_iter:
+        hook.after_train_iter(SimpleNamespace(model=model, iter=0), 0,
+                              outputs=dict(loss=1.0))
+    assert pre_step.value.args == after_iter.value.args == (
+        torch.device('meta'), )
