@@ -80,8 +80,11 @@ def check_dataset_config(dataset_cfg: dict) -> None:
                  f"the folder the config's paths are relative to, the "
                  f"project root for mmext's configs)")
         raise FileNotFoundError(f'ann_file {path} does not exist{where}.')
-    if osp.isfile(path) and osp.getsize(path) == 0:
-        raise ValueError(f'ann_file {path} lists no samples.')
+    # A list of blank lines is empty too; a large file is not (COCO json).
+    if osp.isfile(path) and osp.getsize(path) < 4096:
+        with open(path, 'rb') as f:
+            if not f.read().strip():
+                raise ValueError(f'ann_file {path} lists no samples.')
 
 
 def single_class_subset(dataset_cfg: dict, dataset) -> Optional[str]:

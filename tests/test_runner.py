@@ -474,6 +474,8 @@ def test_a_missing_or_empty_annotation_list_is_named(tmp_path):
                 'ann_file no/such/folder/train.txt does not exist (relative '
                 f'to the current folder {os.getcwd()}')):
             Runner.build_dataloader(_video_loader('no/such/folder/train.txt'))
-        (tmp_path / 'empty.txt').write_text('')
-        with pytest.raises(ValueError, match='empty.txt lists no samples'):
-            Runner.build_dataloader(_video_loader(tmp_path / 'empty.txt'))
+        for text in ('', '\n \n'):
+            (tmp_path / 'empty.txt').write_text(text)
+            with pytest.raises(ValueError,
+                               match='empty.txt lists no samples'):
+                Runner.build_dataloader(_video_loader(tmp_path / 'empty.txt'))
