@@ -1,31 +1,14 @@
 """Make the bundle that ``tools/gpu_check.sh --bundle`` installs on a bare
 GPU machine (run it as ``tools/gpu_bundle.sh``).
 
-The GPU machine lent to this project has Python 3.12 with torch 2.11 and
-the packages of ``requirements/gpu_machine_packages.txt``, no OpenMMLab
-stack and no network; only the working tree and the ignored folders a call
-names travel to it, 64 MiB in all. The bundle (default ``.gpu_bundle/``,
-ignored by git) holds what the check needs beyond the machine's packages:
-
-* ``wheels/``: the cp312 manylinux wheels pinned in
-  ``requirements/gpu_bundle.txt``, and mmext's wheel, built from the
-  working tree;
-* ``sdist/``: the sdists of :data:`SDISTS` (mmcv 2.1.0 has no cp312 wheel;
-  ``tools/gpu_check.sh`` installs it without ops, then builds its ops for
-  the machine's GPU there);
-* ``stubs/`` and ``overrides/``: the import-time stubs of ``tools/stubs/``
-  (added where a package lacks a module) and the files of
-  ``tools/overrides/`` (replacing one that fails with the machine's
-  packages);
-* ``python-include.tar.gz``: Python 3.12's C headers, when a Python 3.12
-  here has them (``PYTHON312``, else ``python3.12`` on PATH); the ops build
-  uses them only if the machine's Python lacks ``Python.h``;
-* ``manifest.json``: each file with its size and sha256, and for every
-  distribution the check imports (``requirements/gpu_check_needs.txt``)
-  where it comes from, ``machine`` or ``bundle``.
-
-Downloads use ``pip download --no-deps``: every dependency the check needs
-is named in the pins, and the manifest says which side provides it.
+Writes into ``--out`` (default ``.gpu_bundle/``) the pinned cp312 wheels of
+``requirements/gpu_bundle.txt`` and mmext's wheel (``wheels/``), the sdists
+of :data:`SDISTS` (``sdist/``), ``tools/stubs`` and ``tools/overrides``,
+Python 3.12's headers if a local Python 3.12 has them, and
+``manifest.json`` (each file's size and sha256; for each distribution the
+check imports, ``machine`` or ``bundle``); prints the sizes against the
+64 MiB the bundle and the working tree share. What each part is for:
+docs/en/get_started.md, "On a lent GPU machine".
 """
 import argparse
 import glob
@@ -49,27 +32,23 @@ STUBS = osp.join(ROOT, 'tools', 'stubs')
 OVERRIDES = osp.join(ROOT, 'tools', 'overrides')
 LIMIT_MIB = 64  # the working tree and the bundle, together
 PYTHON_VERSION = '3.12'
-# What the machine's pip accepts; pip matches each manylinux_2_N tag
-# exactly, so list those the pinned wheels use.
+# pip matches each manylinux_2_N tag exactly: those the pinned wheels use.
 PLATFORMS = ('manylinux_2_28_x86_64', 'manylinux_2_27_x86_64',
              'manylinux_2_24_x86_64', 'manylinux_2_17_x86_64',
              'manylinux2014_x86_64', 'manylinux2010_x86_64',
              'manylinux1_x86_64')
-# Pins carried as sdists: no wheel for cp312 (mmcv 2.1.0 has wheels only
-# for the torch versions of its release).
+# Pins carried as sdists: mmcv 2.1.0 has no cp312 wheel.
 SDISTS = ('mmcv', )
 # mmcv's setup.py imports pkg_resources, also while pip reads its metadata.
 SDIST_BUILD_CONSTRAINT = 'setuptools<81'
-# A distribution the check needs that the machine provides under another
-# name: its headless OpenCV build provides cv2.
+# Needed distributions the machine provides under another name.
 PROVIDED_BY = {
     'opencv-python': 'opencv-python-headless',
     'opencv-contrib-python': 'opencv-python-headless',
 }
-# The modules the check's lines import beyond the test modules (which
-# ``pytest -m cuda`` collects): what each toolbox's register_all_modules
-# imports (configs with its default_scope load them), mmcv's ops, and
-# pkg_resources (mmengine resolves ``pkg::`` configs with it).
+# What the lines import beyond the test modules: what each toolbox's
+# register_all_modules imports, mmcv's ops, and pkg_resources (mmengine
+# resolves ``pkg::`` configs with it).
 CHECK_IMPORTS = (
     'mmext', 'mmcv.ops', 'mmcv.transforms', 'pkg_resources', 'decord',
     'mmdet.datasets', 'mmdet.engine', 'mmdet.evaluation', 'mmdet.models',
@@ -78,6 +57,18 @@ CHECK_IMPORTS = (
     'mmaction.visualization', 'mmseg.datasets', 'mmseg.engine',
     'mmseg.evaluation', 'mmseg.models', 'mmseg.structures',
     'mmseg.visualization')
+
+
+def check_modules() -> List[str]:
+    """:data:`CHECK_IMPORTS` and mmext's modules (walking imports them)."""
+    import pkgutil
+    import warnings
+
+    import mmext
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return [*CHECK_IMPORTS, *(info.name for info in pkgutil.walk_packages(
+            mmext.__path__, 'mmext.'))]
 
 
 def canonical(name: str) -> str:
@@ -94,11 +85,8 @@ def read_list(path: str) -> List[str]:
 
 def read_pins(path: str = PINS) -> Dict[str, str]:
     """``{canonical name: version}`` of ``name==version`` lines."""
-    pins = {}
-    for entry in read_list(path):
-        name, version = entry.split('==')
-        pins[canonical(name)] = version.strip()
-    return pins
+    pins = (entry.split('==') for entry in read_list(path))
+    return {canonical(name): version.strip() for name, version in pins}
 
 
 def machine_packages(path: str = MACHINE) -> set:
@@ -112,23 +100,12 @@ def needs(path: str = NEEDS) -> List[str]:
 
 def sources(needed: Iterable[str], machine: set,
             bundled: Iterable[str]) -> Dict[str, str]:
-    """Where each needed distribution comes from on the GPU machine.
-
-    ``bundle`` when the bundle carries it (also when the machine has it:
-    the bundle's version comes first on the path), else ``machine`` when
-    the machine has it or its stand-in (:data:`PROVIDED_BY`), else
-    ``missing``.
-    """
+    """``{name: 'bundle', 'machine' or 'missing'}`` of each needed
+    distribution; the bundle's copy comes first on the GPU machine."""
     bundled = {canonical(name) for name in bundled}
-    result = {}
-    for name in needed:
-        if name in bundled:
-            result[name] = 'bundle'
-        elif PROVIDED_BY.get(name, name) in machine:
-            result[name] = 'machine'
-        else:
-            result[name] = 'missing'
-    return result
+    return {name: 'bundle' if name in bundled else 'machine'
+            if PROVIDED_BY.get(name, name) in machine else 'missing'
+            for name in needed}
 
 
 def dist_of_file(filename: str) -> tuple:
@@ -141,17 +118,8 @@ def dist_of_file(filename: str) -> tuple:
     return canonical(name), version
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 20), b''):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def working_tree_files() -> List[str]:
-    """What travels to the GPU machine besides named folders: the tracked
-    files and the untracked ones git does not ignore."""
+    """What travels to the GPU machine: the files git does not ignore."""
     out = subprocess.run(
         ['git', 'ls-files', '-z', '--cached', '--others',
          '--exclude-standard'], cwd=ROOT, check=True, capture_output=True,
@@ -173,8 +141,7 @@ def _pip(*args: str, env: Optional[dict] = None) -> None:
 
 def download(out: str, pins: Dict[str, str]) -> None:
     """Fetch the pinned wheels and sdists (pip skips files already there)
-    and delete any other file in ``wheels/`` and ``sdist/`` (an older pin:
-    two versions of one package stop the install)."""
+    and delete other versions (two of one package stop the install)."""
     wheels = [f'{n}=={v}' for n, v in pins.items() if n not in SDISTS]
     sdists = [f'{n}=={v}' for n, v in pins.items() if n in SDISTS]
     platforms = [arg for p in PLATFORMS for arg in ('--platform', p)]
@@ -185,9 +152,8 @@ def download(out: str, pins: Dict[str, str]) -> None:
     with tempfile.NamedTemporaryFile('w', suffix='.txt') as constraint:
         constraint.write(SDIST_BUILD_CONSTRAINT + '\n')
         constraint.flush()
-        # pip builds an sdist's metadata in an isolated environment: pin
-        # its setuptools (PIP_BUILD_CONSTRAINT for pip >= 25.3, whose
-        # PIP_CONSTRAINT no longer reaches that environment).
+        # The isolated build of the sdist's metadata: pip >= 25.3 reads
+        # PIP_BUILD_CONSTRAINT there, older pips PIP_CONSTRAINT.
         env = dict(os.environ, PIP_CONSTRAINT=constraint.name,
                    PIP_BUILD_CONSTRAINT=constraint.name)
         _pip('download', '-q', '--no-deps', '--no-binary=:all:', '-d',
@@ -199,8 +165,8 @@ def download(out: str, pins: Dict[str, str]) -> None:
 
 
 def build_mmext_wheel(out: str) -> str:
-    """mmext's wheel, built from a copy of the working tree (building in
-    place would replace the checkout's ``mmext/.mim`` links by copies)."""
+    """mmext's wheel, built from a copy of the working tree (in place, the
+    build would replace the checkout's ``mmext/.mim`` links by copies)."""
     wheels = osp.join(out, 'wheels')
     for old in glob.glob(osp.join(wheels, 'mmext-*.whl')):
         os.remove(old)
@@ -213,8 +179,7 @@ def build_mmext_wheel(out: str) -> str:
 
 
 def python_headers(out: str) -> Optional[str]:
-    """Pack Python 3.12's ``Python.h`` folder from a local Python 3.12;
-    None (and no file) without one."""
+    """Pack a local Python 3.12's ``Python.h`` folder; None without one."""
     dest = osp.join(out, 'python-include.tar.gz')
     python = os.environ.get('PYTHON312') or shutil.which(
         f'python{PYTHON_VERSION}')
@@ -232,8 +197,8 @@ def python_headers(out: str) -> Optional[str]:
 
 
 def copy_tree(source: str, out: str) -> List[str]:
-    """Copy ``tools/stubs`` or ``tools/overrides`` (its README aside) into
-    the bundle folder of the same name; the files, relative to it."""
+    """Copy ``source`` (its README aside) into ``out``; the files copied,
+    relative to ``out``."""
     dest = osp.join(out, osp.basename(source))
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns('README.md'))
@@ -257,9 +222,11 @@ def write_manifest(out: str, pins: Dict[str, str], trees: List[str],
     for path in paths:
         name, version = (dist_of_file(path) if '/wheels/' in path
                          or '/sdist/' in path else (None, None))
+        with open(path, 'rb') as f:
+            sha256 = hashlib.file_digest(f, 'sha256').hexdigest()
         files.append(dict(path=osp.relpath(path, out), distribution=name,
                           version=version, bytes=osp.getsize(path),
-                          sha256=_sha256(path)))
+                          sha256=sha256))
     bundled = [f['distribution'] for f in files if f['distribution']]
     sdists = [f['path'] for f in files if f['path'].startswith('sdist/')]
     manifest = dict(
@@ -278,10 +245,8 @@ def write_manifest(out: str, pins: Dict[str, str], trees: List[str],
 
 
 def check_bundle(out: str) -> List[str]:
-    """What is wrong with the bundle in ``out``: files missing or changed
-    since the manifest, a pin without its file, a needed distribution
-    neither on the machine nor in the bundle, or too large together with
-    the working tree."""
+    """What is wrong with the bundle in ``out`` (files missing or changed,
+    pins without a file, needs met nowhere, too large)."""
     with open(osp.join(out, 'manifest.json')) as f:
         manifest = json.load(f)
     problems = []
@@ -308,24 +273,18 @@ def check_bundle(out: str) -> List[str]:
 
 
 def probe() -> None:
-    """Print, as JSON, ``{module: [distributions]}`` of each top-level
-    module that :data:`CHECK_IMPORTS`, mmext's modules and the collection
-    of ``tests/`` import, but the standard library and the checkout's own
-    modules. Run it in a fresh interpreter with the full stack
-    (``tests/tools/test_gpu_bundle.py`` compares it with the needs)."""
+    """Print, as JSON, ``{module: [distributions]}`` of each third-party
+    top-level module that :func:`check_modules` and collecting ``tests/``
+    import (in a fresh interpreter with the full stack)."""
     import importlib
     import importlib.metadata
-    import pkgutil
     import warnings
 
     import pytest
     warnings.simplefilter('ignore')
     sys.path[:0] = [ROOT, osp.join(ROOT, 'tests')]
-    for module in CHECK_IMPORTS:
+    for module in check_modules():
         importlib.import_module(module)
-    import mmext
-    for info in pkgutil.walk_packages(mmext.__path__, 'mmext.'):
-        importlib.import_module(info.name)
     with open(os.devnull, 'w') as devnull:
         stdout, sys.stdout = sys.stdout, devnull
         try:
@@ -351,17 +310,6 @@ def probe() -> None:
 
 
 # -------------------------------------------------------------------- main
-def _size_table(manifest: dict) -> List[str]:
-    rows = sorted(manifest['files'], key=lambda f: -f['bytes'])
-    lines = [f'  {f["bytes"] / 2**20:7.2f} MiB  {f["path"]}' for f in rows]
-    tree = manifest['working_tree_bytes']
-    total = manifest['bytes'] + tree
-    return lines + [
-        f'  bundle {manifest["bytes"] / 2**20:.2f} MiB + working tree '
-        f'{tree / 2**20:.2f} MiB = {total / 2**20:.2f} MiB of '
-        f'{manifest["limit_bytes"] >> 20} MiB']
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -384,14 +332,18 @@ def main(argv=None) -> int:
     trees = copy_tree(STUBS, out) + copy_tree(OVERRIDES, out)
     manifest = write_manifest(out, pins, trees, python_headers(out))
     print(f'gpu_bundle: {out}')
-    print('\n'.join(_size_table(manifest)))
+    for f in sorted(manifest['files'], key=lambda f: -f['bytes']):
+        print(f'  {f["bytes"] / 2**20:7.2f} MiB  {f["path"]}')
+    size, tree = manifest['bytes'], manifest['working_tree_bytes']
+    print(f'  bundle {size / 2**20:.2f} MiB + working tree '
+          f'{tree / 2**20:.2f} MiB = {(size + tree) / 2**20:.2f} MiB of '
+          f'{manifest["limit_bytes"] >> 20} MiB')
     problems = check_bundle(out)
     if problems:
         print('gpu_bundle: ' + '\n  '.join(problems))
         return 1
-    machine = sorted(n for n, s in manifest['sources'].items()
-                     if s == 'machine')
-    print(f'gpu_bundle: OK; the GPU machine provides {len(machine)} of the '
+    machine = sum(s == 'machine' for s in manifest['sources'].values())
+    print(f'gpu_bundle: OK; the GPU machine provides {machine} of the '
           f'{len(manifest["sources"])} distributions the check imports.')
     return 0
 

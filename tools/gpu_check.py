@@ -1,35 +1,13 @@
 """One-command GPU check of mmext (run it as ``tools/gpu_check.sh``).
 
-Runs, on a machine with CUDA and the stack of ``make install``, each line
-below with a time limit (8 minutes for all), then prints one summary table
-and exits 1 if any line failed:
-
-1. ``cuda-tests``: the CUDA-marked tests (``pytest -m cuda``);
-2. ``agvm-fp32`` / ``agvm-amp``: ``tools/train.py`` on the demo detector,
-   one GPU, AGVM halves = accumulated micro-batches, fp32 and ``--amp``;
-   the logged factors must be finite and re-estimated;
-3. ``agvm-2proc``: the same config in 2 processes (NCCL with 2+ GPUs, else
-   gloo with both on GPU 0); factors finite and identical on both ranks,
-   parameters identical;
-4. ``multigrid``: ``tools/train.py`` on the demo video recipe (sub-batch
-   BN, precise BN, shape changes);
-5. ``agvm-overhead``: ``tools/benchmark/agvm_overhead.py --device cuda``;
-6. ``mg-speedup-gpu`` / ``mg-project-gpu`` / ``agvm-large-batch-gpu``: the
-   CUDA modes of the multigrid speed-up and AGVM large-batch benchmarks.
-
-Without CUDA it checks its arguments, the tools and that the configs exist
-and parse (the dry run), says in one line that there is no GPU and exits 0.
-``--dry-run`` does the same on a GPU machine and prints the plan.
-
-``--bundle DIR`` (``tools/gpu_check.sh --bundle DIR`` installs the bundle of
-``tools/gpu_bundle.sh`` into ``--target`` first, mmcv without its compiled
-ops): the table's ``mmcv-ops-build`` line builds mmcv's ops for the present
-GPU in the background while the lines that need no compiled ops run; the
-others (``needs_ops``) run once the ops are built and load, or are skipped
-with the reason if the build fails or would leave them under
-``OPS_RESERVE`` seconds. The budget (default 570 s) then counts from the
-start of the install. The dry run also imports what the check imports and
-lists what waits for the compiled ops.
+Runs each line of :data:`LINES` (the CUDA tests, AGVM and multigrid
+training on the smoke configs, the CUDA modes of the benchmarks) with a
+time limit, all within ``--budget``, prints one summary table and exits 1
+if a line failed. Without CUDA, or with ``--dry-run``, it checks its
+arguments, the tools and the configs (with ``--bundle`` also the imports)
+and runs nothing. ``--bundle DIR`` builds mmcv's compiled ops beside the
+lines that need none (``needs_ops``). The lines, the table and the bundle:
+docs/en/get_started.md, "Checking a GPU machine".
 """
 import argparse
 import json
@@ -50,8 +28,8 @@ MULTIGRID_CONFIG = ('configs/smoke/'
 SLOWFAST_CONFIG = ('configs/multigrid/slowfast_r50_multigrid_8xb8-8x8x1-'
                    'steplr-239e_kinetics400-rgb.py')
 BUDGET = 8 * 60  # seconds for all lines together
-# With --bundle: the install, the mmcv ops build and the lines, inside the
-# lent machine's 10-minute command limit with a margin to print the table.
+# With --bundle, for the whole call (install and ops build included),
+# inside the lent machine's 10-minute command limit.
 BUNDLE_BUDGET = 570
 # The ops build is stopped when less is left, for the lines that need it.
 OPS_RESERVE = 120
@@ -59,10 +37,9 @@ DEMO_DATA = 'data/demo'
 
 
 class Line(NamedTuple):
-    """One check: ``command`` is run; ``check(output, work_dir)`` returns
-    the detail shown in the table, or raises ``CheckFailed``. ``needs_ops``:
-    it imports mmcv's compiled ops (mmdet's detectors, or the test modules
-    that do), which a ``--bundle`` run builds first."""
+    """One check: ``check(output, work_dir)`` of ``command(work_dir)``'s
+    output returns the table's detail or raises :class:`CheckFailed`;
+    ``needs_ops``: it imports mmcv's compiled ops."""
     name: str
     what: str
     command: Callable[[str], List[str]]
@@ -76,16 +53,11 @@ class CheckFailed(Exception):
 
 
 # ---------------------------------------------------------------- checks
-def _last_line_with(output: str, word: str) -> str:
-    lines = [line for line in output.splitlines() if word in line]
-    return lines[-1].strip() if lines else ''
-
-
 def _check_tests(output: str, work_dir: str) -> str:
-    summary = _last_line_with(output, ' passed')
+    summary = [line for line in output.splitlines() if ' passed' in line]
     if not summary:
         raise CheckFailed('no CUDA test passed')
-    return summary.strip('= ')
+    return summary[-1].strip().strip('= ')
 
 
 def _scalars(work_dir: str) -> List[dict]:
@@ -100,9 +72,7 @@ def _scalars(work_dir: str) -> List[dict]:
 
 
 def check_agvm_scalars(output: str, work_dir: str) -> str:
-    """Factors applied at every logged iteration (``agvm_mu``), re-estimates
-    (``agvm_d``/``agvm_s`` records) present, everything finite, the factors
-    moved away from 1."""
+    """Factors logged, re-estimated, finite and moved away from 1."""
     from mmext.agvm import SCALAR_FACTOR, SCALAR_VARIANCE
     records = _scalars(work_dir)
     train = [r for r in records if 'loss' in r]
@@ -128,7 +98,7 @@ def check_agvm_scalars(output: str, work_dir: str) -> str:
 
 
 def check_ranks(output: str, work_dir: str) -> str:
-    """Result of :func:`agvm_ranks_worker`: equal finite factors per rank."""
+    """``ranks.json`` of :func:`agvm_ranks_worker`: equal finite factors."""
     with open(osp.join(work_dir, 'ranks.json')) as f:
         ranks = json.load(f)
     first = ranks[0]
@@ -149,8 +119,7 @@ def check_ranks(output: str, work_dir: str) -> str:
 
 
 def check_multigrid(output: str, work_dir: str) -> str:
-    """Two or more grid shapes, precise BN, a checkpoint, finite losses,
-    from what ``MultigridHook`` writes to the visualizer (scalars.json)."""
+    """Two or more grid shapes, precise BN, a checkpoint, finite losses."""
     from mmext.multigrid import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN,
                                  SCALAR_CROP_SIZE, SCALAR_PRECISE_BN)
     records = _scalars(work_dir)
@@ -183,8 +152,7 @@ def _last_json(output: str) -> dict:
 
 
 def check_overhead(output: str, work_dir: str) -> str:
-    """``agvm_overhead.py --json``: per setting, the AGVM/plain time ratio
-    and AGVM's share of a step."""
+    """Per setting of ``agvm_overhead.py --json``: time ratio and share."""
     settings = _last_json(output).get('settings') or []
     if not settings:
         raise CheckFailed('no setting measured')
@@ -193,9 +161,8 @@ def check_overhead(output: str, work_dir: str) -> str:
 
 
 def check_speedup_stack(output: str, work_dir: str) -> str:
-    """``multigrid_speedup.py --json`` with speed options: which were on,
-    the ratio, and for ``--compile`` the graphs and that no frame of the
-    multigrid run fell back to eager (a fallback fails the line)."""
+    """``multigrid_speedup.py --json``: the options on, the ratio and, with
+    ``--compile``, the graphs; a fallback to eager fails the line."""
     result = _last_json(output)
     if 'ratio' not in result:
         raise CheckFailed('no speed-up measured')
@@ -213,7 +180,7 @@ def check_speedup_stack(output: str, work_dir: str) -> str:
 
 
 def check_last_line(output: str, work_dir: str) -> str:
-    """Another benchmark ran: its last printed line."""
+    """The last printed line."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     return lines[-1][:160] if lines else 'ran'
 
@@ -223,81 +190,56 @@ def _python() -> str:
     return os.environ.get('PYTHON', sys.executable)
 
 
-def _benchmark(script: str, *args: str):
-    """``script args --work-dir <the line's work dir>``."""
-
-    def command(work_dir: str) -> List[str]:
-        return [_python(), script, *args, '--work-dir', work_dir]
-
-    return command
+def _script(script: str, *args: str) -> Callable[[str], List[str]]:
+    """The command ``script args --work-dir <the line's work dir>``."""
+    return lambda work_dir: [_python(), script, *args, '--work-dir',
+                             work_dir]
 
 
-def _train(config: str, *extra: str):
-
-    def command(work_dir: str) -> List[str]:
-        return [_python(), 'tools/train.py', config, '--work-dir', work_dir,
-                *extra]
-
-    return command
-
-
-def _self(*extra: str):
-
-    def command(work_dir: str) -> List[str]:
-        return [_python(), 'tools/gpu_check.py', *extra, '--work-dir',
-                work_dir]
-
-    return command
-
-
+SPEEDUP = 'tools/benchmark/multigrid_speedup.py'
+SPEEDUP_GPU = (SPEEDUP, '--synthetic', '--device', 'cuda', '--epochs', '1')
 LINES = [
     Line('cuda-tests', 'pytest -m cuda',
          lambda _: [_python(), '-m', 'pytest', 'tests', '-m', 'cuda', '-q',
                     '-p', 'no:cacheprovider'], _check_tests, 180, True),
-    Line('agvm-fp32', f'tools/train.py {AGVM_CONFIG}', _train(AGVM_CONFIG),
-         check_agvm_scalars, 90, True),
+    Line('agvm-fp32', f'tools/train.py {AGVM_CONFIG}',
+         _script('tools/train.py', AGVM_CONFIG), check_agvm_scalars, 90,
+         True),
     Line('agvm-amp', f'tools/train.py {AGVM_CONFIG} --amp',
-         _train(AGVM_CONFIG, '--amp'), check_agvm_scalars, 90, True),
+         _script('tools/train.py', AGVM_CONFIG, '--amp'), check_agvm_scalars,
+         90, True),
     Line('agvm-2proc', f'2 processes of {AGVM_CONFIG}',
-         _self('--agvm-ranks', '2'), check_ranks, 120, True),
+         _script('tools/gpu_check.py', '--agvm-ranks', '2'), check_ranks,
+         120, True),
     Line('multigrid', f'tools/train.py {MULTIGRID_CONFIG}',
-         _train(MULTIGRID_CONFIG), check_multigrid, 120),
+         _script('tools/train.py', MULTIGRID_CONFIG), check_multigrid, 120),
     Line('agvm-overhead', 'tools/benchmark/agvm_overhead.py --device cuda',
          lambda _: [_python(), 'tools/benchmark/agvm_overhead.py', '--device',
                     'cuda', '--steps', '20', '--warmup', '2',
                     '--update-interval', '10', '--nprocs', '1', '4',
                     '--json'],
          check_overhead, 150, True),
-    Line('mg-speedup-gpu',
-         'tools/benchmark/multigrid_speedup.py --synthetic --device cuda',
-         _benchmark('tools/benchmark/multigrid_speedup.py', '--synthetic',
-                    '--device', 'cuda', '--epochs', '1'),
-         check_last_line, 150),
+    Line('mg-speedup-gpu', f'{SPEEDUP} --synthetic --device cuda',
+         _script(*SPEEDUP_GPU), check_last_line, 150),
     Line('mg-speedup-amp-cl-gpu',
-         'tools/benchmark/multigrid_speedup.py --synthetic --device cuda '
-         '--amp --channels-last',
-         _benchmark('tools/benchmark/multigrid_speedup.py', '--synthetic',
-                    '--device', 'cuda', '--epochs', '1', '--amp',
-                    '--channels-last', '--json'),
+         f'{SPEEDUP} --synthetic --device cuda --amp --channels-last',
+         _script(*SPEEDUP_GPU, '--amp', '--channels-last', '--json'),
          check_speedup_stack, 150),
     Line('mg-speedup-compile-gpu',
-         'tools/benchmark/multigrid_speedup.py --synthetic --device cuda '
-         '--compile',
-         _benchmark('tools/benchmark/multigrid_speedup.py', '--synthetic',
-                    '--device', 'cuda', '--epochs', '1', '--compile',
-                    '--json'),
-         check_speedup_stack, 240),
+         f'{SPEEDUP} --synthetic --device cuda --compile',
+         _script(*SPEEDUP_GPU, '--compile', '--json'), check_speedup_stack,
+         240),
     Line('mg-project-gpu',
-         'tools/benchmark/multigrid_speedup.py --project --device cuda '
+         f'{SPEEDUP} --project --device cuda '
          '(SlowFast R50 Kinetics-400 schedule)',
-         _benchmark('tools/benchmark/multigrid_speedup.py', '--project',
-                    '--device', 'cuda', '--config', SLOWFAST_CONFIG,
-                    '--samples-per-rank', '30055', '--project-iters', '2'),
+         _script(SPEEDUP, '--project', '--device', 'cuda', '--config',
+                 SLOWFAST_CONFIG, '--samples-per-rank', '30055',
+                 '--project-iters', '2'),
          check_last_line, 150),
     Line('agvm-large-batch-gpu',
          'tools/benchmark/agvm_large_batch.py --device cuda',
-         _benchmark('tools/benchmark/agvm_large_batch.py', '--device', 'cuda',
-                    '--jobs', '1', '--seeds', '0'),
+         _script('tools/benchmark/agvm_large_batch.py', '--device', 'cuda',
+                 '--jobs', '1', '--seeds', '0'),
          check_last_line, 150, True),
 ]
 
@@ -305,12 +247,8 @@ LINES = [
 # ------------------------------------------------------- 2-process worker
 def agvm_ranks_worker(rank: int, world_size: int, backend: str,
                       work_dir: str) -> None:
-    """Train :data:`AGVM_CONFIG` in DDP and save every rank's factors.
-
-    Runs under ``tools/benchmark/bench_utils.run_processes`` (the process group is
-    set up; with NCCL rank r is on GPU r, with gloo every rank on GPU 0, or
-    on the CPU without CUDA).
-    """
+    """Train :data:`AGVM_CONFIG` in DDP (under ``bench_utils.run_processes``)
+    and save every rank's factors into ``work_dir/ranks.json``."""
     import torch
     from mmengine.dist import all_gather_object
 
@@ -353,35 +291,25 @@ def run_agvm_ranks(world_size: int, work_dir: str) -> None:
 # ------------------------------------------------------------ the runner
 def dry_run(lines: Sequence[Line]) -> List[str]:
     """Check the tools and configs the lines use; return the problems."""
+    problems = [f'missing {script}' for script in (
+        'tools/train.py', 'tools/benchmark/agvm_overhead.py',
+        'tools/make_demo_data.py') if not osp.isfile(osp.join(ROOT, script))]
     with warnings.catch_warnings():
-        # Import-time deprecation noise of the stack; the one-line verdict
-        # is the output.
-        warnings.simplefilter('ignore')
-        return _dry_run(lines)
+        warnings.simplefilter('ignore')  # the stack's import-time noise
+        from mmengine.config import Config
 
-
-def _dry_run(lines: Sequence[Line]) -> List[str]:
-    from mmengine.config import Config
-
-    import mmext  # noqa: F401  (registers the mmext:: config prefix)
-    problems = []
-    for script in ('tools/train.py', 'tools/benchmark/agvm_overhead.py',
-                   'tools/make_demo_data.py'):
-        if not osp.isfile(osp.join(ROOT, script)):
-            problems.append(f'missing {script}')
-    for config in (AGVM_CONFIG, MULTIGRID_CONFIG, SLOWFAST_CONFIG):
-        path = osp.join(ROOT, config)
-        if not osp.isfile(path):
-            problems.append(f'missing config {config}')
-            continue
-        try:
-            cfg = Config.fromfile(path)
-        except Exception as error:  # any parse error is a finding
-            problems.append(f'{config} does not parse: {error}')
-            continue
-        problems += _config_problems(config, cfg)
-    names = {line.name for line in lines}
-    if len(names) != len(lines):
+        import mmext  # noqa: F401  (registers the mmext:: config prefix)
+        for config in (AGVM_CONFIG, MULTIGRID_CONFIG, SLOWFAST_CONFIG):
+            if not osp.isfile(osp.join(ROOT, config)):
+                problems.append(f'missing config {config}')
+                continue
+            try:
+                cfg = Config.fromfile(osp.join(ROOT, config))
+            except Exception as error:  # any parse error is a finding
+                problems.append(f'{config} does not parse: {error}')
+                continue
+            problems += _config_problems(config, cfg)
+    if len({line.name for line in lines}) != len(lines):
         problems.append('duplicate line names')
     return problems
 
@@ -411,26 +339,26 @@ def _ensure_demo_data() -> None:
 def run_line(line: Line, work_root: str, deadline: float) -> tuple:
     """Run one line; return (status, seconds, detail)."""
     work_dir = osp.join(work_root, line.name)
+    log_path = osp.join(work_root, f'{line.name}.log')
     start = time.monotonic()
     timeout = min(line.timeout, deadline - start)
     if timeout <= 0:
         return 'FAIL', 0.0, 'not run: the budget is used up'
-    command = line.command(work_dir)
-    log_path = osp.join(work_root, f'{line.name}.log')
     try:
         proc = subprocess.run(
-            command, cwd=ROOT, capture_output=True, text=True,
-            timeout=timeout, env=_env())
+            line.command(work_dir), cwd=ROOT, capture_output=True,
+            text=True, timeout=timeout, env=_env())
+        output = proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as error:
-        output = error.stdout or ''  # bytes despite text=True (CPython)
-        if isinstance(output, bytes):
+        proc, output = None, error.stdout or ''
+        if isinstance(output, bytes):  # despite text=True (CPython)
             output = output.decode(errors='replace')
-        _write(log_path, output)
-        return 'FAIL', time.monotonic() - start, (
-            f'timed out after {timeout:.0f} s (log {log_path})')
-    output = proc.stdout + proc.stderr
-    _write(log_path, output)
+    with open(log_path, 'w') as f:
+        f.write(output)
     seconds = time.monotonic() - start
+    if proc is None:
+        return 'FAIL', seconds, (
+            f'timed out after {timeout:.0f} s (log {log_path})')
     if proc.returncode != 0:
         tail = output.strip().splitlines()[-1:] or ['']
         return 'FAIL', seconds, (f'exit {proc.returncode}: {tail[0][:120]} '
@@ -442,15 +370,9 @@ def run_line(line: Line, work_root: str, deadline: float) -> tuple:
 
 
 def _env() -> dict:
-    """The lines' environment: the checkout first on the path (before a
-    ``--bundle`` target that ``PYTHONPATH`` may hold)."""
+    """The lines' environment: the checkout first on ``PYTHONPATH``."""
     path = [ROOT] + [p for p in [os.environ.get('PYTHONPATH')] if p]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(path))
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, 'w') as f:
-        f.write(text)
 
 
 def print_table(rows: Sequence[tuple]) -> None:
@@ -464,8 +386,7 @@ def print_table(rows: Sequence[tuple]) -> None:
 
 # ------------------------------------------------------- environment row
 def _cudnn_version(version: Optional[int]) -> str:
-    """torch's integer cuDNN version as x.y.z (cuDNN 9: 91900 = 9.19.0,
-    cuDNN 8: 8906 = 8.9.6)."""
+    """torch's cuDNN version as x.y.z (91900: 9.19.0, 8906: 8.9.6)."""
     if not version:
         return 'none'
     major, rest = divmod(version, 10000 if version >= 90000 else 1000)
@@ -473,8 +394,7 @@ def _cudnn_version(version: Optional[int]) -> str:
 
 
 def _first_line(command: Sequence[str], pattern: str) -> str:
-    """The first match of ``pattern`` in the output of ``command``, or
-    ``n/a`` (no such tool)."""
+    """The first group of ``pattern`` in ``command``'s output, or n/a."""
     try:
         out = subprocess.run(command, capture_output=True, text=True,
                              timeout=30).stdout
@@ -485,8 +405,8 @@ def _first_line(command: Sequence[str], pattern: str) -> str:
 
 
 def environment() -> str:
-    """Python, torch, CUDA, cuDNN, NCCL, the GPUs, the driver and nvcc, as
-    the table's first row records them."""
+    """The table's first row: python, torch, CUDA, cuDNN, NCCL, the GPUs,
+    the driver and nvcc."""
     import platform
 
     import torch
@@ -538,27 +458,14 @@ def import_report(modules: Sequence[str]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _waits_for_ops(error: str) -> bool:
-    return 'mmcv._ext' in error
-
-
 def check_bundle_imports() -> tuple:
-    """Import what the check imports (``tools/gpu_bundle.CHECK_IMPORTS``
-    and mmext's modules); ``(problems, summary)``: an import that fails for
-    another reason than the missing compiled ops is a problem."""
-    import pkgutil
-
-    import mmext
-    from tools.gpu_bundle import CHECK_IMPORTS
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')  # walking imports the subpackages
-        modules = [info.name for info in
-                   pkgutil.walk_packages(mmext.__path__, 'mmext.')]
-    errors = import_report([*CHECK_IMPORTS, *modules])
-    waiting = [name for name, error in errors.items()
-               if _waits_for_ops(error)]
+    """Import what the check imports; ``(problems, summary)``: an import
+    that fails but for mmcv's missing compiled ops is a problem."""
+    from tools.gpu_bundle import check_modules
+    errors = import_report(check_modules())
+    waiting = [name for name, error in errors.items() if 'mmcv._ext' in error]
     problems = [f'import {name}: {error}' for name, error in errors.items()
-                if error and not _waits_for_ops(error)]
+                if error and name not in waiting]
     summary = (f'{len(errors) - len(waiting)} of the {len(errors)} modules '
                f'the check imports load')
     if waiting:
@@ -578,52 +485,46 @@ def install_detail(args) -> str:
             f'(no compiled ops) into {args.target}')
 
 
-def _ops_row(seconds: float, detail: str,
-             missing: Optional[str] = None) -> tuple:
-    """``(table row, why the op lines cannot run or None)``."""
-    return ('mmcv-ops-build', 'FAIL' if missing else 'pass', seconds,
-            detail), missing
-
-
 def finish_ops_build(build, target: str, build_deadline: float) -> tuple:
-    """Wait for ``build`` (None: the ops were built by an earlier call)
-    until ``build_deadline``, install its ops and check that they load.
+    """Wait for ``build`` (None: an earlier call built the ops) until
+    ``build_deadline``, install its ops and check that they load.
 
     Returns:
-        tuple: The table row, and None if the op lines can run, else why
-        not.
+        tuple: The table row, and why the op lines cannot run (None: they
+        can).
     """
     from tools import mmcv_ops
-    if build is not None:
+    why = None
+    if build is None:
+        seconds, detail = 0.0, f'reused {mmcv_ops.installed_ext(target)}'
+    else:
         code = build.wait(build_deadline - time.monotonic())
         if code is None:
             build.stop()
             why = f'build not finished after {build.seconds:.0f} s'
-            return _ops_row(build.seconds, f'{why}; stopped, {OPS_RESERVE} '
-                            f's before the budget\'s end (log '
-                            f'{build.log_path})', why)
-        if code != 0:
+            detail = (f"{why}; stopped, {OPS_RESERVE} s before the budget's "
+                      f'end (log {build.log_path})')
+        elif code != 0:
             why = f'build failed: {build.reason()}'
-            return _ops_row(build.seconds, f'{why} (log {build.log_path})',
-                            why)
-        ext = build.install()
-        seconds, detail = build.seconds, f'{build.describe()}: {ext}'
-    else:
-        seconds, detail = 0.0, f'reused {mmcv_ops.installed_ext(target)}'
-    error = import_report(['mmcv.ops'])['mmcv.ops']
-    if error:
-        why = f'the built ops do not load: {error[:160]}'
-        return _ops_row(seconds, why, why)
-    return _ops_row(seconds, detail)
+            detail = f'{why} (log {build.log_path})'
+        else:
+            detail = f'{build.describe()}: {build.install()}'
+        seconds = build.seconds
+    if why is None:
+        error = import_report(['mmcv.ops'])['mmcv.ops']
+        if error:
+            why = detail = f'the built ops do not load: {error[:160]}'
+    return ('mmcv-ops-build', 'FAIL' if why else 'pass', seconds,
+            detail), why
 
 
 def ops_build(args, work_root: str):
-    """The build of mmcv's CUDA ops for the visible GPUs from the bundle's
-    sdist (not started), or None where an earlier call built them."""
+    """The (unstarted) build of mmcv's CUDA ops from the bundle's sdist, or
+    None where an earlier call built them."""
     from tools import mmcv_ops
     if mmcv_ops.installed_ext(args.target):
         return None
-    # Python's headers from the bundle, used only where python3 lacks its.
+    # The bundle's Python headers, used only where python3 lacks its own.
     include = osp.join(args.target, '.python-include', 'include')
     return mmcv_ops.OpsBuild(
         osp.join(args.bundle, _manifest(args.bundle)['mmcv_sdist']),
@@ -634,10 +535,9 @@ def ops_build(args, work_root: str):
 
 def run_bundle_lines(lines: Sequence[Line], args, work_root: str,
                      deadline: float) -> List[tuple]:
-    """The install and ops-build rows and the lines' rows of a ``--bundle``
-    run: the ops build runs beside the lines that need no compiled ops; the
-    others run after it, shortest time limit first so that the most fit, or
-    are skipped with the reason."""
+    """The rows of a ``--bundle`` run: install, ops build, the lines. The
+    lines that need the ops run after the build, shortest time limit
+    first, or are skipped with the reason."""
     rows = [('bundle-install', 'pass', args.install_seconds,
              install_detail(args))]
     op_lines = [line for line in lines if line.needs_ops]
@@ -706,18 +606,15 @@ def main(argv=None) -> int:
     lines = [line for line in LINES
              if not args.lines or line.name in args.lines]
     problems = dry_run(lines)
-    if problems:
-        print('gpu_check: dry run failed:\n  ' + '\n  '.join(problems))
-        return 2
     import torch
     cuda = torch.cuda.is_available()
-    if args.bundle and (args.dry_run or not cuda):
+    if args.bundle and not problems and (args.dry_run or not cuda):
         problems, summary = check_bundle_imports()
         print(f'gpu_check: bundle {args.bundle}: {install_detail(args)}, '
               f'{args.install_seconds:.1f} s; {summary}.')
-        if problems:
-            print('gpu_check: dry run failed:\n  ' + '\n  '.join(problems))
-            return 2
+    if problems:
+        print('gpu_check: dry run failed:\n  ' + '\n  '.join(problems))
+        return 2
     if not cuda:
         print(f'gpu_check: no CUDA device visible to torch, nothing to run '
               f'(dry run OK: {len(lines)} lines, configs parse).')
