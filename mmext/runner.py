@@ -4,7 +4,7 @@ It knows neither method (docs/en/design.md, "Layers").
 """
 import os
 import os.path as osp
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from mmengine.hooks import CheckpointHook
 from mmengine.optim import OptimWrapper
@@ -20,7 +20,7 @@ from .registry import HOOKS, OPTIM_WRAPPERS, RUNNERS
 from .scheduler_checks import (rescale_iterations, rescale_schedulers,
                                resumed_batch_mismatch, schedule_ratio,
                                scheduler_configs, scheduler_states,
-                               unused_scheduler_values)
+                               unused_scheduler_values, warmup_images)
 
 __all__ = [
     'Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint',
@@ -198,8 +198,10 @@ class Runner(MMEngineRunner):
                                      resumed=False)
         self.scale_schedule(optim_wrapper)
 
-    # Set by scale_schedule: the ratio iteration counts are divided by.
+    # Set by scale_schedule: the ratio iteration counts are divided by, and
+    # the images per runner iteration of the recipe and of the run.
     _schedule_ratio: Optional[float] = None
+    _schedule_images: Tuple[float, int] = (1.0, 1)
 
     def scale_schedule(self, optim_wrapper) -> None:
         """Divide the recipe's iteration counts by the batch ratio.
@@ -209,13 +211,13 @@ class Runner(MMEngineRunner):
         param schedulers (in :meth:`build_param_scheduler`) and what a
         wrapper's ``rescale_iterations`` counts; epoch counts stay. Keys:
         ``base_batch_size`` (default ``auto_scale_lr.base_batch_size``) and
-        ``base_accumulative_counts`` (default the run's); see
+        ``base_accumulative_counts`` (default 1: recipes are written without
+        accumulation); see
         :func:`mmext.scheduler_checks.schedule_ratio`.
 
         Raises:
-            ValueError: Without a base batch size, with wrappers of different
-                ``accumulative_counts``, or with a hook that remaps the param
-                schedulers.
+            ValueError: Without a base batch size, or with a hook that
+                remaps the param schedulers.
         """
         cfg = self.cfg.get('auto_scale_schedule') or {}
         if not cfg.get('enable', False):
@@ -232,23 +234,17 @@ class Runner(MMEngineRunner):
             raise ValueError('auto_scale_schedule cannot rescale a schedule '
                              'that a hook (MultigridHook) rebuilds on its own '
                              'axis; remove one of them')
-        wrappers = optim_wrappers(optim_wrapper)
-        counts = {accumulative_counts(w) for w in wrappers.values()}
-        if len(counts) != 1:
-            raise ValueError(f'auto_scale_schedule needs one '
-                             f'accumulative_counts for all optimizer '
-                             f'wrappers, got {sorted(counts)}')
-        counts = counts.pop()
-        base_k = cfg.get('base_accumulative_counts') or counts
+        base_k = cfg.get('base_accumulative_counts', 1)
+        images = train_loader_batch_size(self) * self.world_size
         ratio = schedule_ratio(train_loader_batch_size(self),
-                               self.world_size, counts, base, base_k)
+                               self.world_size, base, base_k)
         self._schedule_ratio = ratio
+        self._schedule_images = (base / base_k, images)
         changes = self._rescale_loop_and_hooks(ratio)
-        for wrapper in wrappers.values():
+        for wrapper in optim_wrappers(optim_wrapper).values():
             rescale = getattr(wrapper, 'rescale_iterations', None)
             if callable(rescale):
                 changes += rescale(lambda v: rescale_iterations(v, ratio))
-        images = train_loader_batch_size(self) * self.world_size
         self.logger.info(
             f'auto_scale_schedule: iteration counts / {ratio:g} ({images} '
             f"images per runner iteration; the recipe's: base_batch_size "
@@ -290,11 +286,15 @@ class Runner(MMEngineRunner):
     def build_param_scheduler(self, scheduler):
         """mmengine's, rescaled and checked first; arguments as there."""
         if self._schedule_ratio is not None:
-            scheduler, changes = rescale_schedulers(scheduler,
-                                                    self._schedule_ratio)
+            scaled, changes = rescale_schedulers(scheduler,
+                                                 self._schedule_ratio)
             if changes:
                 self.logger.info('auto_scale_schedule: param_scheduler ' +
                                  '; '.join(changes))
+            for line in warmup_images(scheduler, scaled,
+                                      *self._schedule_images):
+                self.logger.info(f'auto_scale_schedule: {line}')
+            scheduler = scaled
         loop = self.train_loop
         remapped = any(getattr(h, 'remaps_param_schedulers', False)
                        for h in self.hooks)

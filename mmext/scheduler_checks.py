@@ -13,7 +13,7 @@ __all__ = [
     'STEP_TYPES', 'WARMUP_TYPES', 'scheduler_configs',
     'unused_scheduler_values', 'scheduler_states', 'resumed_batch_mismatch',
     'warmup_ends', 'schedule_ratio', 'rescale_iterations',
-    'rescale_schedulers'
+    'rescale_schedulers', 'warmup_images'
 ]
 
 # Schedulers whose value changes only at their milestones.
@@ -206,20 +206,21 @@ _SCALAR_KEYS = ('begin', 'end', 'T_max', 'step_size', 'total_steps')
 _LIST_KEYS = ('milestones', 'periods')
 
 
-def schedule_ratio(loader_batch: int, world_size: int,
-                   accumulative_counts: int, base_batch_size: int,
-                   base_accumulative_counts: Optional[int] = None) -> float:
-    """Images per runner iteration of the run over those of the recipe
-    (effective batch / ``base_batch_size`` with the recipe's accumulation).
+def schedule_ratio(loader_batch: int, world_size: int, base_batch_size: int,
+                   base_accumulative_counts: int = 1) -> float:
+    """Images per runner iteration of the run over those of the recipe.
+
+    The recipe's counts are in runner iterations of ``base_batch_size /
+    base_accumulative_counts`` images; the run's iterations hold
+    ``loader_batch x world_size`` images, whatever its own accumulation.
 
     Args:
         loader_batch (int): ``train_dataloader.batch_size``.
         world_size (int): Processes.
-        accumulative_counts (int): K of the run.
         base_batch_size (int): Images per optimizer step the recipe's
             iteration counts were written for.
-        base_accumulative_counts (int, optional): K the recipe was written
-            with; None for the run's K.
+        base_accumulative_counts (int): Micro-batches per step the recipe
+            was written with (1: recipes are written without accumulation).
 
     Returns:
         float: r; iteration counts are divided by it.
@@ -228,14 +229,14 @@ def schedule_ratio(loader_batch: int, world_size: int,
         ValueError: Unless ``base_batch_size`` and
             ``base_accumulative_counts`` are integers >= 1.
     """
-    base_k = (accumulative_counts if base_accumulative_counts is None else
-              base_accumulative_counts)
     for name, value in (('base_batch_size', base_batch_size),
-                        ('base_accumulative_counts', base_k)):
+                        ('base_accumulative_counts',
+                         base_accumulative_counts)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f'auto_scale_schedule.{name}={value!r}: expected '
                              f'an integer >= 1, e.g. {name}=16')
-    return loader_batch * world_size * base_k / base_batch_size
+    return (loader_batch * world_size * base_accumulative_counts /
+            base_batch_size)
 
 
 def rescale_iterations(value: int, ratio: float, minimum: int = 1) -> int:
@@ -243,6 +244,34 @@ def rescale_iterations(value: int, ratio: float, minimum: int = 1) -> int:
     if value == 0:
         return 0
     return max(minimum, int(round(value / ratio)))
+
+
+def warmup_images(schedulers, scaled, recipe_images: float,
+                  run_images: int) -> List[str]:
+    """The images each iteration-based warm-up from 0 spans before and after
+    :func:`rescale_schedulers`.
+
+    Args:
+        schedulers (dict | list): The recipe's ``param_scheduler`` config.
+        scaled (dict | list): Its rescaled copy.
+        recipe_images (float): Images per runner iteration of the recipe.
+        run_images (int): Images per runner iteration of the run.
+
+    Returns:
+        list[str]: One line per warm-up.
+    """
+    lines = []
+    for old, new in zip(scheduler_configs(schedulers),
+                        scheduler_configs(scaled)):
+        if (str(old['type']).split('.')[-1] in WARMUP_TYPES
+                and not old.get('by_epoch', True) and not old.get('begin')
+                and old.get('end', SCHEDULER_INF) != SCHEDULER_INF):
+            lines.append(
+                f"warm-up {old['type']}: {old['end']} iterations x "
+                f'{recipe_images:g} = {old["end"] * recipe_images:g} images '
+                f"in the recipe, {new['end']} x {run_images} = "
+                f"{new['end'] * run_images} images in this run")
+    return lines
 
 
 def rescale_schedulers(schedulers, ratio: float

@@ -343,9 +343,10 @@ def _scheduler_bounds(runner):
 
 
 def test_auto_scale_schedule_on_an_iteration_based_recipe(tmp_path):
-    """Loader batch 2 x K 2 = 4 images per step against a recipe written for
-    1: every iteration count / 4 (warm-up, milestones, end, checkpoints,
-    AGVM's window), as detectron2's REFERENCE_WORLD_SIZE does."""
+    """Loader batch 4 (K 2: 8 images per step) against a recipe written for
+    1 image per iteration: every iteration count / 4 (warm-up, milestones,
+    end, checkpoints, AGVM's window), as detectron2's REFERENCE_WORLD_SIZE
+    does; the warm-up keeps its images."""
     cfg = _cfg(
         tmp_path,
         train_cfg=dict(type='IterBasedTrainLoop', max_iters=64,
@@ -362,6 +363,7 @@ def test_auto_scale_schedule_on_an_iteration_based_recipe(tmp_path):
                            clip_grad_window=(4, 20)),
         auto_scale_schedule=dict(enable=True, base_batch_size=1))
     cfg.train_dataloader.sampler = dict(type='InfiniteSampler', shuffle=False)
+    cfg.train_dataloader.batch_size = 4
     runner = build_runner(cfg)
     lrs = []
     runner.register_hook(_LrRecorder(lrs))
@@ -378,15 +380,17 @@ def test_auto_scale_schedule_on_an_iteration_based_recipe(tmp_path):
     assert sorted(osp.basename(p) for p in glob_ckpts(tmp_path)) == [
         'iter_16.pth', 'iter_8.pth']
     log = open(glob_log(tmp_path)).read()
-    assert ('auto_scale_schedule: iteration counts / 4 (2 images per runner '
+    assert ('auto_scale_schedule: iteration counts / 4 (4 images per runner '
             "iteration; the recipe's: base_batch_size 1 / "
-            'base_accumulative_counts 2): train_cfg.max_iters 64 -> 16; '
+            'base_accumulative_counts 1): train_cfg.max_iters 64 -> 16; '
             'train_cfg.val_interval [32] -> [8]; CheckpointHook.interval 32 '
             '-> 8; optim_wrapper.start_iter 20 -> 5; '
             'optim_wrapper.clip_grad_window (4, 20) -> (1, 5); param '
             'schedulers when built') in log
     assert ('auto_scale_schedule: param_scheduler LinearLR.end 16 -> 4; '
             'MultiStepLR.milestones [32, 48] -> [8, 12]') in log
+    assert ('auto_scale_schedule: warm-up LinearLR: 16 iterations x 1 = 16 '
+            'images in the recipe, 4 x 4 = 16 images in this run') in log
 
 
 def test_auto_scale_schedule_on_an_epoch_based_recipe(tmp_path):
@@ -399,12 +403,13 @@ def test_auto_scale_schedule_on_an_epoch_based_recipe(tmp_path):
                  begin=0, end=8),
             dict(type='MultiStepLR', by_epoch=True, milestones=[1],
                  gamma=0.5)],
-        auto_scale_lr=dict(enable=False, base_batch_size=2),
+        auto_scale_lr=dict(enable=False, base_batch_size=1),
         auto_scale_schedule=dict(enable=True)))
     lrs = []
     runner.register_hook(_LrRecorder(lrs))
     runner.train()
-    # Effective batch 4 / base 2: warm-up 8 -> 4 iterations; 2 epochs of 8.
+    # 2 images per iteration / the recipe's 1: warm-up 8 -> 4 iterations;
+    # 2 epochs of 8.
     assert runner.epoch == 2 and runner.iter == 16
     assert _scheduler_bounds(runner)[0] == ('LinearLR', 0, 4, [])
     expected = ([0.1 * (0.25 + 0.75 * t / 3) for t in range(4)] +

@@ -5,7 +5,8 @@ import pytest
 from mmext.scheduler_checks import (rescale_iterations, rescale_schedulers,
                                     resumed_batch_mismatch, schedule_ratio,
                                     scheduler_configs, scheduler_states,
-                                    unused_scheduler_values, warmup_ends)
+                                    unused_scheduler_values, warmup_ends,
+                                    warmup_images)
 
 
 def test_scheduler_configs_of_every_form():
@@ -118,17 +119,34 @@ def test_warmup_ends_in_iterations():
         ('ConstantLR', 0, 30)]
 
 
-def test_schedule_ratio_is_effective_batch_over_base():
+def test_schedule_ratio_is_images_per_iteration_over_the_recipes():
     # 64 GPUs x 4 images against mmdet's 16: r = 16.
-    assert schedule_ratio(4, 64, 1, 16) == 16
-    # Accumulation as the recipe's (default): still effective / base.
-    assert schedule_ratio(4, 32, 2, 16) == 16
-    # Accumulation added to a recipe written for K=1: images per iteration
-    # 128 against 16.
-    assert schedule_ratio(4, 32, 2, 16, base_accumulative_counts=1) == 8
+    assert schedule_ratio(4, 64, 16) == 16
+    # The run's own accumulation does not count: its iterations hold 128
+    # images against a recipe written for 16 per iteration.
+    assert schedule_ratio(4, 32, 16) == 8
+    # A recipe written with accumulation: 16 images per step in 2
+    # micro-batches, 8 per iteration.
+    assert schedule_ratio(4, 32, 16, base_accumulative_counts=2) == 16
     with pytest.raises(ValueError, match=r"base_batch_size='16': expected "
                        r'an integer >= 1, e.g. base_batch_size=16'):
-        schedule_ratio(4, 1, 1, '16')
+        schedule_ratio(4, 1, '16')
+
+
+def test_released_512_recipe_keeps_its_warmup_images_with_accumulation():
+    """AGVM's released batch-512 recipe (exponential warm-up over 460
+    iterations of 512 images), trained in one process with loader batch 16
+    and accumulative_counts=2 as docs/en/agvm.md tells one-process users:
+    the warm-up keeps its 235,520 images (a default of the run's K halved
+    them to 117,760)."""
+    recipe = [dict(type='mmext.ExpWarmupLR', by_epoch=False, begin=0,
+                   end=460)]
+    ratio = schedule_ratio(16, 1, 512)
+    scaled, _ = rescale_schedulers(recipe, ratio)
+    assert scaled[0]['end'] * 16 == 460 * 512 == 235520
+    assert warmup_images(recipe, scaled, 512, 16) == [
+        'warm-up mmext.ExpWarmupLR: 460 iterations x 512 = 235520 images in '
+        'the recipe, 14720 x 16 = 235520 images in this run']
 
 
 def test_rescaled_mmdet_1x_schedule_as_detectron2():

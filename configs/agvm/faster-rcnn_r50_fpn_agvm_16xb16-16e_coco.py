@@ -1,6 +1,6 @@
 # Faster R-CNN R50-FPN with AGVM at batch 256 (16 GPUs x 16 images), the
 # paper's recipe (released config faster_rcnn_res50_bs256.py): lr
-# 0.16*sqrt(2), 920 warm-up iterations, clipping in [820, 1020), AGVM from
+# 0.16*sqrt(2), 920 warm-up iterations, clipping in [820, 1020], AGVM from
 # iteration 1020; otherwise as the batch-512 recipe.
 _base_ = './faster-rcnn_r50_fpn_agvm_32xb16-16e_coco.py'
 

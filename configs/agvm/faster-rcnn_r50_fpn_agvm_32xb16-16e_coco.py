@@ -1,6 +1,6 @@
 # Faster R-CNN R50-FPN with AGVM at batch 512 (32 GPUs x 16 images), the
 # paper's recipe (released config faster_rcnn_res50_bs512.py): SyncBN
-# backbone, lr 0.38, 460 warm-up iterations, clipping in [360, 560), AGVM
+# backbone, lr 0.38, 460 warm-up iterations, clipping in [360, 560], AGVM
 # from iteration 560 (see ./_base_/schedule_agvm-sgd-16e.py).
 _base_ = [
     'mmdet::_base_/models/faster-rcnn_r50_fpn.py',

@@ -222,7 +222,7 @@ def run_summary(module_names: Sequence[str], sizes: Sequence[int],
         clip = 'at every step'
     else:
         begin, stop = schedule.clip_grad_window
-        clip = f'in iterations [{begin}, {stop}) only (clip_grad_window)'
+        clip = f'in iterations [{begin}, {stop}] only (clip_grad_window)'
     lines.append(f'AGVM: gradient clipping {clip}')
     return '\n'.join(lines)
 
@@ -307,7 +307,8 @@ class AGVMOptimWrapper(OptimWrapper):
         statistic (str): ``'grad'`` (raw gradient) or ``'adam'`` (g /
             (sqrt(v) + eps), AdamW mode). Defaults to ``'grad'``.
         clip_grad_window (tuple[int, int], optional): Runner iterations
-            ``[begin, end)`` in which ``clip_grad`` applies; None for all.
+            ``[begin, end]`` (both included) in which ``clip_grad`` applies;
+            None for all.
             Defaults to None.
         **kwargs: As in mmengine's wrappers (``accumulative_counts``,
             ``clip_grad``, AMP's ``loss_scale``/``dtype``).

@@ -27,7 +27,9 @@ class AGVMSchedule:
             again, > ``start_iter``; None for the end of training.
         accumulative_counts (int): K >= 1, micro-batches per optimizer step.
         clip_grad_window (tuple[int, int], optional): Runner iterations
-            ``[begin, end)`` in which ``clip_grad`` applies; None for all.
+            ``[begin, end]`` (both included, as the reference's
+            ``grad_clip_iter_range``) in which ``clip_grad`` applies; None
+            for all.
     """
 
     def __init__(self,
@@ -78,7 +80,7 @@ class AGVMSchedule:
         if self.clip_grad_window is None:
             return True
         begin, end = self.clip_grad_window
-        return begin <= iteration < end
+        return begin <= iteration <= end
 
     def unused_values(self, max_iters: int) -> List[str]:
         """A message per window value a run of ``max_iters`` cannot honour."""
@@ -101,7 +103,7 @@ class AGVMSchedule:
                     f'clip_grad_window={self.clip_grad_window} begins after '
                     f'the end of training (max_iters={max_iters}): gradients '
                     f'are never clipped.')
-            elif stop > max_iters:
+            elif stop >= max_iters:
                 messages.append(
                     f'clip_grad_window={self.clip_grad_window} ends after the '
                     f'end of training (max_iters={max_iters}): gradients are '

@@ -513,7 +513,7 @@ def test_block_of_a_paper_recipe():
         'AGVM: active from iteration 560 to the end of training (runner '
         'iterations); re-estimates every 10 optimizer step(s) of 1 '
         "iteration(s) from the first active one; statistic 'grad'",
-        'AGVM: gradient clipping in iterations [360, 560) only '
+        'AGVM: gradient clipping in iterations [360, 560] only '
         '(clip_grad_window)',
     ]
 

@@ -22,10 +22,14 @@ def test_accumulation_counts_steps_not_micro_batches():
     assert sched.window_start(9) == 8
 
 
-def test_clip_window_is_half_open():
+def test_clip_window_includes_both_ends_as_released():
+    """The reference clips where ``iter_low <= runner.iter <= iter_high``:
+    the released [360, 560] is 201 iterations."""
     schedule = AGVMSchedule(clip_grad_window=(2, 4))
     assert [schedule.clips(i) for i in range(6)] == [
-        False, False, True, True, False, False]
+        False, False, True, True, True, False]
+    released = AGVMSchedule(clip_grad_window=(360, 560))
+    assert sum(map(released.clips, range(1000))) == 201
     assert all(AGVMSchedule().clips(i) for i in range(3))
 
 
