@@ -2,19 +2,12 @@
 # Usage: tools/gpu_bundle.sh [--out DIR]
 #        tools/gpu_bundle.sh --proof ENV_DIR [--out DIR] [--with-ops]
 #
-# Run here, with the package registry in reach. Downloads into DIR (default .gpu_bundle/, ignored
-# by git) what `tools/gpu_check.sh --bundle DIR` needs on a lent GPU machine beyond that machine's
-# own packages: cp312 wheels, the mmcv 2.1.0 sdist, the import-time stubs and mmext's wheel; writes
-# DIR/manifest.json and prints the sizes (the bundle and the working tree must fit in 64 MiB).
-# A second run downloads only what changed. Details: tools/gpu_bundle.py --help.
-#
-# --proof ENV_DIR: the CPU proof of the bundle. Makes ENV_DIR (outside the checkout) a Python 3.12
-# environment with stand-ins for the GPU machine's packages (requirements/gpu_proof.txt; PyPI's
-# torch 2.11.0, a multi-GB CUDA build, runs on a CPU), bundles DIR if it has no manifest, and runs
-# `tools/gpu_check.sh --bundle DIR --dry-run` with that Python: the install without network, the
-# imports, the configs. --with-ops then builds mmcv's CPU ops from the bundled sdist against that
-# torch (about an hour on 2 shared cores) and repeats the dry run, which then imports mmcv.ops and the
-# toolboxes' models too. Set PYTHON312 to the Python 3.12 to use (default: python3.12 on PATH).
+# Run here, with the package registry in reach: writes into DIR (default .gpu_bundle/) the bundle
+# of tools/gpu_bundle.py that `tools/gpu_check.sh --bundle DIR` installs on a bare GPU machine.
+# --proof ENV_DIR: the CPU proof. Makes ENV_DIR (outside the checkout) a Python 3.12 ($PYTHON312)
+# environment with stand-ins for the GPU machine's packages (requirements/gpu_proof.txt) and runs
+# `tools/gpu_check.sh --bundle DIR --dry-run` with it; --with-ops then builds mmcv's CPU ops from
+# the bundled sdist (about an hour here) and repeats the dry run. Details: docs/en/get_started.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"; }
@@ -45,7 +38,7 @@ case $ENV_DIR/ in
 esac
 PY=$ENV_DIR/bin/python
 [ -x "$PY" ] || "${PYTHON312:-python3.12}" -m venv "$ENV_DIR"
-# The newest pip, as a recent image would have: it builds mmcv's sdist the strictest way.
+# The newest pip, as a recent image would have (the strictest build of mmcv's sdist).
 "$PY" -m pip install -q --disable-pip-version-check --upgrade pip
 "$PY" -m pip install -q --disable-pip-version-check -r "$ROOT/requirements/gpu_proof.txt"
 [ -f "$OUT/manifest.json" ] || "${PYTHON:-python3}" "$ROOT/tools/gpu_bundle.py" --out "$OUT"

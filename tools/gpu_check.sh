@@ -2,27 +2,13 @@
 # Usage: tools/gpu_check.sh [--bundle DIR [--target DIR]] [--dry-run] [--lines NAME ...]
 #                           [--work-dir DIR] [--budget SECONDS]
 #
-# One-command GPU check of mmext: the CUDA tests, AGVM on the demo detector (1 GPU fp32 and --amp,
-# 2 processes), multigrid on the demo video recipe, AGVM's overhead on CUDA and the GPU modes of
-# the benchmarks; one summary table (with the python, torch, CUDA, cuDNN, NCCL, GPU and driver
-# versions), exit 1 if a line fails. Without CUDA: a dry run (arguments, tools, configs), one
-# line saying so, exit 0. Details and the lines: tools/gpu_check.py --help.
-#
-# Where the stack is installed (make install), it uses the project's .venv (or $PYTHON), with a
-# budget of 480 s for the lines.
-#
-# On a lent GPU machine, which starts bare (python3 with torch and CUDA, no OpenMMLab stack, no
-# network), make the bundle here first (tools/gpu_bundle.sh: about 25 MiB in .gpu_bundle/), carry
-# that folder along with the working tree, and run there the one command
+# One-command GPU check of mmext: runs the lines of tools/gpu_check.py with the project's .venv
+# (or $PYTHON), prints one summary table and exits 1 if a line fails; without CUDA, a dry run.
+# On a bare lent GPU machine, with the bundle of tools/gpu_bundle.sh carried along:
 #     tools/gpu_check.sh --bundle .gpu_bundle
-# It installs the bundle with pip --no-index into --target (default /tmp/mmext-gpu-site; about
-# 20 s), builds mmcv's CUDA ops for the present GPU alone in the background (TORCH_CUDA_ARCH_LIST
-# of the device, MAX_JOBS = its cores; minutes, not yet measured there), runs the lines that need
-# no compiled ops meanwhile and the others once the ops are built, all inside --budget (default
-# 570 s for the whole call, within a 10-minute command limit); the build is a line of the table.
-# If the build fails or cannot finish in time, the table says so and which lines it skipped. A
-# second call on the same machine reuses the installed bundle and the built ops. python3 there is
-# the interpreter unless $PYTHON names another.
+# installs the bundle with python3 (or $PYTHON) into --target (default /tmp/mmext-gpu-site; a
+# second call reuses it), then runs the check, which builds mmcv's CUDA ops beside the lines.
+# Details: docs/en/get_started.md, "Checking a GPU machine".
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"; }
@@ -40,7 +26,6 @@ while [ $# -gt 0 ]; do
 done
 
 if [ -z "$BUNDLE" ]; then
-    # The project's venv (make install) unless PYTHON names another interpreter.
     [ -x "$ROOT/.venv/bin/python" ] && PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
     PYTHON=${PYTHON:-python}
     export PYTHON
@@ -56,7 +41,7 @@ if [ ! -f "$MANIFEST" ]; then
     echo "gpu_check: no $MANIFEST; make the bundle with tools/gpu_bundle.sh" >&2
     exit 2
 fi
-# The target is emptied before an install: never a folder holding anything else.
+# The target is emptied before an install: never a folder of anything else.
 if [ -n "$(ls -A "$TARGET" 2>/dev/null)" ] && [ ! -f "$STAMP" ]; then
     echo "gpu_check: --target $TARGET holds files of no bundle install; name a new folder" >&2
     exit 2
@@ -71,17 +56,13 @@ if ! cmp -s "$MANIFEST" "$STAMP"; then
     PIP=("$PYTHON" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile
          --target "$TARGET")
     "${PIP[@]}" "$BUNDLE"/wheels/*.whl
-    # mmcv without its compiled ops takes seconds; tools/gpu_check.py builds the ops beside the
-    # lines that need none. mmcv's setup.py imports pkg_resources: the bundle's setuptools (< 81),
-    # first on the path, provides it.
+    # mmcv without its compiled ops (seconds); its setup.py imports pkg_resources, which the
+    # bundle's setuptools (< 81), first on the path, provides.
     MMCV_WITH_OPS=0 PYTHONPATH=$TARGET "${PIP[@]}" --no-build-isolation \
         "$BUNDLE"/sdist/mmcv-*.tar.gz
     bash "$ROOT/tools/install_stubs.sh" "$TARGET" "$BUNDLE/stubs"
-    # Fixes of imports that fail with the machine's own packages (tools/overrides/README.md).
     cp -R "$BUNDLE/overrides/." "$TARGET/"
-    # `mmext::` configs resolve through the installed mmext's .mim folder: point it at the working
-    # tree, which may be newer than the bundle's wheel (mmext's code comes from the tree too, first
-    # on PYTHONPATH below).
+    # `mmext::` configs resolve through the installed mmext's .mim: point it at the working tree.
     for name in configs tools model-index.yml; do
         rm -rf "$TARGET/mmext/.mim/$name"
         ln -s "$ROOT/$name" "$TARGET/mmext/.mim/$name"

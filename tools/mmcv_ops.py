@@ -1,20 +1,16 @@
 """Build mmcv's compiled ops (``mmcv._ext``) from its sdist for an mmcv that
-was installed without them (``MMCV_WITH_OPS=0``, which takes seconds).
+was installed without them (``MMCV_WITH_OPS=0``).
 
-The two installs of one mmcv sdist differ by the extension module alone, so
-the build runs ``setup.py build_ext --inplace`` in an unpacked copy of the
-sdist and then copies ``mmcv/_ext*.so`` into the installed ``mmcv/``.
-``tools/gpu_check.sh --bundle`` runs it in the background at low priority
-while the check lines that need no compiled ops run; the other lines wait
-for it (:class:`OpsBuild`).
-
-Run alone (the CPU proof of ``tools/gpu_bundle.sh --proof`` does)::
+The two installs differ by the extension alone: the build runs
+``setup.py build_ext --inplace`` in an unpacked sdist and copies
+``mmcv/_ext*.so`` into the installed ``mmcv/``. ``tools/gpu_check.sh
+--bundle`` runs it beside the lines (:class:`OpsBuild`); alone (the CPU
+proof of ``tools/gpu_bundle.sh --proof --with-ops`` does)::
 
     python tools/mmcv_ops.py --sdist mmcv-2.1.0.tar.gz --target SITE \
         [--work-dir DIR] [--jobs N] [--cpu] [--python-include DIR]
 
-The interpreter running it (and ``PYTHONPATH``) must import torch, and
-``pkg_resources`` (setuptools < 81: mmcv's ``setup.py`` imports it).
+Its interpreter must import torch and ``pkg_resources`` (setuptools < 81).
 """
 import argparse
 import glob
@@ -40,22 +36,12 @@ def installed_ext(target: str) -> Optional[str]:
 
 
 def cuda_arch_list() -> str:
-    """``TORCH_CUDA_ARCH_LIST`` of the visible GPUs only, e.g. ``9.0``.
-
-    Building for the present GPUs alone (torch's default is every arch it
-    supports) cuts the CUDA compile time several-fold.
-    """
+    """``TORCH_CUDA_ARCH_LIST`` of the visible GPUs only, e.g. ``9.0`` (a
+    fraction of the compile time of torch's default, every arch)."""
     import torch
     caps = {torch.cuda.get_device_capability(i)
             for i in range(torch.cuda.device_count())}
     return ';'.join(f'{major}.{minor}' for major, minor in sorted(caps))
-
-
-def missing_python_header() -> bool:
-    """True when this interpreter's ``Python.h`` is not installed (a system
-    Python without its -dev package)."""
-    include = sysconfig.get_paths()['include']
-    return not osp.isfile(osp.join(include, 'Python.h'))
 
 
 def build_env(cuda: bool, jobs: int,
@@ -68,24 +54,22 @@ def build_env(cuda: bool, jobs: int,
         jobs: Parallel compile jobs (``MAX_JOBS``, read by torch's ninja
             build).
         python_include: A folder holding ``Python.h`` of this Python's
-            minor version, used (``CPATH``) only if this interpreter lacks
-            its own.
+            version, used (``CPATH``) only if this interpreter lacks its own.
     """
     env = {
         'MMCV_WITH_OPS': '1',
         'MAX_JOBS': str(jobs),
-        # Python's own flags (CFLAGS replaces them) without debug info: with
-        # it the CPU ops' library is 83 MB, without 2 MB, less to write and
-        # link in a build that races a deadline.
+        # Python's own flags (CFLAGS replaces them) without debug info
+        # (with it, the CPU ops' library is 83 MB instead of 2 MB).
         'CFLAGS': (sysconfig.get_config_var('CFLAGS') or '') + ' -g0',
-        # torch builds serially without ninja; the interpreter's own bin/
-        # holds the ninja of the ninja wheel.
+        # torch builds serially without ninja (the wheel's is in bin/).
         'PATH': osp.dirname(sys.executable) + os.pathsep +
         os.environ.get('PATH', ''),
     }
     if cuda:
         env.update(FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST=cuda_arch_list())
-    if python_include and missing_python_header():
+    if python_include and not osp.isfile(
+            osp.join(sysconfig.get_paths()['include'], 'Python.h')):
         env['CPATH'] = os.pathsep.join(
             p for p in (python_include, os.environ.get('CPATH')) if p)
     return env
@@ -93,11 +77,10 @@ def build_env(cuda: bool, jobs: int,
 
 def failure_reason(log_text: str) -> str:
     """The first compiler or Python error of a build log, else its last
-    line (what the check's table shows for a failed build)."""
+    line."""
     lines = [line.strip() for line in log_text.splitlines() if line.strip()]
     for line in lines:
-        # Long lines are compiler command lines, whose flags and file
-        # names may spell "error" too.
+        # Long lines are compiler command lines, which may spell "error".
         if (len(line) < 1000 and re.search(r'\berror:|Error:', line)
                 and 'warning' not in line):
             return line[:200]
@@ -138,8 +121,8 @@ class OpsBuild:
         return ' '.join(f'{k}={self.env[k]}' for k in keys if k in self.env)
 
     def start(self) -> None:
-        """Unpack the sdist and start the build in its own process group at
-        low priority (the check's lines run beside it)."""
+        """Unpack the sdist; start the build, niced, in its own process
+        group."""
         os.makedirs(self.work_dir, exist_ok=True)
         with tarfile.open(self.sdist) as tar:
             top = tar.getnames()[0].split('/')[0]
@@ -181,8 +164,7 @@ class OpsBuild:
         if built is None:
             raise FileNotFoundError(f'no {EXT_GLOB} under {self.source}')
         dest = osp.join(self.target, 'mmcv', osp.basename(built))
-        # Copy, then rename: a line importing mmcv meanwhile never sees a
-        # half-written file.
+        # Copy, then rename: an import meanwhile sees no half-written file.
         shutil.copyfile(built, dest + '.part')
         os.replace(dest + '.part', dest)
         return dest
