@@ -7,7 +7,7 @@ import torch.distributed as dist
 from mmengine.config import Config
 
 from mmext.dist import finish_distributed, setup_cpu_distributed
-from bench_utils import run_gloo_processes
+from bench_utils import run_processes
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='CUDA present')
@@ -19,7 +19,7 @@ def test_mpi_needs_cuda():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='CUDA present')
 def test_cpu_launch_sets_up_gloo_ddp_without_device_ids(tmp_path):
-    run_gloo_processes(_setup_and_report, 2, (str(tmp_path), ))
+    run_processes(_setup_and_report, 2, (str(tmp_path), ))
     assert [(tmp_path / f'rank{r}').read_text() for r in range(2)] == [
         'gloo None MMDistributedDataParallel'] * 2
 
@@ -53,7 +53,7 @@ def _finish_and_report(rank, world_size, out_dir):
 
 def test_finish_distributed_destroys_the_process_group(tmp_path):
     finish_distributed()  # no process group: nothing to do
-    run_gloo_processes(_finish_and_report, 2, (str(tmp_path), ))
+    run_processes(_finish_and_report, 2, (str(tmp_path), ))
     assert [(tmp_path / f'rank{r}').read_text() for r in range(2)] == [
         'False', 'False'
     ]

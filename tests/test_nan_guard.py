@@ -221,9 +221,9 @@ def _two_ranks_worker(rank, world_size, path):
 
 
 def test_ranks_agree_to_drop_a_step_one_of_them_poisoned(tmp_path):
-    from bench_utils import run_gloo_processes
+    from bench_utils import run_processes
     path = str(tmp_path / 'result')
-    run_gloo_processes(_two_ranks_worker, 2, (path, ), timeout=300)
+    run_processes(_two_ranks_worker, 2, (path, ), timeout=300)
     results = [torch.load(f'{path}.{r}') for r in range(2)]
     assert results == [dict(unchanged=True, skipped=1)] * 2
 

@@ -7,7 +7,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import \
     allreduce_hook
 
-from bench_utils import run_gloo_processes
+import bench_utils
 
 MODULES = ['backbone', 'neck', 'head']
 
@@ -69,7 +69,7 @@ def train_accumulated(batches, device='cpu', **agvm):
 
 def run_processes(fn, world_size, args=(), timeout=120):
     """Run ``fn(rank, world_size, *args)`` in gloo processes; a hang fails."""
-    run_gloo_processes(fn, world_size, args, timeout)
+    bench_utils.run_processes(fn, world_size, args, timeout)
 
 
 def train_ddp(rank, world_size, batches, out_dir, agvm, exchange='hook',

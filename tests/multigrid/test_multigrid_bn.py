@@ -18,7 +18,7 @@ from mmaction.models.common import SubBatchNorm3D
 from mmext.compat import batch_norm_xd_type
 from mmext.multigrid.bn import (SubBatchNorm, disable_sub_bn, enable_sub_bn,
                                 unsplittable_bn_layers, update_precise_bn)
-from bench_utils import run_gloo_processes
+from bench_utils import run_processes
 
 KINDS = [nn.BatchNorm3d, nn.SyncBatchNorm, batch_norm_xd_type()]
 CL = torch.channels_last_3d
@@ -403,7 +403,7 @@ def _precise_bn_rank(rank, world_size, out):
 def test_precise_bn_averages_trained_layers_across_ranks():
     with torch.multiprocessing.Manager() as manager:
         shared = manager.dict()
-        run_gloo_processes(_precise_bn_rank, 2, (shared, ), timeout=120)
+        run_processes(_precise_bn_rank, 2, (shared, ), timeout=120)
         out = dict(shared)
     eps_scale = (1 + 1e-5)**-0.5
     for rank in range(2):
@@ -430,7 +430,7 @@ def test_sync_sub_bn_normalises_split_k_over_ranks(device):
     together; the running statistics cover both ranks' whole batches."""
     with torch.multiprocessing.Manager() as manager:
         shared = manager.dict()
-        run_gloo_processes(_sync_sub_bn_rank, 2, (shared, ), timeout=300)
+        run_processes(_sync_sub_bn_rank, 2, (shared, ), timeout=300)
         out = dict(shared)
     gen = torch.Generator().manual_seed(0)
     batches = [torch.randn(4, 2, 1, 2, 2, generator=gen) * (r + 1) + 3 * r

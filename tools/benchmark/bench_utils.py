@@ -1,11 +1,9 @@
 """Helpers of the benchmarks and tests: process groups on one machine,
 timing records of training runs, random in-memory clips.
 
-Not part of mmext: ``tools/benchmark/*.py`` import it as a sibling module, the
-tests through pytest's ``pythonpath`` (``setup.cfg``), and a config that
-trains on synthetic clips imports it with ``custom_imports=dict(imports=
-['bench_utils'])`` (which registers ``SyntheticVideoInit`` and
-``SyntheticVideoDecode`` in mmaction2's ``TRANSFORMS``).
+Imported as a sibling module by ``tools/benchmark/*.py``, through pytest's
+``pythonpath`` by the tests, and by ``custom_imports=dict(imports=
+['bench_utils'])`` in a config that trains on synthetic clips.
 """
 import functools
 import os
@@ -45,39 +43,19 @@ def _worker(rank: int, world_size: int, port: int, backend: str,
             dist.destroy_process_group()
 
 
-def run_gloo_processes(fn: Callable,
-                       world_size: int,
-                       args: Sequence = (),
-                       timeout: Optional[float] = None) -> None:
-    """:func:`run_processes` with the gloo backend (CPU or CUDA tensors)."""
-    run_processes(fn, world_size, args, timeout, backend='gloo')
-
-
-def run_processes(fn: Callable,
-                  world_size: int,
-                  args: Sequence = (),
+def run_processes(fn: Callable, world_size: int, args: Sequence = (),
                   timeout: Optional[float] = None,
                   backend: str = 'gloo') -> None:
-    """Run ``fn(rank, world_size, *args)`` in spawned processes.
-
-    Each process joins a default process group on 127.0.0.1 (a free port)
-    and leaves it when ``fn`` returns. Used by tests and benchmarks that
-    compare distributed runs on one machine.
+    """Run ``fn(rank, world_size, *args)`` in spawned processes, each in a
+    default process group on 127.0.0.1.
 
     Args:
         fn (callable): A picklable (module-level) function.
         world_size (int): Number of processes.
         args (Sequence): Extra arguments of ``fn``.
         timeout (float, optional): Seconds after which the processes are
-            killed; None waits forever.
-        backend (str): ``'gloo'`` (CPU tensors, and CUDA tensors of a GPU
-            the processes may share) or ``'nccl'`` (rank r uses GPU r, set
-            as the current device before ``fn`` runs).
-
-    Raises:
-        TimeoutError: If the processes do not finish within ``timeout``.
-        ProcessRaisedException: If a process raised (from
-            ``torch.multiprocessing``).
+            killed (``TimeoutError``); None waits forever.
+        backend (str): ``'gloo'`` or ``'nccl'`` (rank r on GPU r).
     """
     ctx = mp.start_processes(
         _worker,
@@ -93,17 +71,8 @@ def run_processes(fn: Callable,
 
 # ---------------------------------------------------------------- timing
 class IterationRecord(NamedTuple):
-    """One training iteration.
-
-    Attributes:
-        epoch (int): The runner's epoch (0-based).
-        batch_size (int): Samples of the batch.
-        input_shape (tuple): Shape of the batch's first input, e.g.
-            ``(C, T, H, W)`` for a clip or ``(C, H, W)`` for an image.
-        loss (float): The iteration's total loss.
-        data_seconds (float): Time waiting for the batch (s).
-        seconds (float): Time of the whole iteration, wait included (s).
-    """
+    """One training iteration: the shape of the batch's first input, the
+    seconds waiting for the batch and in all."""
     epoch: int
     batch_size: int
     input_shape: Tuple[int, ...]
@@ -113,20 +82,11 @@ class IterationRecord(NamedTuple):
 
 
 class RunRecorder(Hook):
-    """Record every training iteration and epoch boundary of a run.
-
-    Runs after every other hook (``LOWEST``), so the time between epochs
-    brackets what other hooks do there (e.g. a multigrid loader rebuild or
-    precise BN).
-
-    Attributes:
-        iters (list[IterationRecord]): One per training iteration.
-        epoch_gaps (list[tuple[int, float]]): ``(epoch, seconds)`` from the
-            end of the previous epoch's last iteration to its start.
-        epoch_tails (list[tuple[int, float]]): ``(epoch, seconds)`` from its
-            last iteration to its end.
-        metrics (dict): The last validation metrics.
-    """
+    """Record every training iteration (``iters``), the time between epochs
+    (``epoch_gaps``: ``(epoch, seconds)`` from the previous epoch's last
+    iteration; ``epoch_tails``: from an epoch's last iteration to its end)
+    and the last validation ``metrics``. ``LOWEST`` priority: the gaps
+    bracket what other hooks do between epochs."""
 
     priority = 'LOWEST'
 
@@ -182,28 +142,22 @@ class RunRecorder(Hook):
 
 
 class WorkTimer:
-    """Sum the wall time of instrumented methods, outermost calls only.
-
-    ``instrument(obj, names)`` replaces each named bound method of ``obj``
-    by a timed one (nested calls among them count once); ``seconds`` holds
-    one entry per outermost call.
-    """
+    """Wall time of instrumented methods: one entry of ``seconds`` per
+    outermost call (nested calls among them count once)."""
 
     def __init__(self):
         self.seconds: List[float] = []
         self._depth = threading.local()
 
     def instrument(self, obj, names: Sequence[str]) -> None:
-        """Time the methods ``names`` of ``obj`` (missing ones are skipped).
-        """
+        """Time the methods ``names`` of ``obj`` (missing ones skipped)."""
         for name in names:
             if hasattr(obj, name):
                 setattr(obj, name, self._timed(getattr(obj, name)))
 
     def _timed(self, method):
 
-        # wraps: callers that inspect the signature (DDP checks a comm
-        # hook's parameter names) see the method's own.
+        # wraps: DDP checks a comm hook's parameter names.
         @functools.wraps(method)
         def timed(*args, **kwargs):
             depth = getattr(self._depth, 'value', 0)
@@ -219,16 +173,10 @@ class WorkTimer:
         return timed
 
 
-# ---------------------------------------------------------------- synthetic clips
+# ------------------------------------------------------- synthetic clips
 @TRANSFORMS.register_module(force=True)
 class SyntheticVideoInit(BaseTransform):
-    """Stand-in for ``DecordInit``: a video of ``total_frames`` frames.
-
-    Args:
-        total_frames (int): Frames of every synthetic video.
-
-    Added keys: ``total_frames``, ``start_index`` (0).
-    """
+    """Stand-in for ``DecordInit``: a video of ``total_frames`` frames."""
 
     def __init__(self, total_frames: int = 64):
         self.total_frames = total_frames
@@ -241,14 +189,8 @@ class SyntheticVideoInit(BaseTransform):
 
 @TRANSFORMS.register_module(force=True)
 class SyntheticVideoDecode(BaseTransform):
-    """Stand-in for ``DecordDecode``: random frames at ``frame_inds``.
-
-    Args:
-        size (tuple[int, int]): Frame ``(height, width)`` in pixels.
-
-    Required keys: ``frame_inds``. Added keys: ``imgs`` (list of
-    ``(height, width, 3)`` uint8 arrays), ``original_shape``, ``img_shape``.
-    """
+    """Stand-in for ``DecordDecode``: random uint8 frames of ``size``
+    (height, width) at ``frame_inds``."""
 
     def __init__(self, size=(64, 64)):
         self.size = tuple(size)
