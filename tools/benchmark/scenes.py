@@ -1,12 +1,6 @@
-"""Generated segmentation scenes and a small FPN segmentor (benchmarks).
-
-``tools/benchmark/agvm_large_batch.py`` needs a dense-prediction setting it
-can train in many arms and seeds on a CPU: :func:`make_scenes` draws images
-of discs, squares, triangles and rings (the four classes, plus background)
-in random colours on a textured background, with their label maps;
-:class:`SceneSegmentor` is a ResNet-like backbone (BN), an FPN-like neck and
-a decode head: the module layout AGVM modulates in mmseg's Semantic FPN
-(``backbone``, ``neck``, ``decode_head``).
+"""Generated segmentation scenes and a small FPN segmentor with the module
+layout of mmseg's Semantic FPN (``backbone``, ``neck``, ``decode_head``):
+a dense-prediction setting ``agvm_large_batch.py`` trains on a CPU.
 """
 from typing import List, Sequence, Tuple
 
@@ -15,15 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = [
-    'SCENE_CLASSES', 'make_scenes', 'SceneSegmentor', 'segmentation_loss',
-    'mean_iou'
-]
-
 SCENE_CLASSES = ('background', 'disc', 'square', 'triangle', 'ring')
 
 
-def _shape_mask(kind: int, size: int, cy: float, cx: float, radius: float,
+def _shape_mask(kind: int, cy: float, cx: float, radius: float,
                 yy: np.ndarray, xx: np.ndarray) -> np.ndarray:
     dy, dx = yy - cy, xx - cx
     if kind == 1:
@@ -39,23 +28,15 @@ def _shape_mask(kind: int, size: int, cy: float, cx: float, radius: float,
 
 def make_scenes(num: int, size: int = 32, seed: int = 0
                 ) -> Tuple[Tensor, Tensor]:
-    """``num`` random scenes and their label maps.
+    """``num`` random scenes of ``size`` pixels and their label maps.
 
-    Each image has a smooth random background with pixel noise and one to
-    three objects (disc, square, triangle, ring; 0.2-0.45 of the image
-    across) in random colours, later ones occluding earlier ones; only the
-    shape tells the class. Images of different seeds are independent draws,
-    so seed ranges give disjoint sets.
-
-    Args:
-        num (int): Images.
-        size (int): Height and width in pixels.
-        seed (int): Seed of the draw.
+    One to three objects (0.2-0.45 of the image across, random colours,
+    later ones occluding earlier ones) on a smooth noisy background; only
+    the shape tells the class. Different seeds give independent draws.
 
     Returns:
         tuple[Tensor, Tensor]: Images (num, 3, size, size) float32, about
-        zero mean and unit variance; labels (num, size, size) int64 in
-        ``[0, len(SCENE_CLASSES))``.
+        zero mean and unit variance; labels (num, size, size) int64.
     """
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
@@ -69,7 +50,7 @@ def make_scenes(num: int, size: int = 32, seed: int = 0
             kind = int(rng.integers(1, len(SCENE_CLASSES)))
             radius = rng.uniform(0.1, 0.225) * size
             cy, cx = rng.uniform(radius, size - radius, 2)
-            mask = _shape_mask(kind, size, cy, cx, radius, yy, xx)
+            mask = _shape_mask(kind, cy, cx, radius, yy, xx)
             image[:, mask] = rng.uniform(-1.5, 1.5, (3, 1))
             labels[i][mask] = kind
         images[i] = image + rng.normal(0, 0.3, image.shape)
@@ -126,13 +107,9 @@ class _DecodeHead(nn.Module):
 
 
 class SceneSegmentor(nn.Module):
-    """Backbone (BN) + top-down neck + decode head, logits at input size.
-
-    Args:
-        widths (Sequence[int]): Stem width, then one per stride-2 stage.
-        channels (int): Neck and head width.
-        num_classes (int): Output classes.
-    """
+    """Backbone (BN; ``widths``: the stem's, then one per stride-2 stage),
+    top-down neck and decode head (``channels`` wide), logits at input
+    size."""
 
     def __init__(self, widths: Sequence[int] = (16, 24, 32, 48),
                  channels: int = 32,
@@ -161,12 +138,8 @@ def segmentation_loss(model: nn.Module, batch: Tuple[Tensor, Tensor]
 def mean_iou(model: nn.Module, images: Tensor, labels: Tensor,
              num_classes: int = len(SCENE_CLASSES),
              batch_size: int = 64) -> float:
-    """Mean IoU over the classes (background included), in eval mode.
-
-    Returns:
-        float: In [0, 1]; classes absent from both prediction and labels are
-        left out of the mean.
-    """
+    """Mean IoU over the classes present in prediction or labels
+    (background included), in eval mode."""
     was_training = model.training
     model.eval()
     inter = torch.zeros(num_classes, dtype=torch.float64,
