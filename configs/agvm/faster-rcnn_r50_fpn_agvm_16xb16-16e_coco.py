@@ -1,20 +1,16 @@
-# Faster R-CNN R50-FPN with AGVM at batch 256 (16 GPUs x 16 images), the
-# paper's recipe (released config faster_rcnn_res50_bs256.py): lr
-# 0.16*sqrt(2), 920 warm-up iterations, clipping in [820, 1020], AGVM from
-# iteration 1020; otherwise as the batch-512 recipe.
-_base_ = './faster-rcnn_r50_fpn_agvm_32xb16-16e_coco.py'
-
-warmup_iters = 920
-agvm_start = warmup_iters + 100
-
-param_scheduler = [
-    dict(type='mmext.ExpWarmupLR', start_factor=0.001, by_epoch=False,
-         begin=0, end=warmup_iters),
-    dict(type='MultiStepLR', begin=0, end=16, by_epoch=True,
-         milestones=[12, 14], gamma=0.1)
+# Faster R-CNN R50-FPN with AGVM at batch 256 (16 GPUs x 16 images): the
+# released faster_rcnn_res50_bs256.py schedule (lr 0.16*sqrt(2), 920 warm-up
+# iterations, clipping in [820, 1020], AGVM from 1020;
+# ./_base_/schedule_agvm-sgd-16e_bs256.py) on mmdet 3.x's stock model (the
+# reference's: faster-rcnn_r50_fpn_align_agvm_16xb16-16e_coco.py).
+_base_ = [
+    'mmdet::_base_/models/faster-rcnn_r50_fpn.py',
+    'mmdet::_base_/datasets/coco_detection.py',
+    './_base_/schedule_agvm-sgd-16e_bs256.py', 'mmdet::_base_/default_runtime.py'
 ]
-optim_wrapper = dict(
-    optimizer=dict(lr=0.16 * 2**0.5),
-    start_iter=agvm_start,
-    clip_grad_window=(agvm_start - 200, agvm_start))
-auto_scale_lr = dict(base_batch_size=256)
+
+model = dict(
+    backbone=dict(norm_cfg=dict(type='SyncBN', requires_grad=True),
+                  norm_eval=False))
+train_dataloader = dict(batch_size=16, num_workers=8)
+optim_wrapper = dict(module_names=['backbone', 'neck', 'rpn_head', 'roi_head'])

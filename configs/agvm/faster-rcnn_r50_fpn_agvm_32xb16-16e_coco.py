@@ -1,7 +1,8 @@
-# Faster R-CNN R50-FPN with AGVM at batch 512 (32 GPUs x 16 images), the
-# paper's recipe (released config faster_rcnn_res50_bs512.py): SyncBN
-# backbone, lr 0.38, 460 warm-up iterations, clipping in [360, 560], AGVM
-# from iteration 560 (see ./_base_/schedule_agvm-sgd-16e.py).
+# Faster R-CNN R50-FPN with AGVM at batch 512 (32 GPUs x 16 images): the
+# released faster_rcnn_res50_bs512.py schedule (SyncBN backbone, lr 0.38, 460
+# warm-up iterations, clipping in [360, 560], AGVM from 560;
+# ./_base_/schedule_agvm-sgd-16e.py) on mmdet 3.x's stock model (the
+# reference's: faster-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py).
 _base_ = [
     'mmdet::_base_/models/faster-rcnn_r50_fpn.py',
     'mmdet::_base_/datasets/coco_detection.py',

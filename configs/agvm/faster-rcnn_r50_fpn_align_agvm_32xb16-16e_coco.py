@@ -1,10 +1,15 @@
-# faster-rcnn_r50_fpn_agvm_32xb16-16e_coco.py (batch 512, the released
-# faster_rcnn_res50_bs512.py schedule) with the reference's
-# faster_rcnn_r50_fpn_align model instead of mmdet 3.x's stock one (see
-# ./_base_/models/rcnn_align.py for what differs).
+# The released faster_rcnn_res50_bs512.py: batch 512 (32 GPUs x 16 images),
+# the reference's faster_rcnn_r50_fpn_align model
+# (./_base_/models/faster-rcnn_r50_fpn_align.py) and batch-512 schedule
+# (./_base_/schedule_agvm-sgd-16e.py).
 _base_ = [
-    './faster-rcnn_r50_fpn_agvm_32xb16-16e_coco.py',
-    './_base_/models/rcnn_align.py'
+    './_base_/models/faster-rcnn_r50_fpn_align.py',
+    'mmdet::_base_/datasets/coco_detection.py',
+    './_base_/schedule_agvm-sgd-16e.py', 'mmdet::_base_/default_runtime.py'
 ]
 
-model = {{_base_.faster_rcnn_align}}
+model = dict(
+    backbone=dict(norm_cfg=dict(type='SyncBN', requires_grad=True),
+                  norm_eval=False))
+train_dataloader = dict(batch_size=16, num_workers=8)
+optim_wrapper = dict(module_names=['backbone', 'neck', 'rpn_head', 'roi_head'])

@@ -1,8 +1,8 @@
-# Mask R-CNN R50-FPN with AGVM at batch 512 (32 GPUs x 16 images), the
-# paper's recipe (released config mask_rcnn_res50_bs512.py): SyncBN backbone,
-# lr 0.32, otherwise ./_base_/schedule_agvm-sgd-16e.py (460 warm-up
-# iterations, clipping in [360, 560], AGVM from 560, tau = 10). As in the
-# reference, the box head and the mask head get a factor each.
+# Mask R-CNN R50-FPN with AGVM at batch 512 (32 GPUs x 16 images): the
+# released mask_rcnn_res50_bs512.py schedule (SyncBN backbone, lr 0.32,
+# otherwise ./_base_/schedule_agvm-sgd-16e.py) on mmdet 3.x's stock model
+# (the reference's: mask-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py). As in
+# the reference, the box head and the mask head get a factor each.
 _base_ = [
     'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
     'mmdet::_base_/datasets/coco_instance.py',

@@ -1,9 +1,18 @@
-# mask-rcnn_r50_fpn_agvm_32xb16-16e_coco.py (batch 512, the released
-# mask_rcnn_res50_bs512.py) with the reference's mask_rcnn_r50_fpn_align
-# model (see ./_base_/models/rcnn_align.py).
+# The released mask_rcnn_res50_bs512.py: batch 512 (32 GPUs x 16 images),
+# lr 0.32, the reference's mask_rcnn_r50_fpn_align model
+# (./_base_/models/mask-rcnn_r50_fpn_align.py) and batch-512 schedule
+# (./_base_/schedule_agvm-sgd-16e.py); box and mask heads apart.
 _base_ = [
-    './mask-rcnn_r50_fpn_agvm_32xb16-16e_coco.py',
-    './_base_/models/rcnn_align.py'
+    './_base_/models/mask-rcnn_r50_fpn_align.py',
+    'mmdet::_base_/datasets/coco_instance.py',
+    './_base_/schedule_agvm-sgd-16e.py', 'mmdet::_base_/default_runtime.py'
 ]
 
-model = {{_base_.mask_rcnn_align}}
+model = dict(
+    backbone=dict(norm_cfg=dict(type='SyncBN', requires_grad=True),
+                  norm_eval=False))
+train_dataloader = dict(batch_size=16, num_workers=8)
+optim_wrapper = dict(
+    optimizer=dict(lr=0.32),
+    module_names=['backbone', 'neck', 'rpn_head', 'roi_head.bbox_head',
+                  'roi_head.mask_head'])

@@ -31,7 +31,40 @@ def test_all_configs_found():
             'faster-rcnn_r18_fpn_agvm_demo-det.py',
             'faster-rcnn_r50_fpn_align_agvm_16xb16-16e_coco.py',
             'faster-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py',
+            'mask-rcnn_r50_fpn_agvm_16xb16-16e_coco.py',
+            'mask-rcnn_r50_fpn_align_agvm_16xb16-16e_coco.py',
             'mask-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py'} <= names
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
+def test_no_helper_keys_in_the_final_config(path):
+    assert [k for k in Config.fromfile(path) if k.startswith('_')] == []
+
+
+# The released recipes (Sense-X/AGVM configs/*/agvm/*_bs{256,512}.py): lr,
+# warm-up end, AGVM start, clipping window, per batch and model.
+RELEASED = {
+    'faster-rcnn_r50_fpn_align_agvm_16xb16-16e_coco.py':
+    (0.16 * 2**0.5, 920, 1020, (820, 1020)),
+    'faster-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py':
+    (0.38, 460, 560, (360, 560)),
+    'mask-rcnn_r50_fpn_align_agvm_16xb16-16e_coco.py':
+    (0.16 * 2**0.5, 920, 1020, (820, 1020)),
+    'mask-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py':
+    (0.32, 460, 560, (360, 560)),
+}
+
+
+@pytest.mark.parametrize('name', sorted(RELEASED))
+def test_released_recipes(name):
+    for variant in (name, name.replace('_align', '')):
+        cfg = Config.fromfile(osp.join(ROOT, 'configs', 'agvm', variant))
+        wrapper = cfg.optim_wrapper
+        assert (wrapper.optimizer.lr, cfg.param_scheduler[0].end,
+                wrapper.start_iter, wrapper.clip_grad_window) == (
+                    RELEASED[name])
+        assert cfg.auto_scale_lr.base_batch_size == (
+            256 if '16xb16' in name else 512)
 
 
 @pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
@@ -61,9 +94,10 @@ def test_paper_recipes_warm_up_exponentially_and_start_after_it(path):
         warmup_ends(cfg.param_scheduler, 1000)) == []
 
 
-def test_mask_rcnn_recipe_modulates_box_and_mask_heads_apart():
-    cfg = Config.fromfile(osp.join(
-        ROOT, 'configs', 'agvm', 'mask-rcnn_r50_fpn_agvm_32xb16-16e_coco.py'))
+@pytest.mark.parametrize('name', [
+    osp.basename(c) for c in CONFIGS if 'mask-rcnn' in c])
+def test_mask_rcnn_recipe_modulates_box_and_mask_heads_apart(name):
+    cfg = Config.fromfile(osp.join(ROOT, 'configs', 'agvm', name))
     assert cfg.optim_wrapper.module_names == [
         'backbone', 'neck', 'rpn_head', 'roi_head.bbox_head',
         'roi_head.mask_head']
