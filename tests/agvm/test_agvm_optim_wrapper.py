@@ -3,6 +3,7 @@ halves); its options, checked by name, type and range when it is built; its
 start-of-run summary; the checks it makes when training starts, with
 mmengine's Runner as with mmext.Runner; the AMP variant."""
 import math
+import os.path as osp
 import re
 import uuid
 import warnings
@@ -10,8 +11,8 @@ import warnings
 import pytest
 import torch
 from agvm_toy import ToyModel, build_wrapper, toy_batches, train_accumulated
-from helpers import (CUDA_MARKS, DEVICES, ToyRegressionData, ToyRegressor,
-                     toy_loader)
+from helpers import (CUDA_MARKS, DEVICES, REPO_ROOT, ToyRegressionData,
+                     ToyRegressor, toy_loader)
 from mmengine.config import Config
 from mmengine.logging import MessageHub
 from mmengine.optim import build_optim_wrapper
@@ -641,6 +642,40 @@ def test_mmengine_auto_scale_lr_with_accumulation_is_refused(tmp_path):
             r"runner_type='mmext.Runner'")):
         runner.train()
     assert runner.iter == 0
+
+
+def test_safeguards_with_mmdets_own_train_tool(tmp_path, demo_data):
+    """mmdet's own tools/train.py on the AGVM demo config with mmengine's
+    Runner (runner_type=Runner): the start check warns into the run's log
+    file, and auto_scale_lr with accumulation is refused before training."""
+    import glob
+    import importlib
+    import subprocess
+    import sys
+    tool = osp.join(osp.dirname(importlib.import_module('mmdet').__file__),
+                    '.mim', 'tools', 'train.py')
+    config = osp.join(REPO_ROOT, 'configs', 'demo',
+                      'faster-rcnn_r18_fpn_agvm_demo-det.py')
+
+    def train(work_dir, *args):
+        return subprocess.run(
+            [sys.executable, tool, config, '--work-dir', str(work_dir),
+             *args, '--cfg-options', 'runner_type=Runner',
+             'train_cfg.max_epochs=1', 'train_cfg.val_interval=9',
+             'train_dataloader.dataset.indices=4'],
+            capture_output=True, text=True, timeout=600)
+
+    warned = train(tmp_path / 'warn', '--cfg-options',
+                   'optim_wrapper.start_iter=2')
+    assert warned.returncode == 0, warned.stderr[-3000:]
+    [log] = glob.glob(str(tmp_path / 'warn' / '*' / '*.log'))
+    with open(log) as f:
+        assert 'AGVM start_iter=2 lies inside the LR warm-up' in f.read()
+    refused = train(tmp_path / 'refuse', '--auto-scale-lr')
+    assert refused.returncode != 0
+    assert ('leaving out optim_wrapper.accumulative_counts=2. Set '
+            "runner_type='mmext.Runner'") in refused.stderr
+    assert 'Epoch(train)' not in refused.stdout + refused.stderr
 
 
 @pytest.mark.parametrize('runner', RUNNERS)
