@@ -1,19 +1,9 @@
 """tools/analysis/plot_agvm.py reads mmengine's scalars.json and draws."""
-import importlib.util
 import json
-import os.path as osp
 
 import pytest
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location(
-        'plot_agvm', osp.join(ROOT, 'tools', 'analysis', 'plot_agvm.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tools.analysis import plot_agvm as tool
 
 
 def _write_runs(tmp_path):
@@ -39,7 +29,6 @@ def _write_runs(tmp_path):
 def test_load_and_plot(tmp_path):
     # The curves continue across the resume.
     _write_runs(tmp_path)
-    tool = _tool()
     factors, variances = tool.load_agvm_scalars(str(tmp_path))
     # One point per re-estimate, not per logged iteration.
     assert factors['neck'] == [(2, 1.02), (4, 1.04), (6, 1.06)]
@@ -56,7 +45,7 @@ def test_load_and_plot(tmp_path):
 
 def test_work_dir_without_agvm_scalars(tmp_path):
     with pytest.raises(FileNotFoundError, match='agvm_s'):
-        _tool().load_agvm_scalars(str(tmp_path))
+        tool.load_agvm_scalars(str(tmp_path))
 
 
 def test_image_goes_into_the_work_dir_by_default(tmp_path, monkeypatch,
@@ -66,10 +55,10 @@ def test_image_goes_into_the_work_dir_by_default(tmp_path, monkeypatch,
     elsewhere = tmp_path / 'cwd'
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    _tool().main([str(work_dir)])
+    tool.main([str(work_dir)])
     assert (work_dir / 'agvm.png').stat().st_size > 1000
     assert list(elsewhere.iterdir()) == []
     assert capsys.readouterr().out.startswith(
         f'wrote {work_dir / "agvm.png"}: 2 modules, 3 re-estimates')
-    _tool().main([str(work_dir), '--out', 'mine.png'])
+    tool.main([str(work_dir), '--out', 'mine.png'])
     assert (elsewhere / 'mine.png').stat().st_size > 1000

@@ -4,17 +4,10 @@ Usage: python tools/analysis/agvm_variance.py CONFIG [--checkpoint CKPT]
     [--batch-sizes 4 8 16 32] [--repeats 3] [--modules backbone neck ...]
     [--out fig.png] [--json] [--device cpu] [--seed 0] [--cfg-options ...]
 
-AGVM's premise (Xue et al., NeurIPS 2022, Sec. 3 / Fig. 1): the gradient
-variances d_i = 1 - cos(G_A, G_B) of a dense predictor's modules are about
-equal at small batch and drift apart as the batch grows. For each total batch
-size N this tool draws R pairs of independent halves of N/2 training images
-(micro-batches of the config's batch size, accumulated), measures d_i per
-module at the model state of CKPT (default: the config's initialisation)
-with the optimizer wrapper's own statistic code (``mmext.agvm.diagnostic``),
-and prints d_i, d_anchor/d_i and the factor mu_i AGVM would apply (one
-measurement, before its EMA) as mean +- std over the R repeats. No optimizer
-step is taken; the model is left unchanged. Memory: one micro-batch's
-training step plus one gradient copy.
+For each total batch size N, draws R pairs of independent halves of N/2
+training images and prints, per module, d_i = 1 - cos(G_A, G_B), d_anchor /
+d_i and the factor mu_i AGVM would apply, as mean +- std over the R repeats
+(docs/en/agvm.md, "Does my recipe need AGVM?"). The model is left unchanged.
 """
 import argparse
 import json
@@ -77,7 +70,7 @@ def parse_args():
 
 
 def check_data(cfg: Config, config: str) -> None:
-    """Exit with a clear message if the training annotations are missing."""
+    """Exit with a hint if the training annotations are missing."""
     dataset = cfg.train_dataloader.dataset
     while 'dataset' in dataset:  # RepeatDataset, ClassBalancedDataset, ...
         dataset = dataset.dataset
@@ -97,23 +90,9 @@ def check_data(cfg: Config, config: str) -> None:
              f'root?); {hint}.')
 
 
-def build_model(cfg: Config, checkpoint, device: str, seed: int):
-    set_random_seed(seed)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    if checkpoint:
-        with trusted_checkpoint_loading():
-            load_checkpoint(model, checkpoint, map_location='cpu',
-                            strict=True)
-    return model.to(device)
-
-
 class HalfSampler:
-    """Draws micro-batches of fresh training images, in a shuffled stream.
-
-    Micro-batches hold the config's batch size (fewer when a half is
-    smaller); a dataloader per micro-batch size, infinite and shuffled.
-    """
+    """``sampler(images)``: micro-batches of the config's batch size (fewer
+    for a smaller half) of fresh images, from an infinite shuffled loader."""
 
     def __init__(self, cfg: Config, seed: int):
         self.loader_cfg = cfg.train_dataloader
@@ -175,7 +154,7 @@ def plot(rows, names, out, title):
 
 
 def _json_safe(value):
-    """NaN (invalid measurements) as null, which JSON can represent."""
+    """NaN (invalid measurements) as null."""
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -199,7 +178,14 @@ def main():
         print(f"note: the config's AGVM measures statistic="
               f"{optim_cfg['statistic']!r}; this tool measures the raw "
               f'gradient', file=sys.stderr)
-    model = build_model(cfg, args.checkpoint, args.device, args.seed)
+    set_random_seed(args.seed)
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    if args.checkpoint:
+        with trusted_checkpoint_loading():
+            load_checkpoint(model, args.checkpoint, map_location='cpu',
+                            strict=True)
+    model.to(args.device)
     layout = module_layout(model, args.modules
                            or optim_cfg.get('module_names'))
     names = layout.module_names

@@ -3,15 +3,10 @@
 Usage: python tools/analysis/plot_agvm.py WORK_DIR [--config CFG]
     [--out IMAGE (default WORK_DIR/agvm.png)]
 
-Reads ``WORK_DIR/<timestamp>/vis_data/scalars.json`` (mmengine's
-LocalVisBackend; all runs of the work dir in time order, so a resumed run
-continues the curves). ``AGVMOptimWrapper`` writes
-``SCALAR_VARIANCE/<module>`` (d_i = 1 - cos of the halves' gradients) and
-``SCALAR_ESTIMATE/<module>`` (the factor s_i after the update) at every
-re-estimate, whatever the logger interval, so the curves have one point per
-real re-estimate. The AGVM start and the gradient
-clipping window come from the config mmengine saved in the work dir (or
-``--config``).
+Reads the re-estimates (one point each) of every run in
+``WORK_DIR/*/vis_data/scalars.json``, in time order (a resumed run
+continues the curves), and marks the AGVM start and the gradient clipping
+window of the config saved in the work dir (or ``--config``).
 """
 import argparse
 import glob
@@ -34,17 +29,12 @@ Series = Dict[str, List[Tuple[int, float]]]
 def load_agvm_scalars(work_dir: str) -> Tuple[Series, Series]:
     """Collect the re-estimates of every run in ``work_dir``.
 
-    Args:
-        work_dir (str): A training work dir.
-
     Returns:
-        tuple[dict, dict]: factors s_i and variances d_i, each mapping a
-        module name to ``(iteration, value)`` pairs sorted by iteration, one
-        per re-estimate.
+        tuple[dict, dict]: Factors s_i and variances d_i, each mapping a
+        module name to ``(iteration, value)`` pairs sorted by iteration.
 
     Raises:
-        FileNotFoundError: If the work dir has no ``scalars.json`` with
-            AGVM re-estimates.
+        FileNotFoundError: No AGVM re-estimates in the work dir.
     """
     files = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data',
                                       'scalars.json')))
@@ -70,14 +60,8 @@ def load_agvm_scalars(work_dir: str) -> Tuple[Series, Series]:
 
 
 def agvm_window(config: Optional[str]) -> Dict[str, object]:
-    """``start_iter``, ``end_iter`` and ``clip_grad_window`` of a config.
-
-    Args:
-        config (str, optional): A config file; None gives no markers.
-
-    Returns:
-        dict: The three options (None where unset).
-    """
+    """``start_iter``, ``end_iter`` and ``clip_grad_window`` of a config's
+    optim_wrapper (None where unset, all None without a config)."""
     if config is None:
         return dict(start_iter=None, end_iter=None, clip_grad_window=None)
     from mmengine.config import Config
@@ -96,16 +80,9 @@ def saved_config(work_dir: str) -> Optional[str]:
 def plot(factors: Series, variances: Series, out: str,
          window: Optional[Dict[str, object]] = None,
          title: str = 'AGVM per-module modulation') -> None:
-    """Draw factors (top) and variances (bottom, log) into ``out``.
-
-    Args:
-        factors (dict): From :func:`load_agvm_scalars`.
-        variances (dict): From :func:`load_agvm_scalars`.
-        out (str): Image path; its folder is created.
-        window (dict, optional): From :func:`agvm_window`; marks the AGVM
-            start/end and shades the clipping window.
-        title (str): Figure title.
-    """
+    """Draw factors (top) and variances (bottom, log) of
+    :func:`load_agvm_scalars` into ``out`` (its folder is created), with
+    the AGVM start/end and clipping window of :func:`agvm_window`."""
     window = window or {}
     fig, axes = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
     for ax, data, label in ((axes[0], factors, 'factor s_i'),
