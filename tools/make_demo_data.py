@@ -1,21 +1,13 @@
-"""Generate mmext's embedded demo data (synthetic, made in seconds).
-
-Writes, under ``OUT`` (default ``data/demo``):
-
-* ``video/``: an mmaction2 ``VideoDataset``: ``train.txt`` / ``val.txt`` with
-  lines ``videos/<name>.mp4 <label>`` and ``label_map.txt``. Each clip shows a
-  bright square moving across a noisy background; the class is the direction
-  of motion (right, left, down, up), so a single frame cannot tell the class:
-  the model needs temporal information.
-* ``det/``: a COCO-format detection set: ``images/*.png``,
-  ``annotations/train.json`` and ``annotations/val.json``, with filled
-  rectangles and discs (2 categories) on a noisy background.
+"""Generate mmext's demo data (synthetic, made in seconds).
 
 Usage: python tools/make_demo_data.py [--out data/demo] [--seed 0]
 [--only {video,det}] [--det-train 48] [--det-val 16]
 
-``--only det --det-train N --det-val M`` writes a larger detection set
-alone; the defaults are the ``make demo`` data.
+Writes ``video/``, an mmaction2 ``VideoDataset`` (``train.txt``,
+``val.txt``, ``label_map.txt``) of clips of a square moving right, left,
+down or up (the class: one frame cannot tell it), and ``det/``, a COCO
+detection set (``images/``, ``annotations/{train,val}.json``) of
+rectangles and discs, both on noisy backgrounds.
 """
 import argparse
 import json

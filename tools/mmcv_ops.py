@@ -46,16 +46,10 @@ def cuda_arch_list() -> str:
 
 def build_env(cuda: bool, jobs: int,
               python_include: Optional[str] = None) -> Dict[str, str]:
-    """The variables the build adds to the environment.
-
-    Args:
-        cuda: Build the CUDA ops for the visible GPUs (``FORCE_CUDA=1``,
-            :func:`cuda_arch_list`); else the CPU ops only.
-        jobs: Parallel compile jobs (``MAX_JOBS``, read by torch's ninja
-            build).
-        python_include: A folder holding ``Python.h`` of this Python's
-            version, used (``CPATH``) only if this interpreter lacks its own.
-    """
+    """The variables the build adds to the environment: CUDA ops for the
+    visible GPUs or CPU ops only, ``jobs`` compile jobs, and
+    ``python_include`` (a folder holding ``Python.h``) on ``CPATH`` if this
+    interpreter lacks its own."""
     env = {
         'MMCV_WITH_OPS': '1',
         'MAX_JOBS': str(jobs),
@@ -88,15 +82,9 @@ def failure_reason(log_text: str) -> str:
 
 
 class OpsBuild:
-    """One build of ``mmcv._ext`` from ``sdist`` into ``target``'s mmcv.
-
-    Args:
-        sdist: The mmcv sdist (``.tar.gz``); its version must be the
-            installed mmcv's.
-        target: The folder mmcv was installed into (``pip --target``).
-        work_dir: Where the sdist is unpacked and built; the log is
-            ``work_dir/build.log``.
-        env: Variables added to the build's environment (:func:`build_env`).
+    """One build of ``mmcv._ext`` from ``sdist`` (the installed mmcv's
+    version) in ``work_dir`` (log ``build.log``) into the mmcv installed in
+    ``target``, with ``env`` (:func:`build_env`) added to the environment.
     """
 
     def __init__(self, sdist: str, target: str, work_dir: str,
@@ -155,11 +143,7 @@ class OpsBuild:
         self.ended = self.ended or time.monotonic()
 
     def install(self) -> str:
-        """Copy the built extension into the installed mmcv; its path.
-
-        Raises:
-            FileNotFoundError: The build made no ``mmcv/_ext*.so``.
-        """
+        """Copy the built extension into the installed mmcv; its path."""
         built = installed_ext(self.source)
         if built is None:
             raise FileNotFoundError(f'no {EXT_GLOB} under {self.source}')
