@@ -28,18 +28,14 @@ MULTIGRID_CONFIG = ('configs/smoke/'
 SLOWFAST_CONFIG = ('configs/multigrid/slowfast_r50_multigrid_8xb8-8x8x1-'
                    'steplr-239e_kinetics400-rgb.py')
 BUDGET = 8 * 60  # seconds for all lines together
-# With --bundle, for the whole call (install and ops build included),
-# inside the lent machine's 10-minute command limit.
-BUNDLE_BUDGET = 570
-# The ops build is stopped when less is left, for the lines that need it.
-OPS_RESERVE = 120
+BUNDLE_BUDGET = 570  # the whole --bundle call, in a 10-minute command
+OPS_RESERVE = 120  # seconds left when the ops build is stopped
 DEMO_DATA = 'data/demo'
 
 
 class Line(NamedTuple):
-    """One check: ``check(output, work_dir)`` of ``command(work_dir)``'s
-    output returns the table's detail or raises :class:`CheckFailed`;
-    ``needs_ops``: it imports mmcv's compiled ops."""
+    """One check: ``check(output, work_dir)`` of ``command(work_dir)``
+    returns the table's detail or raises :class:`CheckFailed`."""
     name: str
     what: str
     command: Callable[[str], List[str]]
@@ -264,14 +260,13 @@ def agvm_ranks_worker(rank: int, world_size: int, backend: str,
     runner = build_runner(cfg)
     runner.train()
     wrapper = runner.optim_wrapper
-    model = runner.model.module
     result = dict(
         rank=rank, backend=backend, device=str(device),
         factors=wrapper.ema.factors.tolist(),
         num_updates=wrapper.ema.num_updates,
         hooked=wrapper.halves.attach(runner.model),
         param_sum=sum(p.detach().double().sum().item()
-                      for p in model.parameters()))
+                      for p in runner.model.module.parameters()))
     ranks = all_gather_object(result)
     if rank == 0:
         with open(osp.join(work_dir, 'ranks.json'), 'w') as f:
@@ -329,11 +324,11 @@ def _config_problems(config: str, cfg) -> List[str]:
 
 def _ensure_demo_data() -> None:
     stamp = osp.join(ROOT, DEMO_DATA, '.stamp')
-    if osp.exists(stamp):
-        return
-    subprocess.run([_python(), 'tools/make_demo_data.py', '--out', DEMO_DATA],
-                   cwd=ROOT, check=True, capture_output=True, timeout=300)
-    open(stamp, 'w').close()
+    if not osp.exists(stamp):
+        subprocess.run([_python(), 'tools/make_demo_data.py', '--out',
+                        DEMO_DATA], cwd=ROOT, check=True,
+                       capture_output=True, timeout=300)
+        open(stamp, 'w').close()
 
 
 def run_line(line: Line, work_root: str, deadline: float) -> tuple:
@@ -487,12 +482,8 @@ def install_detail(args) -> str:
 
 def finish_ops_build(build, target: str, build_deadline: float) -> tuple:
     """Wait for ``build`` (None: an earlier call built the ops) until
-    ``build_deadline``, install its ops and check that they load.
-
-    Returns:
-        tuple: The table row, and why the op lines cannot run (None: they
-        can).
-    """
+    ``build_deadline``, install its ops and check that they load; the table
+    row and why the op lines cannot run (None: they can)."""
     from tools import mmcv_ops
     why = None
     if build is None:
@@ -533,20 +524,20 @@ def ops_build(args, work_root: str):
                            include if osp.isdir(include) else None))
 
 
-def run_bundle_lines(lines: Sequence[Line], args, work_root: str,
-                     deadline: float) -> List[tuple]:
-    """The rows of a ``--bundle`` run: install, ops build, the lines. The
-    lines that need the ops run after the build, shortest time limit
-    first, or are skipped with the reason."""
+def run_lines(lines: Sequence[Line], args, work_root: str,
+              deadline: float) -> List[tuple]:
+    """The lines' rows; with ``--bundle`` after the install's and the ops
+    build's: the lines that need the ops run after the build, shortest time
+    limit first, or are skipped with the reason."""
+    op_lines = [line for line in lines if args.bundle and line.needs_ops]
     rows = [('bundle-install', 'pass', args.install_seconds,
-             install_detail(args))]
-    op_lines = [line for line in lines if line.needs_ops]
+             install_detail(args))] if args.bundle else []
     build = ops_build(args, work_root) if op_lines else None
     if build:
         build.start()
     _ensure_demo_data()
     results = {line.name: run_line(line, work_root, deadline)
-               for line in lines if not line.needs_ops}
+               for line in lines if line not in op_lines}
     if op_lines:
         row, missing = finish_ops_build(build, args.target,
                                         deadline - OPS_RESERVE)
@@ -564,8 +555,7 @@ def parse_args(argv=None):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog='\n'.join(__doc__.splitlines()[2:]))
     parser.add_argument('--dry-run', action='store_true',
-                        help='check arguments, tools and configs; run '
-                        'nothing')
+                        help='check arguments, tools and configs only')
     parser.add_argument('--lines', nargs='+', metavar='NAME',
                         choices=[line.name for line in LINES],
                         help='run only these lines (default: all)')
@@ -573,13 +563,10 @@ def parse_args(argv=None):
                         help='logs and work dirs of the lines')
     parser.add_argument('--budget', type=float,
                         help=f'seconds for all lines (default: {BUDGET}); '
-                        f'with --bundle for the whole call, the install '
-                        f'and the ops build included (default: '
-                        f'{BUNDLE_BUDGET})')
+                        f'with --bundle for the whole call ({BUNDLE_BUDGET})')
     parser.add_argument('--bundle', metavar='DIR',
-                        help='the bundle of tools/gpu_bundle.sh that '
-                        'tools/gpu_check.sh --bundle installed into '
-                        '--target: build mmcv\'s ops beside the lines')
+                        help='the bundle installed into --target: build '
+                        'mmcv\'s ops beside the lines')
     parser.add_argument('--target', metavar='DIR',
                         help='where the bundle is installed (with --bundle)')
     parser.add_argument('--started-at', type=float, default=time.time(),
@@ -637,13 +624,8 @@ def main(argv=None) -> int:
     os.makedirs(work_root, exist_ok=True)
     # With --bundle the install, before this process, counts too.
     deadline = time.monotonic() + args.budget - args.install_seconds
-    rows = [('environment', 'info', 0.0, environment())]
-    if args.bundle:
-        rows += run_bundle_lines(lines, args, work_root, deadline)
-    else:
-        _ensure_demo_data()
-        rows += [(line.name, *run_line(line, work_root, deadline))
-                 for line in lines]
+    rows = [('environment', 'info', 0.0, environment()),
+            *run_lines(lines, args, work_root, deadline)]
     print_table(rows)
     return 1 if any(row[1] == 'FAIL' for row in rows) else 0
 

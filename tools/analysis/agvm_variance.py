@@ -11,7 +11,6 @@ d_i and the factor mu_i AGVM would apply, as mean +- std over the R repeats
 """
 import argparse
 import json
-import math
 import os.path as osp
 import sys
 import time
@@ -153,17 +152,6 @@ def plot(rows, names, out, title):
     plt.close(fig)
 
 
-def _json_safe(value):
-    """NaN (invalid measurements) as null."""
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def main():
     args = parse_args()
     cfg = Config.fromfile(args.config)
@@ -208,12 +196,13 @@ def main():
         plot(rows, names, args.out,
              f'{osp.basename(args.config)}\n{osp.basename(state)}')
         print(f'\nfigure: {args.out}')
-    if args.json:
+    if args.json:  # NaN (an invalid measurement) as null
+        rows = json.loads(json.dumps(rows), parse_constant=lambda _: None)
         print(json.dumps(dict(
             config=args.config, checkpoint=args.checkpoint, seed=args.seed,
             modules=names, ratio_range=list(ratio_range),
             micro_batch=draw.micro, dataset_size=draw.dataset_size,
-            seconds=round(seconds, 1), results=_json_safe(rows))))
+            seconds=round(seconds, 1), results=rows)))
 
 
 if __name__ == '__main__':
