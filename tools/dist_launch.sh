@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Usage: tools/dist_launch.sh NPROC SCRIPT [script args...]
-# torchrun SCRIPT on NPROC processes of this node. Environment: PORT (the master's TCP port,
-# default 29500: two runs on one machine need two ports, e.g. PORT=29501), NNODES, NODE_RANK and
-# MASTER_ADDR (multi-node runs). Used by dist_train.sh and dist_test.sh.
+# torchrun SCRIPT on NPROC processes of this node. Environment: PORT (default 29500; one per
+# run on a machine), NNODES, NODE_RANK and MASTER_ADDR (multi-node runs), PYTHON (.venv's).
 NPROC=$1
 SCRIPT=$2
 NNODES=${NNODES:-1}
@@ -10,7 +9,6 @@ NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-# The project's venv (make install) unless PYTHON names another interpreter.
 [ -x "$ROOT/.venv/bin/python" ] && PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 PYTHON=${PYTHON:-python}
 

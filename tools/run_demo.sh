@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
-# `make demo`: train mmext's two demo jobs on the embedded demo data (tools/make_demo_data.py)
-# with tools/train.py, then say where their logs and checkpoints went:
-#   video: multigrid training of a small 3D CNN (long + short cycle, sub-batch BN, precise BN);
-#   det:   Faster R-CNN R18-FPN with the AGVM optimizer wrapper (halves = accumulated micro-batches).
-# Each job's last validation metrics are printed at the end.
+# `make demo`: train the two demo jobs (video: multigrid 3D CNN; det: Faster R-CNN R18-FPN with
+# AGVM) on the demo data, then print where their logs and checkpoints went and their last metrics.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 OUT=${DEMO_WORK_DIR:-work_dirs/demo}
-# The last validation record of a scalars.json (records without a loss), its metric keys.
+# The metrics of the last validation record (no loss) of a scalars.json.
 LAST_METRICS='
 import json, sys
 val = [r for r in map(json.loads, open(sys.argv[1])) if "loss" not in r]
@@ -40,8 +37,7 @@ for demo in "${DEMOS[@]}"; do
     echo "        checkpoint $ROOT/$dir/$(cat "$dir/last_checkpoint" | xargs basename)"
     echo "        metrics    $("$PYTHON" -c "$LAST_METRICS" "$(dirname "$log")/vis_data/scalars.json")"
     if [ "$name" = video ]; then
-        # The multigrid plan's saving against its recipe (the same config
-        # without the hook).
+        # The multigrid plan's saving against its recipe.
         echo "        multigrid  $(grep -o 'total: .*' "$log" | tail -n 1)"
     fi
 done

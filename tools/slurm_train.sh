@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: tools/slurm_train.sh PARTITION JOB_NAME CONFIG WORK_DIR [train.py args...]
-# Environment: GPUS (total, default 8), GPUS_PER_NODE (8), CPUS_PER_TASK (5), SRUN_ARGS.
+# Environment: GPUS (total, default 8), GPUS_PER_NODE (8), CPUS_PER_TASK (5), SRUN_ARGS, PYTHON.
 set -x
 PARTITION=$1
 JOB_NAME=$2
@@ -11,7 +11,6 @@ GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CPUS_PER_TASK=${CPUS_PER_TASK:-5}
 SRUN_ARGS=${SRUN_ARGS:-""}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-# The project's venv (make install) unless PYTHON names another interpreter.
 [ -x "$ROOT/.venv/bin/python" ] && PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 PYTHON=${PYTHON:-python}
 
