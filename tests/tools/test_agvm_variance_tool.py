@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO_ROOT, run_tool
+from helpers import REPO_ROOT, assert_refused_before_training, run_tool
 
 DEMO_AGVM = 'configs/demo/faster-rcnn_r18_fpn_agvm_demo-det.py'
 
@@ -54,8 +54,6 @@ def test_demo_detector_table_json_and_figure(demo_data, tmp_path):
      '--checkpoint no/such.pth: no such file'),
 ])
 def test_bad_options_stop_before_building_the_model(args, message):
-    proc = subprocess.run(
+    assert_refused_before_training(
         [sys.executable, 'tools/analysis/agvm_variance.py', DEMO_AGVM] + args,
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2
-    assert message in proc.stderr
+        message)

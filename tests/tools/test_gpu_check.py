@@ -30,6 +30,7 @@ def test_without_cuda_one_line_and_exit_0_after_the_dry_run():
 @pytest.mark.parametrize('args,message', [
     (['--budget', '0'], '--budget must be positive'),
     (['--lines', 'nope'], "invalid choice: 'nope'"),
+    (['--bundle', 'b'], '--bundle and --target go together'),
 ])
 def test_bad_arguments_exit_2(capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
