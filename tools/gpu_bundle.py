@@ -42,10 +42,8 @@ SDISTS = ('mmcv', )
 # mmcv's setup.py imports pkg_resources, also while pip reads its metadata.
 SDIST_BUILD_CONSTRAINT = 'setuptools<81'
 # Needed distributions the machine provides under another name.
-PROVIDED_BY = {
-    'opencv-python': 'opencv-python-headless',
-    'opencv-contrib-python': 'opencv-python-headless',
-}
+PROVIDED_BY = {'opencv-python': 'opencv-python-headless',
+               'opencv-contrib-python': 'opencv-python-headless'}
 # What the lines import beyond the test modules: what each toolbox's
 # register_all_modules imports, mmcv's ops, and pkg_resources (mmengine
 # resolves ``pkg::`` configs with it).

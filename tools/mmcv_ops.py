@@ -8,7 +8,7 @@ The two installs differ by the extension alone: the build runs
 proof of ``tools/gpu_bundle.sh --proof --with-ops`` does)::
 
     python tools/mmcv_ops.py --sdist mmcv-2.1.0.tar.gz --target SITE \
-        [--work-dir DIR] [--jobs N] [--cpu] [--python-include DIR]
+        [--work-dir DIR] [--jobs N] [--cpu]
 
 Its interpreter must import torch and ``pkg_resources`` (setuptools < 81).
 """
@@ -173,13 +173,11 @@ def main(argv=None) -> int:
                         help='parallel compile jobs (default: all cores)')
     parser.add_argument('--cpu', action='store_true',
                         help='CPU ops only, even with a GPU')
-    parser.add_argument('--python-include', metavar='DIR',
-                        help="Python.h to use if this Python lacks its own")
     args = parser.parse_args(argv)
     import torch
     cuda = not args.cpu and torch.cuda.is_available()
     build = OpsBuild(args.sdist, args.target, osp.abspath(args.work_dir),
-                     build_env(cuda, args.jobs, args.python_include))
+                     build_env(cuda, args.jobs))
     print(f'mmcv_ops: building {osp.basename(args.sdist)} '
           f'({"CUDA" if cuda else "CPU"} ops; {build.describe()}) '
           f'against torch {torch.__version__}, log {build.log_path}',
