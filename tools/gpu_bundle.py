@@ -270,43 +270,6 @@ def check_bundle(out: str) -> List[str]:
     return problems
 
 
-def probe() -> None:
-    """Print, as JSON, ``{module: [distributions]}`` of each third-party
-    top-level module that :func:`check_modules` and collecting ``tests/``
-    import (in a fresh interpreter with the full stack)."""
-    import importlib
-    import importlib.metadata
-    import warnings
-
-    import pytest
-    warnings.simplefilter('ignore')
-    sys.path[:0] = [ROOT, osp.join(ROOT, 'tests')]
-    for module in check_modules():
-        importlib.import_module(module)
-    with open(os.devnull, 'w') as devnull:
-        stdout, sys.stdout = sys.stdout, devnull
-        try:
-            code = pytest.main(['--collect-only', '-q', '-p',
-                                'no:cacheprovider', osp.join(ROOT, 'tests')])
-        finally:
-            sys.stdout = stdout
-    if code != 0:
-        raise SystemExit(f'collecting the tests failed ({code})')
-    distributions = importlib.metadata.packages_distributions()
-    result = {}
-    for name in sorted({m.split('.')[0] for m in sys.modules} -
-                       set(sys.stdlib_module_names)):
-        path = getattr(sys.modules.get(name), '__file__', None)
-        dists = distributions.get(name, [])
-        if name.startswith('_') or not path or (
-                not dists and path.startswith(ROOT + os.sep)):
-            continue  # private, built in, or the checkout's own (tests/)
-        # A copy a package vendors (setuptools' jaraco, ...) comes with it.
-        vendored = re.search(r'[\\/](\w+)[\\/]_vendor[\\/]', path)
-        result[name] = [vendored.group(1)] if vendored else dists
-    print(json.dumps(result))
-
-
 # -------------------------------------------------------------------- main
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(

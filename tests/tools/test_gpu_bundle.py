@@ -4,11 +4,15 @@ No network: the manifest logic runs on the committed package lists and on
 fake wheel files; a bundle made by tools/gpu_bundle.sh is checked only if
 one is there, and the CPU proof only where its environment is named.
 """
+import importlib
+import importlib.metadata
 import json
 import os
 import os.path as osp
+import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 from helpers import REPO_ROOT, run_tool
@@ -19,13 +23,44 @@ BUNDLE = osp.join(REPO_ROOT, '.gpu_bundle')
 PROOF_ENV = os.environ.get('MMEXT_GPU_PROOF_ENV')
 
 
+def probe():
+    """Print, as JSON, ``{module: [distributions]}`` of each third-party
+    top-level module that the check's modules and collecting ``tests/``
+    import (:func:`_imported_distributions` runs it)."""
+    warnings.simplefilter('ignore')
+    for module in gpu_bundle.check_modules():
+        importlib.import_module(module)
+    with open(os.devnull, 'w') as devnull:
+        stdout, sys.stdout = sys.stdout, devnull
+        try:
+            code = pytest.main(['--collect-only', '-q', '-p',
+                                'no:cacheprovider',
+                                osp.join(REPO_ROOT, 'tests')])
+        finally:
+            sys.stdout = stdout
+    if code != 0:
+        raise SystemExit(f'collecting the tests failed ({code})')
+    distributions = importlib.metadata.packages_distributions()
+    result = {}
+    for name in sorted({m.split('.')[0] for m in sys.modules} -
+                       set(sys.stdlib_module_names)):
+        path = getattr(sys.modules.get(name), '__file__', None)
+        dists = distributions.get(name, [])
+        if name.startswith('_') or not path or (
+                not dists and path.startswith(REPO_ROOT + os.sep)):
+            continue  # private, built in, or the checkout's own (tests/)
+        # A copy a package vendors (setuptools' jaraco, ...) comes with it.
+        vendored = re.search(r'[\\/](\w+)[\\/]_vendor[\\/]', path)
+        result[name] = [vendored.group(1)] if vendored else dists
+    print(json.dumps(result))
+
+
 def _imported_distributions():
-    """``{module: [distributions]}`` of everything the check imports, read
-    in a fresh interpreter of this stack."""
-    proc = subprocess.run(
-        [sys.executable, '-c', 'from tools.gpu_bundle import probe; probe()'],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    """:func:`probe`'s result, in a fresh interpreter of this stack."""
+    path = [REPO_ROOT, osp.join(REPO_ROOT, 'tests'), osp.dirname(__file__)]
+    proc = run_tool(
+        [sys.executable, '-c', 'import test_gpu_bundle as t; t.probe()'],
+        timeout=600, env=dict(PYTHONPATH=os.pathsep.join(path)))
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
