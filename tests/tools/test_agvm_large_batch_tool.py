@@ -1,6 +1,6 @@
-"""tools/benchmark/agvm_large_batch.py: the plan and LR arithmetic, the gate,
-the paired verdict on hand-made inputs, the scenes, and a tiny end-to-end
-run."""
+"""tools/benchmark/agvm_large_batch.py: the plan, the backbone cache key,
+tuning, the gate, the static arm, paired intervals on hand-made inputs, the
+scenes, and a tiny end-to-end run."""
 import json
 import math
 import sys
@@ -10,20 +10,21 @@ import torch
 from helpers import DEVICES, run_tool
 
 from scenes import SceneSegmentor, make_scenes, mean_iou
-from tools.benchmark.agvm_large_batch import (agvm_verdict, arm_lr,
-                                              background_floor,
-                                              gate_verdict, parse_args, plan,
-                                              summarize_arms, val_loss)
+from seed_stats import bootstrap_interval, detectable_difference, summary
+from tools.benchmark import agvm_large_batch as bench
+from tools.benchmark.agvm_large_batch import (MODULES, StaticFactorWrapper,
+                                              background_floor, compare,
+                                              gate_modules, mean_factors,
+                                              parse_args, plan, val_loss)
 
 
-def test_defaults_give_the_large_arm_150_steps_and_a_12_percent_warmup():
+def test_defaults_warm_up_for_30_percent_of_240_large_steps():
     p = plan(parse_args([]))
-    # 1280 // 64 = 20 large batches per epoch x 8 micro-batches x 8 epochs.
-    assert p == dict(iters_per_epoch=160, iters=1280, warmup=152,
-                     agvm_start=184, large_steps=160)
-    # Warm-up: round(0.12 x 1280 / 8) = 19 large steps; AGVM 0.2 x 19 = 3.8
-    # -> 4 large steps after it.
-    assert p['large_steps'] >= 150
+    # 1280 // 64 = 20 large batches per epoch x 8 micro-batches x 12 epochs;
+    # warm-up round(0.3 x 1920 / 8) = 72 large steps; AGVM 0.2 x 72 = 14.4
+    # -> 15 large steps after it.
+    assert p == dict(iters_per_epoch=160, iters=1920, warmup=576,
+                     agvm_start=696, large_steps=240)
 
 
 def test_warmup_and_agvm_start_are_whole_large_steps():
@@ -36,96 +37,126 @@ def test_warmup_and_agvm_start_are_whole_large_steps():
                               agvm_start=12, large_steps=6)
 
 
-def test_arm_learning_rates():
-    args = parse_args(['--lr', '0.02', '--k', '8', '--lamb-lr', '0.005'])
-    assert arm_lr(args, 'small') == pytest.approx(0.02)
-    assert arm_lr(args, 'large-linear') == pytest.approx(0.16)
-    assert arm_lr(args, 'large-sqrt') == pytest.approx(0.02 * 8**0.5)
-    assert arm_lr(args, 'large-agvm') == pytest.approx(0.02 * 8**0.5)
-    assert arm_lr(args, 'large-lamb') == pytest.approx(0.005)
-    args = parse_args(['--agvm-lr', 'linear'])
-    assert arm_lr(args, 'large-agvm') == pytest.approx(0.16)
+def test_backbone_cache_key_follows_code_settings_and_torch(monkeypatch):
+    args = parse_args([])
+    key = bench.backbone_key(args)
+    assert key == bench.backbone_key(parse_args([]))
+    assert bench.backbone_key(parse_args(['--image-size', '24'])) != key
+    assert bench.backbone_key(parse_args(['--pretrain-steps', '9'])) != key
+    real = bench.inspect.getsource
+    monkeypatch.setattr(bench.inspect, 'getsource', lambda obj: real(obj) + (
+        '# changed' if obj is bench.scenes_module else ''))
+    assert bench.backbone_key(args) != key
+    monkeypatch.setattr(bench.inspect, 'getsource', real)
+    monkeypatch.setattr(bench.torch, '__version__', '0.0.0')
+    assert bench.backbone_key(args) != key
 
 
-def _drift(small, large):
-    """Rows as variance_by_batch_size gives them: name -> (mean, std)."""
+def _rows(small, large):
+    """Rows as variance_by_batch_size gives them: name -> per-repeat
+    d_backbone / d_i values."""
 
     def row(n, ratios):
         return dict(batch_size=n, ratio={
-            name: dict(mean=m, std=s) for name, (m, s) in ratios.items()})
+            name: dict(mean=sum(v) / len(v), std=0.0, values=v)
+            for name, v in ratios.items()})
 
-    return dict(small=row(16, small), large=row(64, large))
-
-
-def test_gate_finds_drift_only_inside_the_clamp_and_beyond_the_spread():
-    drift = _drift(
-        small=dict(backbone=(1, 0), neck=(2.0, 0.1), head=(12.0, 1.0),
-                   roi=(3.0, 0.5), bbox=(2.0, 0.1), mask=(4.0, 2.0)),
-        large=dict(backbone=(1, 0), neck=(3.0, 0.2), head=(30.0, 2.0),
-                   roi=(3.9, 0.5), bbox=(2.2, 0.1), mask=(13.0, 3.0)))
-    present, modules = gate_verdict(drift, ratio_range=(0.5, 10.0))
-    assert present
-    by_name = {m['name']: m for m in modules}
-    # The anchor is left out.
-    assert list(by_name) == ['neck', 'head', 'roi', 'bbox', 'mask']
-    # neck: 2 -> 3 is x1.5 >= 1.25, |3 - 2| > 0.2 + 0.1, inside (0.5, 10).
-    assert by_name['neck']['drift'] == pytest.approx(1.5)
-    assert by_name['neck']['present']
-    assert by_name['neck']['small'] == (2.0, 0.1)
-    # head: both clamped to 10: x1.00, the factor sits at its bound anyway.
-    assert by_name['head']['drift'] == pytest.approx(1.0)
-    assert not by_name['head']['present']
-    # roi: x1.3 but |3.9 - 3| = 0.9 < 0.5 + 0.5 (within the repeats' spread).
-    assert by_name['roi']['drift'] == pytest.approx(1.3)
-    assert not by_name['roi']['present']
-    # bbox: x1.1 < 1.25.
-    assert not by_name['bbox']['present']
-    # mask: 4 -> 13 clamps to 4 -> 10 (x2.5): the factor moves to the bound.
-    assert by_name['mask']['drift'] == pytest.approx(2.5)
-    assert by_name['mask']['present']
-    no_drift = _drift(small=dict(backbone=(1, 0), neck=(1.1, 0.05)),
-                      large=dict(backbone=(1, 0), neck=(1.15, 0.05)))
-    assert gate_verdict(no_drift) == (False, [dict(
-        name='neck', small=(1.1, 0.05), large=(1.15, 0.05),
-        drift=pytest.approx(1.15 / 1.1), present=False)])
+    return [row(16, small), row(64, large)]
 
 
-def _runs(arm, mious, lr=0.1, steps=10):
-    return [dict(arm=arm, seed=seed, lr=lr, steps=steps, miou=m,
-                 val_loss=1 - m,
-                 epoch_losses=[2.0, 1.0 + seed], seconds=10.0 + seed,
-                 data_share=0.01) for seed, m in zip((2, 0, 1), mious)]
+def test_gate_reports_the_clamped_change_with_a_bootstrap_interval():
+    rows = _rows(
+        small=dict(backbone=[1, 1], neck=[2.0, 2.0, 2.0],
+                   decode_head=[4.0, 12.0]),
+        large=dict(backbone=[1, 1], neck=[3.0, 3.0, 3.0],
+                   decode_head=[30.0, 13.0]))
+    neck, head = gate_modules(rows, ratio_range=(0.5, 10.0))
+    # neck: every repeat 2 -> 3: x1.5, and so is every bootstrap draw.
+    assert (neck['name'], neck['change']) == ('neck', pytest.approx(1.5))
+    assert neck['interval'] == (pytest.approx(1.5), pytest.approx(1.5))
+    assert neck['small'] == (2.0, 0.0)
+    # decode_head clamped: [4, 10] -> [10, 10]: x10 / 7; draws of the small
+    # side are 4 (x2.5), 10 (x1) or their mean (x10/7).
+    assert head['change'] == pytest.approx(10 / 7)
+    assert head['interval'] == (pytest.approx(1.0), pytest.approx(2.5))
 
 
-def test_summary_pairs_by_seed_and_the_share_of_the_gap_closed():
-    # Seeds listed 2, 0, 1 on purpose: pairing must go by seed, not order.
+def _runs(arm, values, lr=0.1):
+    # Seeds listed 2, 0, 1 on purpose: pairing must go by seed.
+    return [dict(arm=arm, seed=seed, lr=lr, steps=10, miou=m, val_loss=1 - m,
+                 train_loss=0.5, seconds=10.0 + seed, agvm=[])
+            for seed, m in zip((2, 0, 1), values)]
+
+
+def test_compare_pairs_by_seed_with_t_intervals_and_the_gap_closed():
     runs = (_runs('small', [0.60, 0.62, 0.58]) +
-            _runs('large-sqrt', [0.50, 0.40, 0.45]) +
-            _runs('large-agvm', [0.55, 0.44, 0.45]))
-    args = parse_args(['--arms', 'small', 'large-sqrt', 'large-agvm'])
-    summary = summarize_arms(runs, args)
-    assert summary['small']['per_seed'] == [0.62, 0.58, 0.60]  # seeds 0,1,2
-    assert summary['small']['miou'] == (pytest.approx(0.60),
-                                        pytest.approx(0.02))
-    assert summary['small']['final_loss'] == pytest.approx(2.0)
-    assert summary['small']['seconds'] == pytest.approx(11.0)
-    verdict = agvm_verdict(summary, 'large-sqrt', testable=True)
-    assert verdict['paired'] == pytest.approx([0.04, 0.0, 0.05])
-    assert verdict['paired_mean'] == pytest.approx(0.03)
-    assert verdict['paired_std'] == pytest.approx(math.sqrt(
-        ((0.01)**2 + 0.03**2 + 0.02**2) / 2))
-    assert verdict['gap'] == pytest.approx(0.60 - 0.45)
-    assert verdict['closed'] == pytest.approx(0.03 / 0.15)
-    assert verdict['testable'] is True
-    assert verdict['paired_val_loss'] == pytest.approx([-0.04, 0.0, -0.05])
-    assert summary['small']['val_loss'] == (pytest.approx(0.40),
-                                            pytest.approx(0.02))
-    # No gap (large as good as small): no share.
-    runs = (_runs('small', [0.4, 0.4, 0.4]) +
-            _runs('large-sqrt', [0.5, 0.5, 0.5]) +
-            _runs('large-agvm', [0.5, 0.5, 0.5]))
-    assert math.isnan(agvm_verdict(summarize_arms(runs, args), 'large-sqrt',
-                                   False)['closed'])
+            _runs('large', [0.50, 0.40, 0.45]) +
+            _runs('large-agvm', [0.55, 0.44, 0.45]) +
+            _runs('large-agvm0', [0.50, 0.40, 0.45]) +
+            _runs('large-static', [0.53, 0.42, 0.45]) +
+            _runs('large-lamb', [0.40, 0.30, 0.35]))
+    result = compare(runs)
+    assert result['arms']['small']['miou']['mean'] == pytest.approx(0.60)
+    d = result['differences']['large-agvm - large: miou']
+    assert d['seeds'] == [0, 1, 2]
+    assert d['differences'] == pytest.approx([0.04, 0.0, 0.05])
+    # mean 0.03, sd 0.0265 (n=3): t(0.975, 2) = 4.303, half 0.0657.
+    assert d['summary']['low'] == pytest.approx(0.03 - 4.3027 * math.sqrt(
+        (0.01**2 + 0.03**2 + 0.02**2) / 2) / math.sqrt(3), abs=1e-4)
+    assert d['summary']['covers_zero']
+    gap = 0.60 - 0.45
+    assert result['gap_closed']['large-agvm'] == pytest.approx(0.03 / gap)
+    assert result['gap_closed']['large-agvm0'] == pytest.approx(0.0)
+    assert result['gap_closed']['large-lamb'] == pytest.approx(-0.1 / gap)
+    static = result['differences']['large-agvm - large-static: miou']
+    assert static['differences'] == pytest.approx([0.02, 0.0, 0.02])
+    loss = result['differences']['large-agvm - large: val_loss']
+    assert loss['differences'] == pytest.approx([-0.04, 0.0, -0.05])
+
+
+def test_static_arm_takes_agvms_mean_factors_from_its_start():
+    runs = [dict(agvm=[dict(s=[1.0, 1.2, 2.0]), dict(s=[1.0, 1.4, 3.0])]),
+            dict(agvm=[dict(s=[1.0, 1.0, 1.0])])]
+    assert mean_factors(runs) == pytest.approx([1.0, 1.2, 2.0])
+    model = SceneSegmentor()
+    groups = [dict(params=getattr(model, m).parameters()) for m in MODULES]
+    optimizer = torch.optim.SGD(groups, lr=0.1)
+    seen = []
+    optimizer.register_step_pre_hook(lambda opt, *_: seen.append(
+        [g['lr'] for g in opt.param_groups]))
+    wrapper = StaticFactorWrapper(optimizer, [1.0, 2.0, 3.0], start=2)
+    wrapper.initialize_count_status(model, 0, 4)
+    images, labels = make_scenes(2, size=16, seed=0)
+    for _ in range(4):
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        wrapper.update_params(loss)
+    assert [pytest.approx(lrs) for lrs in [[0.1] * 3] * 2 +
+            [[0.1, 0.2, 0.3]] * 2] == seen
+    assert [g['lr'] for g in optimizer.param_groups] == [0.1] * 3
+
+
+def test_tuning_picks_the_lowest_val_loss(monkeypatch):
+    def fake(args, jobs):
+        return [dict(arm=arm, lr=lr, val_loss=abs(lr - 0.05), miou=0.0)
+                for arm, lr, _, _ in jobs]
+
+    monkeypatch.setattr(bench, 'run_all', fake)
+    tuned = bench.tune(parse_args([]))
+    assert tuned['best'] == {'small': 0.04, 'large': 0.04,
+                             'large-lamb': 0.02}
+    assert len(tuned['runs']) == 12
+
+
+def test_seed_statistics():
+    s = summary([1.0, 2.0, 3.0])
+    # mean 2, sd 1, t(0.975, 2) = 4.3027: 2 +- 2.484.
+    assert (s['mean'], s['std']) == (2.0, 1.0)
+    assert (s['low'], s['high']) == (pytest.approx(2 - 2.4841, abs=1e-4),
+                                     pytest.approx(2 + 2.4841, abs=1e-4))
+    # (t(0.975, 4) + z(0.8)) x 0.1 / sqrt(5) = (2.7764 + 0.8416) x 0.0447.
+    assert detectable_difference(0.1, 5) == pytest.approx(0.1618, abs=1e-4)
+    assert bootstrap_interval([1.0], [2.0, 2.0], lambda a, b: b[0] - a[0]
+                              ) == (1.0, 1.0)
 
 
 def test_options_are_validated(capsys):
@@ -136,6 +167,7 @@ def test_options_are_validated(capsys):
         (['--train-images', '6', '--k', '2', '--batch', '4'],
          '--train-images (6) must hold one large batch of --k x --batch = 8'),
         (['--warmup-share', '0.5'], '--warmup-share must be in (0, 0.5)'),
+        (['--seeds', '0'], '--seeds: at least 2 distinct seeds'),
     ]:
         with pytest.raises(SystemExit):
             parse_args(argv)
@@ -149,10 +181,7 @@ def test_lamb_arm_without_its_library_names_the_fix(monkeypatch, capsys):
                         if name == 'pytorch_optimizer' else real(name, *a))
     with pytest.raises(SystemExit):
         parse_args([])
-    assert ('`pip install pytorch_optimizer`, or leave the arm out'
-            in capsys.readouterr().err)
-    assert 'large-lamb' not in parse_args(
-        ['--arms', 'small', 'large-agvm']).arms
+    assert '`pip install pytorch_optimizer`' in capsys.readouterr().err
 
 
 def test_scenes_are_seeded_balanced_and_disjoint_by_seed():
@@ -213,34 +242,25 @@ def test_val_loss_is_the_pixel_mean_over_uneven_batches():
 
 @pytest.mark.slow
 def test_tiny_benchmark_runs_end_to_end(tmp_path):
-    pytest.importorskip('pytorch_optimizer',
-                        reason='the large-lamb arm needs pytorch_optimizer')
     proc = run_tool([
         sys.executable, 'tools/benchmark/agvm_large_batch.py', '--epochs',
         '2', '--k', '2', '--batch', '4', '--train-images', '32',
         '--val-images', '8', '--image-size', '16', '--seeds', '0', '1',
         '--pretrain-images', '32', '--pretrain-steps', '3',
-        '--gate-repeats', '2', '--jobs', '1', '--work-dir', str(tmp_path),
-        '--json'
+        '--lrs-small', '0.02', '0.04', '--lrs-large', '0.04',
+        '--lrs-lamb', '0.01', '--gate-repeats', '2', '--jobs', '1',
+        '--work-dir', str(tmp_path), '--json'
     ])
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result['plan'] == dict(iters_per_epoch=8, iters=16, warmup=2,
-                                  agvm_start=4, large_steps=8)
-    summary = result['summary']
-    assert list(summary) == ['small', 'large-linear', 'large-sqrt',
-                             'large-agvm', 'large-lamb']
-    assert summary['small']['steps'] == 16
-    assert summary['large-agvm']['steps'] == 8
-    assert summary['large-linear']['lr'] == pytest.approx(0.04)
-    # The verdict is the one computed from the per-seed values it reports.
-    expected = agvm_verdict(summary, 'large-sqrt', result['gate']['testable'])
-    for key, value in expected.items():
-        assert result['verdict'][key] == pytest.approx(value, nan_ok=True)
-    assert 'GATE: ' in proc.stdout
-    assert proc.stdout.index('GATE: ') < proc.stdout.index('mIoU mean')
+    assert result['plan'] == dict(iters_per_epoch=8, iters=16, warmup=4,
+                                  agvm_start=6, large_steps=8)
+    assert list(result['arms']) == list(bench.ARMS)
+    assert result['arms']['small']['steps'] == 16
+    assert result['arms']['large-agvm']['steps'] == 8
     agvm = [r for r in result['runs'] if r['arm'] == 'large-agvm']
-    # AGVM re-estimates every large step from its start (step 2 of 8).
-    assert [e['step'] for e in agvm[0]['agvm']] == [3, 4, 5, 6, 7, 8]
-    assert len(agvm[0]['agvm'][0]['s']) == 3
-    # The backbone is pre-trained once and then read from the cache.
-    assert proc.stdout.count('pre-trained the backbone') == 1
+    # AGVM re-estimates every large step from its start (step 3 of 8).
+    assert [e['step'] for e in agvm[0]['agvm']] == [4, 5, 6, 7, 8]
+    assert result['static_factors'] == pytest.approx(
+        mean_factors([r for r in result['runs'] if r['arm'] == 'large-agvm']))
+    assert [g['iteration'] for g in result['gate'].values()] == [6, 8]
+    assert 'share of the small/large mIoU gap closed' in proc.stdout

@@ -1,105 +1,106 @@
-"""Small vs large batch, with linear / square-root LR scaling, AGVM and LAMB.
+"""AGVM at a large batch by the paper's protocol: tune each arm, then seeds.
 
-Usage: python tools/benchmark/agvm_large_batch.py [--seeds 0 1 2]
-    [--batch 8] [--k 8] [--epochs 8] [--train-images 1280] [--val-images 256]
-    [--image-size 32] [--lr 0.02] [--lamb-lr 0.01] [--warmup-share 0.12]
-    [--agvm-lr sqrt] [--update-interval 1] [--gate-repeats 3]
-    [--arms ...] [--jobs 2] [--threads 1] [--device cpu] [--json]
-    [--work-dir work_dirs/agvm_large_batch]
+Usage: python tools/benchmark/agvm_large_batch.py [--seeds 0 1 2 3 4]
+    [--k 8] [--epochs 12] [--lrs-small ...] [--lrs-large ...]
+    [--lrs-lamb ...] [--jobs 2] [--device cpu|cuda] [--json]
 
-A setting where AGVM's mechanism can exist (Xue et al., NeurIPS 2022, Sec. 3:
-at a large batch the modules' gradient variances drift apart): semantic
-segmentation of generated scenes (``tools/benchmark/scenes.py``) by a small FPN
-segmentor whose backbone (BN) the tool pre-trains once on disjoint scenes and
-caches, with fresh neck and decode head in every run; BN always sees the
-same micro-batch (``--batch`` images). Arms, the same epochs and images per
-LR point (warm-up and decay counted in micro-batches):
+Setting (CPU-sized, where AGVM's mechanism can exist: Xue et al., NeurIPS
+2022, Sec. 3): semantic segmentation of generated scenes
+(``tools/benchmark/scenes.py``) by a small FPN segmentor whose backbone is
+pre-trained once on disjoint scenes (cached under a key of the generator's
+and trainer's code and settings), with a fresh neck and decode head in every
+run. BN always sees one micro-batch of ``--batch`` images; a large step
+accumulates ``--k`` of them. Every arm: exponential warm-up from 1e-3 over
+``--warmup-share`` of training, then poly decay; SGD momentum 0.9, weight
+decay 1e-4 (LAMB: pytorch_optimizer's, decoupled decay 1e-4).
 
-  small:        batch B at ``--lr``;
-  large-linear: batch k x B by accumulating k micro-batches, lr x k;
-  large-sqrt:   the same at lr x sqrt(k) (the tuned baseline);
-  large-agvm:   large-sqrt (``--agvm-lr``) with ``mmext.AGVMOptimWrapper``
-                (halves: the first and second k/2 micro-batches of a step),
-                from a little after the warm-up;
-  large-lamb:   LAMB (pytorch_optimizer's ``Lamb``) at ``--lamb-lr``, the
-                layer-wise alternative a user would pick instead.
+Protocol (the paper's Sec. 4: baselines at their tuned LR):
 
-Every arm: exponential warm-up from 1e-3 (``mmext.ExpWarmupLR``) over
-``--warmup-share`` of training, then poly decay (power 0.9); SGD momentum
-0.9, weight decay 1e-4 (LAMB: its own decoupled decay 1e-4).
+1. Tune: ``small`` (batch B), ``large`` (batch k B) and ``large-lamb`` train
+   seed ``--tune-seed`` at each LR of their grid; the lowest val loss wins.
+2. Gate, reported and deciding nothing: d_backbone / d_i at N = 2 B and
+   N = k B on the tuned ``large`` run at AGVM's start and at mid-training,
+   ``--gate-repeats`` repeats, with a bootstrap interval of the change of the
+   ratio clamped to AGVM's range.
+3. Arms at their tuned LR over ``--seeds``: ``small``; ``large``;
+   ``large-agvm`` (AGVM from ``--agvm-delay`` of the warm-up after it);
+   ``large-agvm0`` (AGVM from step 0); ``large-static`` (AGVM's mean factors
+   per module, fixed, in the same window: adaptivity removed);
+   ``large-lamb``.
 
-The gate comes first: the large-batch arm of AGVM's LR is trained up to
-AGVM's start, and there ``mmext.agvm.diagnostic`` measures d_backbone / d_i
-at a small batch (two halves of one micro-batch each, 2 x ``--batch``) and
-at the large batch (halves of k/2 micro-batches), BN always on one
-micro-batch. Only if that ratio, clamped to AGVM's range, drifts with the
-batch does the tool print a verdict on AGVM; otherwise it says the claim
-is not testable here. Printed:
-mIoU per arm (mean +- std over seeds, per seed), AGVM minus its plain arm
-paired by seed, the share of the small/large gap it closes, AGVM's d_i and
-factors during training, time per run with the share spent on data (in
-memory) and the load average; ``--json`` prints everything as one line.
+Printed: the tuning table, the gate, per arm mIoU and val loss (mean +- std),
+paired differences with 95 % t intervals (whether they cover 0), the share
+of the small/large gap closed, run times and the load; ``--json`` prints
+everything as one line.
 """
 import argparse
 import concurrent.futures
 import hashlib
 import importlib.util
+import inspect
 import json
+import logging
 import math
 import multiprocessing
 import os
 import os.path as osp
 import statistics
+import sys
 import time
+import warnings
 from functools import lru_cache
 
 import torch
+from mmengine.logging import MMLogger
 from mmengine.optim import OptimWrapper, build_optim_wrapper
 from mmengine.optim.scheduler import PolyLR
+from seed_stats import bootstrap_interval, format_interval, paired, summary
 
 import mmext  # noqa: F401
+import scenes as scenes_module
 from mmext.agvm import variance_by_batch_size
-from mmext.agvm.diagnostic import module_layout, summarize
+from mmext.agvm.diagnostic import module_layout
 from mmext.agvm.statistics import DEFAULT_RATIO_RANGE
-from scenes import (SceneSegmentor, make_scenes, mean_iou,
-                                  segmentation_loss)
+from mmext.lr_scaling import scaled_lrs
 from mmext.warmup import ExpWarmupLR
+from scenes import SceneSegmentor, make_scenes, mean_iou, segmentation_loss
 
-ARMS = ('small', 'large-linear', 'large-sqrt', 'large-agvm', 'large-lamb')
+ARMS = ('small', 'large', 'large-agvm', 'large-agvm0', 'large-static',
+        'large-lamb')
+TUNED = {'small': 'lrs_small', 'large': 'lrs_large',
+         'large-lamb': 'lrs_lamb'}
 MODULES = ['backbone', 'neck', 'decode_head']
 # Seeds of the three disjoint scene draws.
 TRAIN_SEED, VAL_SEED, PRETRAIN_SEED = 1, 2, 3
-# Drift factor of the clamped d_backbone / d_i between the two batch sizes
-# that counts as present (the factor AGVM takes moves by its square root,
-# about 12 %).
-DRIFT = 1.25
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add = parser.add_argument
-    add('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    add('--seeds', type=int, nargs='+', default=[0, 1, 2, 3, 4])
+    add('--tune-seed', type=int, default=100)
     add('--batch', type=int, default=8,
         help='small batch B = the micro-batch BN sees in every arm')
     add('--k', type=int, default=8, help='large batch = k x B, k even')
-    add('--epochs', type=int, default=8)
+    add('--epochs', type=int, default=12)
     add('--train-images', type=int, default=1280)
     add('--val-images', type=int, default=256)
     add('--image-size', type=int, default=32)
-    add('--lr', type=float, default=0.02, help='SGD lr of the small arm')
-    add('--lamb-lr', type=float, default=0.01)
-    add('--warmup-share', type=float, default=0.12)
-    add('--agvm-lr', choices=['sqrt', 'linear'], default='sqrt',
-        help='LR rule of the AGVM arm; it is paired with that plain arm')
+    add('--lrs-small', type=float, nargs='+', default=[0.01, 0.02, 0.04,
+                                                        0.08])
+    add('--lrs-large', type=float, nargs='+', default=[0.04, 0.08, 0.16,
+                                                        0.32])
+    add('--lrs-lamb', type=float, nargs='+', default=[0.0025, 0.005, 0.01,
+                                                       0.02])
+    add('--warmup-share', type=float, default=0.3)
     add('--agvm-delay', type=float, default=0.2,
         help='AGVM starts this share of the warm-up after its end (the '
         'released recipes: 100 of 460 iterations)')
     add('--update-interval', type=int, default=1)
     add('--ema-momentum', type=float, default=0.97)
-    add('--gate-repeats', type=int, default=3)
+    add('--gate-repeats', type=int, default=5)
     add('--pretrain-images', type=int, default=2048)
     add('--pretrain-steps', type=int, default=600)
-    add('--arms', nargs='+', choices=ARMS, default=list(ARMS))
     add('--jobs', type=int, default=2,
         help='runs at a time, each in its own process')
     add('--threads', type=int, default=1, help='torch threads per run')
@@ -116,16 +117,16 @@ def parse_args(argv=None):
         if getattr(args, name) < 1:
             parser.error(f'--{name.replace("_", "-")} must be >= 1, got '
                          f'{getattr(args, name)}')
+    if len(args.seeds) < 2 or len(set(args.seeds)) != len(args.seeds):
+        parser.error(f'--seeds: at least 2 distinct seeds for paired '
+                     f'intervals, got {args.seeds}')
     if args.train_images < args.k * args.batch:
         parser.error(f'--train-images ({args.train_images}) must hold one '
                      f'large batch of --k x --batch = {args.k * args.batch} '
                      f'images')
-    if 'large-lamb' in args.arms and importlib.util.find_spec(
-            'pytorch_optimizer') is None:
-        parser.error('the large-lamb arm uses pytorch_optimizer\'s Lamb, '
-                     'which is not installed: `pip install '
-                     'pytorch_optimizer`, or leave the arm out (--arms small '
-                     'large-linear large-sqrt large-agvm)')
+    if importlib.util.find_spec('pytorch_optimizer') is None:
+        parser.error('the large-lamb arm needs pytorch_optimizer: `pip '
+                     'install pytorch_optimizer`')
     if args.device.startswith('cuda') and not torch.cuda.is_available():
         parser.error(f'--device {args.device}: torch sees no CUDA device')
     if not 0 < args.warmup_share < 0.5:
@@ -135,7 +136,7 @@ def parse_args(argv=None):
 
 
 def plan(args) -> dict:
-    """Iterations (micro-batches) of a run, warm-up and AGVM start."""
+    """Micro-batches of a run, its warm-up and AGVM's start."""
     per_epoch = args.train_images // (args.batch * args.k) * args.k
     iters = per_epoch * args.epochs
     warmup = max(args.k, round(args.warmup_share * iters / args.k) * args.k)
@@ -144,33 +145,27 @@ def plan(args) -> dict:
                 agvm_start=start, large_steps=iters // args.k)
 
 
-def arm_lr(args, arm: str) -> float:
-    rule = args.agvm_lr if arm == 'large-agvm' else arm.split('-')[-1]
-    return {'small': args.lr, 'linear': args.lr * args.k,
-            'sqrt': args.lr * math.sqrt(args.k),
-            'lamb': args.lamb_lr}[rule]
-
-
 @lru_cache(maxsize=4)
 def scenes(num: int, size: int, seed: int, device: str = 'cpu'):
-    """The scenes of one draw, held on ``device`` (training reads them
-    from there: no data loading, the runs are compute-bound)."""
+    """The scenes of one draw, held on ``device`` (compute-bound runs)."""
     images, labels = make_scenes(num, size, seed)
     return images.to(device), labels.to(device)
 
 
-def _synchronize(device: str) -> None:
-    if torch.device(device).type == 'cuda':
-        torch.cuda.synchronize(device)
+def backbone_key(args) -> str:
+    """What the pre-trained backbone depends on: the generator's and the
+    trainer's code, the settings and the torch version."""
+    code = inspect.getsource(scenes_module) + inspect.getsource(
+        pretrained_backbone)
+    settings = (args.image_size, args.pretrain_images, args.pretrain_steps,
+                PRETRAIN_SEED, torch.__version__)
+    return hashlib.sha1((code + repr(settings)).encode()).hexdigest()[:12]
 
 
 def pretrained_backbone(args) -> str:
-    """The backbone pre-trained on scenes disjoint from the train/val sets:
-    made once, cached under the work dir by its settings."""
-    key = hashlib.sha1(repr((args.image_size, args.pretrain_images,
-                             args.pretrain_steps, PRETRAIN_SEED, 1)).encode()
-                       ).hexdigest()[:10]
-    path = osp.join(args.work_dir, f'backbone_{key}.pth')
+    """The backbone pre-trained on scenes disjoint from the train/val sets,
+    made once and cached under the work dir by :func:`backbone_key`."""
+    path = osp.join(args.work_dir, f'backbone_{backbone_key(args)}.pth')
     if osp.exists(path):
         return path
     images, labels = scenes(args.pretrain_images, args.image_size,
@@ -182,7 +177,6 @@ def pretrained_backbone(args) -> str:
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
         optimizer, args.pretrain_steps)
     gen = torch.Generator().manual_seed(PRETRAIN_SEED)
-    start = time.perf_counter()
     for _ in range(args.pretrain_steps):
         idx = torch.randint(len(images), (32, ), generator=gen)
         loss = segmentation_loss(model, (images[idx], labels[idx]))
@@ -192,51 +186,67 @@ def pretrained_backbone(args) -> str:
         scheduler.step()
     os.makedirs(args.work_dir, exist_ok=True)
     torch.save(model.backbone.state_dict(), path)
-    print(f'pre-trained the backbone on {args.pretrain_images} disjoint '
-          f'scenes ({args.pretrain_steps} steps of 32, '
-          f'{time.perf_counter() - start:.0f} s): {path}')
     return path
 
 
-def fresh_model(args, seed: int, backbone_path: str) -> SceneSegmentor:
+def fresh_model(args, seed: int) -> SceneSegmentor:
     torch.manual_seed(seed)
     model = SceneSegmentor().to(args.device)
     model.backbone.load_state_dict(
-        torch.load(backbone_path, map_location=args.device))
+        torch.load(pretrained_backbone(args), map_location=args.device))
     return model
 
 
-def optim_wrapper(args, arm: str, model, p: dict):
+class StaticFactorWrapper(OptimWrapper):
+    """An ``OptimWrapper`` whose param groups (one per module, in
+    :data:`MODULES` order) step at fixed LR factors in runner iterations
+    ``[start, inf)``: AGVM's window without its adaptivity."""
+
+    def __init__(self, optimizer, factors, start, **kwargs):
+        super().__init__(optimizer, **kwargs)
+        self.factors, self.start = factors, start
+
+    def step(self, **kwargs):
+        active = self._inner_count - 1 >= self.start
+        with scaled_lrs(self.optimizer.param_groups,
+                        self.factors if active else [1.0] * len(MODULES)):
+            super().step(**kwargs)
+
+
+def optim_wrapper(args, arm: str, lr: float, model, p: dict, factors=None):
     """The arm's optimizer wrapper (k micro-batches per step but small)."""
     k = 1 if arm == 'small' else args.k
-    lr = arm_lr(args, arm)
     if arm == 'large-lamb':
         from pytorch_optimizer import Lamb
         return OptimWrapper(Lamb(model.parameters(), lr=lr,
                                  weight_decay=1e-4), accumulative_counts=k)
+    sgd = dict(lr=lr, momentum=0.9, weight_decay=1e-4)
+    if arm == 'large-static':
+        groups = [dict(params=getattr(model, m).parameters())
+                  for m in MODULES]
+        return StaticFactorWrapper(torch.optim.SGD(groups, **sgd), factors,
+                                   p['agvm_start'], accumulative_counts=k)
     cfg = dict(type='OptimWrapper', accumulative_counts=k,
-               optimizer=dict(type='SGD', lr=lr, momentum=0.9,
-                              weight_decay=1e-4))
-    if arm == 'large-agvm':
+               optimizer=dict(type='SGD', **sgd))
+    if arm.startswith('large-agvm'):
         cfg.update(type='mmext.AGVMOptimWrapper',
                    constructor='mmext.AGVMOptimWrapperConstructor',
-                   module_names=MODULES, start_iter=p['agvm_start'],
+                   module_names=MODULES,
+                   start_iter=0 if arm == 'large-agvm0' else p['agvm_start'],
                    update_interval=args.update_interval,
                    ema_momentum=args.ema_momentum)
     return build_optim_wrapper(model, cfg)
 
 
-def train(args, arm: str, seed: int, stop: int = None):
-    """Train one arm and seed; ``stop``: return the model at that iteration.
-
-    Returns:
-        dict | SceneSegmentor: The run's results, or the model at ``stop``.
-    """
+def train(args, arm: str, lr: float, seed: int, stop: int = None,
+          factors=None):
+    """Train one arm at ``lr`` from ``seed``; with ``stop``, return the model
+    at that micro-batch instead of the run's results."""
     p = plan(args)
     images, labels = scenes(args.train_images, args.image_size, TRAIN_SEED,
                             args.device)
-    model = fresh_model(args, seed, pretrained_backbone(args))
-    wrapper = optim_wrapper(args, arm, model, p)
+    model = fresh_model(args, seed)
+    wrapper = optim_wrapper(args, arm, lr, model, p, factors)
     schedulers = [
         ExpWarmupLR(wrapper, start_factor=1e-3, by_epoch=False, begin=0,
                     end=p['warmup']),
@@ -245,55 +255,43 @@ def train(args, arm: str, seed: int, stop: int = None):
     ]
     wrapper.initialize_count_status(model, 0, p['iters'])
     model.train()
-    losses, estimates = [], []
-    data_s = compute_s = 0.0
-    it = 0
+    estimates, losses, it = [], [], 0
+    start = time.perf_counter()
     for epoch in range(args.epochs):
         order = torch.randperm(len(images), generator=torch.Generator(
-        ).manual_seed(seed * 1000 + epoch))
-        epoch_loss = []
+        ).manual_seed(seed * 1000 + epoch)).to(args.device)
         for b in range(p['iters_per_epoch']):
             if it == stop:
                 return model
-            t0 = time.perf_counter()
             idx = order[b * args.batch:(b + 1) * args.batch]
-            batch = (images[idx], labels[idx])
-            _synchronize(args.device)
-            t1 = time.perf_counter()
             with wrapper.optim_context(model):
-                loss = segmentation_loss(model, batch)
-            updates = getattr(getattr(wrapper, 'ema', None), 'num_updates',
-                              0)
+                loss = segmentation_loss(model, (images[idx], labels[idx]))
+            ema = getattr(wrapper, 'ema', None)
+            updates = ema.num_updates if ema else 0
             wrapper.update_params(loss)
             for scheduler in schedulers:
                 scheduler.step()
-            if getattr(getattr(wrapper, 'ema', None), 'num_updates',
-                       0) > updates:
-                estimates.append(dict(
-                    step=(it + 1) // args.k,
-                    d=wrapper.last_variance.tolist(),
-                    s=wrapper.ema.factors.tolist()))
-            _synchronize(args.device)
-            data_s += t1 - t0
-            compute_s += time.perf_counter() - t1
-            epoch_loss.append(loss.item())
+            if ema and ema.num_updates > updates:
+                estimates.append(dict(step=(it + 1) // args.k,
+                                      d=wrapper.last_variance.tolist(),
+                                      s=ema.factors.tolist()))
+            losses.append(loss.item())
             it += 1
-        losses.append(statistics.fmean(epoch_loss))
+    if stop is not None:
+        return model
     val_images, val_labels = scenes(args.val_images, args.image_size,
                                     VAL_SEED, args.device)
-    return dict(arm=arm, seed=seed, lr=arm_lr(args, arm),
+    return dict(arm=arm, seed=seed, lr=lr,
                 steps=it // (1 if arm == 'small' else args.k),
                 miou=mean_iou(model, val_images, val_labels),
                 val_loss=val_loss(model, val_images, val_labels),
-                epoch_losses=losses, seconds=data_s + compute_s,
-                data_share=data_s / max(data_s + compute_s, 1e-9),
-                agvm=estimates)
+                train_loss=statistics.fmean(losses[-p['iters_per_epoch']:]),
+                seconds=time.perf_counter() - start, agvm=estimates)
 
 
 @torch.no_grad()
 def val_loss(model, images, labels, batch_size: int = 64) -> float:
-    """Mean pixel cross entropy on the val scenes, in eval mode (a
-    continuous score where mIoU sits at its all-background floor)."""
+    """Mean pixel cross entropy on the val scenes, in eval mode."""
     model.eval()
     total = sum(
         segmentation_loss(model, (images[i:i + batch_size],
@@ -305,231 +303,223 @@ def val_loss(model, images, labels, batch_size: int = 64) -> float:
 
 
 def background_floor(labels) -> float:
-    """mIoU of predicting background (class 0) everywhere: IoU of
-    background = its pixel share, 0 for every other class present."""
-    present = len(labels.unique())
-    return float((labels == 0).double().mean()) / present
+    """mIoU of predicting background everywhere: its pixel share over the
+    classes present."""
+    return float((labels == 0).double().mean()) / len(labels.unique())
 
 
-def _train_job(args, arm, seed):
+def _quiet():
+    """Silence what every run would repeat: mmengine's note on BN with
+    accumulation and torch's on the schedulers' first step."""
+    warnings.filterwarnings('ignore', message='Detected call of')
+    MMLogger.get_current_instance().setLevel(logging.ERROR)
+
+
+def _job(args, arm, lr, seed, factors):
     torch.set_num_threads(args.threads)
-    return train(args, arm, seed)
+    _quiet()
+    return train(args, arm, lr, seed, factors=factors)
 
 
-def train_all(args) -> list:
-    pairs = [(arm, seed) for seed in args.seeds for arm in args.arms]
+def run_all(args, jobs) -> list:
+    """Train ``(arm, lr, seed, factors)`` jobs, ``--jobs`` at a time."""
     if args.jobs == 1:
-        return [_train_job(args, arm, seed) for arm, seed in pairs]
+        return [_job(args, *job) for job in jobs]
     with concurrent.futures.ProcessPoolExecutor(
             args.jobs, mp_context=multiprocessing.get_context('spawn')) as ex:
-        futures = [ex.submit(_train_job, args, arm, seed)
-                   for arm, seed in pairs]
-        return [f.result() for f in futures]
+        return list(ex.map(_job, *zip(*[(args, *job) for job in jobs])))
 
 
-def measure_drift(args, model) -> dict:
-    """d_i, d_0/d_i and mu_i at two halves of one micro-batch and at the
-    large batch, on training images (``variance_by_batch_size``)."""
+def tune(args) -> dict:
+    """Each tuned arm's LR grid on ``--tune-seed``: the runs and the LR of
+    the lowest val loss per arm."""
+    runs = run_all(args, [(arm, lr, args.tune_seed, None)
+                          for arm, key in TUNED.items()
+                          for lr in getattr(args, key)])
+    best = {arm: min((r for r in runs if r['arm'] == arm),
+                     key=lambda r: r['val_loss'])['lr'] for arm in TUNED}
+    return dict(runs=runs, best=best)
+
+
+def measure_drift(args, model) -> list:
+    """d_i and d_backbone / d_i at N = 2 B and N = k B on training scenes."""
     images, labels = scenes(args.train_images, args.image_size, TRAIN_SEED,
                             args.device)
     gen = torch.Generator().manual_seed(12345)
 
     def draw_half(n):
-        idx = torch.randint(len(images), (n, ), generator=gen)
+        idx = torch.randint(len(images), (n, ), generator=gen).to(
+            args.device)
         return [(images[idx[i:i + args.batch]], labels[idx[i:i + args.batch]])
                 for i in range(0, n, args.batch)]
 
-    sizes = [2 * args.batch, args.k * args.batch]
-    rows = variance_by_batch_size(model, draw_half, sizes, args.gate_repeats,
-                                  module_layout(model, MODULES),
-                                  loss_fn=segmentation_loss)
-    return dict(zip(('small', 'large'), rows))
+    return variance_by_batch_size(
+        model, draw_half, [2 * args.batch, args.k * args.batch],
+        args.gate_repeats, module_layout(model, MODULES),
+        loss_fn=segmentation_loss)
 
 
-def gate_verdict(drift: dict, ratio_range=DEFAULT_RATIO_RANGE,
-                 factor: float = DRIFT):
-    """Whether d_0 / d_i drifts between the two batch sizes within the clamp.
-
-    A module drifts if its ratio clamped to ``ratio_range`` (mean over
-    repeats; what AGVM's factor sqrt(clamp(d_0 / d_i)) follows) changes by
-    ``factor`` or more between the small and the large batch, and the raw
-    means differ by more than the repeats' spread. Ratios beyond the same
-    bound at both sizes clamp to one value: AGVM's factor sits at that bound
-    whatever the batch, so that is no drift.
-
-    Returns:
-        tuple[bool, list[dict]]: Present anywhere, and per non-anchor
-        module ``name, small, large`` (mean, std) ratios, ``drift`` (clamped
-        large over clamped small) and ``present``.
-    """
+def gate_modules(rows, ratio_range=DEFAULT_RATIO_RANGE) -> list:
+    """Per non-anchor module: d_backbone / d_i at the small and the large N
+    (mean, std over repeats) and the change of its clamped mean from small
+    to large N, with a 95 % bootstrap interval over the repeats."""
     lo, hi = ratio_range
-    modules = []
-    for name in list(drift['small']['ratio'])[1:]:
-        small, large = (drift[n]['ratio'][name] for n in ('small', 'large'))
-        ratio = (min(max(large['mean'], lo), hi) /
-                 min(max(small['mean'], lo), hi))
-        spread = (abs(large['mean'] - small['mean'])
-                  > (large['std'] or 0) + (small['std'] or 0))
-        present = bool((ratio >= factor or ratio <= 1 / factor) and spread)
-        modules.append(dict(name=name, small=(small['mean'], small['std']),
-                            large=(large['mean'], large['std']),
-                            drift=ratio, present=present))
-    return any(m['present'] for m in modules), modules
+    small, large = rows
+    out = []
+    for name in MODULES[1:]:
+        a, b = ([min(max(v, lo), hi) for v in row['ratio'][name]['values']
+                 if not math.isnan(v)] for row in (small, large))
+        change = (statistics.fmean(b) / statistics.fmean(a)
+                  if a and b else math.nan)
+        out.append(dict(
+            name=name,
+            small=(small['ratio'][name]['mean'], small['ratio'][name]['std']),
+            large=(large['ratio'][name]['mean'], large['ratio'][name]['std']),
+            change=change,
+            interval=bootstrap_interval(
+                a, b, lambda x, y: statistics.fmean(y) / statistics.fmean(x))
+            if a and b else (math.nan, math.nan)))
+    return out
 
 
-def summarize_arms(runs, args):
-    summary = {}
-    for arm in args.arms:
-        mine = sorted((r for r in runs if r['arm'] == arm),
-                      key=lambda r: r['seed'])
-        summary[arm] = dict(
-            lr=mine[0]['lr'], steps=mine[0]['steps'],
-            miou=summarize(r['miou'] for r in mine),
-            per_seed=[r['miou'] for r in mine],
-            val_loss=summarize(r['val_loss'] for r in mine),
-            per_seed_val_loss=[r['val_loss'] for r in mine],
-            final_loss=statistics.fmean(r['epoch_losses'][-1] for r in mine),
-            seconds=statistics.fmean(r['seconds'] for r in mine),
-            data_share=statistics.fmean(r['data_share'] for r in mine))
-    return summary
+def gate(args, lr: float) -> dict:
+    """The gate on the tuned ``large`` run at AGVM's start and mid-way."""
+    p = plan(args)
+    out = {}
+    for point, stop in (("AGVM's start", p['agvm_start']),
+                        ('mid-training', p['iters'] // 2 // args.k * args.k)):
+        model = train(args, 'large', lr, args.seeds[0], stop=stop)
+        rows = measure_drift(args, model)
+        out[point] = dict(iteration=stop, rows=rows,
+                          modules=gate_modules(rows))
+    return out
 
 
-def paired(summary, a: str, b: str, key: str = 'per_seed'):
-    """a minus b per seed (of ``key``), mean +- std."""
-    diffs = [x - y for x, y in zip(summary[a][key], summary[b][key])]
-    return diffs, summarize(diffs)
+def mean_factors(runs) -> list:
+    """AGVM's factors per module averaged over its re-estimates and runs."""
+    values = [e['s'] for r in runs for e in r['agvm']]
+    return [statistics.fmean(v[i] for v in values)
+            for i in range(len(MODULES))]
 
 
-def agvm_verdict(summary, plain: str, testable: bool) -> dict:
-    """AGVM against its plain large arm, paired by seed, and the share of
-    the small/large gap it closes.
+def compare(runs) -> dict:
+    """Per arm summaries and the paired differences the report prints."""
+    by_arm = {}
+    for r in runs:
+        by_arm.setdefault(r['arm'], {})[r['seed']] = r
+    arms = {arm: dict(lr=next(iter(rs.values()))['lr'],
+                      steps=next(iter(rs.values()))['steps'],
+                      miou=summary([r['miou'] for r in rs.values()]),
+                      val_loss=summary([r['val_loss'] for r in rs.values()]),
+                      train_loss=summary(
+                          [r['train_loss'] for r in rs.values()]),
+                      seconds=summary([r['seconds'] for r in rs.values()]))
+            for arm, rs in sorted(by_arm.items(),
+                                  key=lambda a: ARMS.index(a[0]))}
+    pairs = [('large-agvm', 'large'), ('large-agvm0', 'large'),
+             ('large-static', 'large'), ('large-agvm', 'large-static'),
+             ('large-lamb', 'large'), ('small', 'large')]
+    diffs = {}
+    for a, b in pairs:
+        for key in ('miou', 'val_loss'):
+            diffs[f'{a} - {b}: {key}'] = paired(
+                {s: r[key] for s, r in by_arm[b].items()},
+                {s: r[key] for s, r in by_arm[a].items()})
+    gap = diffs['small - large: miou']['summary']['mean']
+    closed = {a: diffs[f'{a} - large: miou']['summary']['mean'] / gap
+              if gap > 0 else math.nan
+              for a in ('large-agvm', 'large-agvm0', 'large-static',
+                        'large-lamb')}
+    return dict(arms=arms, differences=diffs, gap_closed=closed)
 
-    Args:
-        summary (dict): From :func:`summarize_arms`, with ``small``,
-            ``plain`` and ``large-agvm``.
-        plain (str): The plain large arm of AGVM's LR rule.
-        testable (bool): The gate's answer, carried into the result.
 
-    Returns:
-        dict: ``paired`` (per-seed mIoU differences), ``paired_mean``,
-        ``paired_std``, ``gap`` (small minus plain, mean mIoU), ``closed``
-        ((agvm - plain) / gap; NaN when there is no gap), ``testable``, and
-        ``paired_val_loss`` (per-seed val loss differences).
-    """
-    diffs, (mean, std) = paired(summary, 'large-agvm', plain)
-    loss_diffs, _ = paired(summary, 'large-agvm', plain, 'per_seed_val_loss')
-    gap = summary['small']['miou'][0] - summary[plain]['miou'][0]
-    closed = ((summary['large-agvm']['miou'][0] - summary[plain]['miou'][0])
-              / gap if gap > 0 else math.nan)
-    return dict(paired=diffs, paired_mean=mean, paired_std=std, gap=gap,
-                closed=closed, testable=testable,
-                paired_val_loss=loss_diffs)
-
-
-def load_average() -> str:
+def _load() -> str:
     return ' '.join(f'{x:.2f}' for x in os.getloadavg())
 
 
-def print_drift(title, drift):
-    print(f'\n{title}: d_i, d_backbone / d_i (mean +- std over repeats)')
-    for size, row in drift.items():
-        cells = '  '.join(
-            f"{name} d {row['d'][name]['mean']:.4f} ratio "
-            f"{row['ratio'][name]['mean']:.2f}+-{row['ratio'][name]['std']:.2f}"
-            for name in MODULES)
-        print(f"  N={row['batch_size']:<4} ({size}) {cells}")
+def report(args, tuning, gates, result, floor):
+    """The printed report."""
+    print(f'\ntuning on seed {args.tune_seed} (lowest val loss wins):')
+    for r in sorted(tuning['runs'], key=lambda r: (r['arm'], r['lr'])):
+        mark = ' <- tuned' if tuning['best'][r['arm']] == r['lr'] else ''
+        print(f"  {r['arm']:<11} lr {r['lr']:<8g} val loss "
+              f"{r['val_loss']:.4f}  mIoU {r['miou']:.3f}{mark}")
+    for point, g in gates.items():
+        rows = g['rows']
+        print(f"\ngate at {point} (micro-batch {g['iteration']} of "
+              f"large, seed {args.seeds[0]}): d_backbone / d_i at N="
+              f"{rows[0]['batch_size']} and N={rows[1]['batch_size']} "
+              f"({args.gate_repeats} repeats), change of the clamped ratio")
+        for m in g['modules']:
+            print(f"  {m['name']:<12} {m['small'][0]:.2f} +- "
+                  f"{m['small'][1]:.2f} -> {m['large'][0]:.2f} +- "
+                  f"{m['large'][1]:.2f}: x{m['change']:.2f} "
+                  f"{format_interval(m['interval'])}")
+    print(f'\n{"arm":<13}{"batch":>6}{"lr":>9}{"steps":>7}'
+          f'{"mIoU":>20}{"val loss":>20}{"s/run":>8}')
+    for arm, s in result['arms'].items():
+        batch = args.batch * (1 if arm == 'small' else args.k)
+        print(f"{arm:<13}{batch:>6}{s['lr']:>9.4g}{s['steps']:>7}"
+              f"{s['miou']['mean']:>11.3f} +- {s['miou']['std']:.3f}"
+              f"{s['val_loss']['mean']:>11.4f} +- {s['val_loss']['std']:.4f}"
+              f"{s['seconds']['mean']:>8.0f}")
+    print(f'(mIoU of predicting background everywhere: {floor:.3f})')
+    print(f'\npaired by seed ({len(args.seeds)} seeds), mean and 95 % t '
+          f'interval:')
+    for name, d in result['differences'].items():
+        s = d['summary']
+        covers = s['low'] <= 0 <= s['high']
+        print(f"  {name:<36} {s['mean']:+.4f} [{s['low']:+.4f}, "
+              f"{s['high']:+.4f}]{'  covers 0' if covers else ''}")
+    print('share of the small/large mIoU gap closed: ' + ', '.join(
+        f'{a} {v:.0%}' if not math.isnan(v) else f'{a} - (no gap)'
+        for a, v in result['gap_closed'].items()))
 
 
 def main():
     args = parse_args()
     p = plan(args)
-    load_before, start = load_average(), time.perf_counter()
-    print(f'AGVM large-batch benchmark: {args.train_images} train / '
-          f'{args.val_images} val scenes of {args.image_size} px, '
-          f'{args.epochs} epochs = {p["iters"]} micro-batches of '
-          f'{args.batch}; large batch {args.k * args.batch} = '
-          f'{p["large_steps"]} steps; warm-up {p["warmup"]} micro-batches '
-          f'({p["warmup"] // args.k} large steps), AGVM from micro-batch '
-          f'{p["agvm_start"]}; seeds {args.seeds}; load average before '
-          f'{load_before}')
-    if p['large_steps'] < 150:
-        print(f'note: the large arms take {p["large_steps"]} optimizer '
-              f'steps, fewer than the 150 the benchmark is meant for')
-    torch.set_num_threads(max(args.threads, 1))
+    load_before, start = _load(), time.perf_counter()
+    print(f'{args.train_images} train / {args.val_images} val scenes of '
+          f'{args.image_size} px, {args.epochs} epochs = {p["iters"]} '
+          f'micro-batches of {args.batch}; large batch '
+          f'{args.k * args.batch} = {p["large_steps"]} steps; warm-up '
+          f'{p["warmup"]} micro-batches, AGVM from {p["agvm_start"]}; '
+          f'seeds {args.seeds}; load average before {load_before}',
+          flush=True)
+    torch.set_num_threads(args.threads)
+    _quiet()
     pretrained_backbone(args)
-    gate_arm = 'large-sqrt' if args.agvm_lr == 'sqrt' else 'large-linear'
-    init = measure_drift(args, fresh_model(args, args.seeds[0],
-                                           pretrained_backbone(args)))
-    at_start = measure_drift(args, train(args, gate_arm, args.seeds[0],
-                                         stop=p['agvm_start']))
-    print_drift('at initialisation (pre-trained backbone, fresh heads)', init)
-    print_drift(f'at AGVM start (micro-batch {p["agvm_start"]} of '
-                f'{gate_arm}, seed {args.seeds[0]})', at_start)
-    testable, modules = gate_verdict(at_start)
-    for m in modules:
-        print(f"  {m['name']}: d_backbone/d_i {m['small'][0]:.2f} -> "
-              f"{m['large'][0]:.2f} (x{m['drift']:.2f}) from N="
-              f"{at_start['small']['batch_size']} to "
-              f"{at_start['large']['batch_size']}: "
-              f"{'drift' if m['present'] else 'no drift'}")
-    if testable:
-        print('GATE: the variance drift AGVM corrects is present at its '
-              'start, within the clamp range: the arms test its claim.')
-    else:
-        print('GATE: no drift of d_backbone/d_i with the batch within the '
-              'clamp range at AGVM\'s start: the claim is not testable in '
-              'this setting, and no verdict on AGVM is given.')
-    runs = train_all(args)
-    summary = summarize_arms(runs, args)
-    wall = time.perf_counter() - start
+    tuning = tune(args)
+    print(f'tuned in {(time.perf_counter() - start) / 60:.1f} min: '
+          f'{tuning["best"]}', flush=True)
+    best = dict(tuning['best'])
+    for arm in ('large-agvm', 'large-agvm0', 'large-static'):
+        best[arm] = best['large']
+    gates = gate(args, best['large'])
+    runs = run_all(args, [(arm, best[arm], seed, None) for seed in args.seeds
+                          for arm in ARMS if arm != 'large-static'])
+    factors = mean_factors([r for r in runs if r['arm'] == 'large-agvm'])
+    runs += run_all(args, [('large-static', best['large'], seed, factors)
+                           for seed in args.seeds])
+    result = compare(runs)
     floor = background_floor(
         scenes(args.val_images, args.image_size, VAL_SEED, args.device)[1])
-    print(f'\n{"arm":<13}{"batch":>6}{"lr":>8}{"steps":>7}'
-          f'{"mIoU mean +- std":>20}  per seed{"":<14}{"val loss":>16}'
-          f'{"train loss":>11}{"s/run":>7}{"data":>6}')
-    for arm, s in summary.items():
-        batch = args.batch * (1 if arm == 'small' else args.k)
-        seeds = ' '.join(f'{v:.3f}' for v in s['per_seed'])
-        print(f"{arm:<13}{batch:>6}{s['lr']:>8.3g}{s['steps']:>7}"
-              f"{s['miou'][0]:>12.3f} +- {s['miou'][1]:.3f}  {seeds:<22}"
-              f"{s['val_loss'][0]:>8.3f} +- {s['val_loss'][1]:.3f}"
-              f"{s['final_loss']:>11.3f}{s['seconds']:>7.0f}"
-              f"{s['data_share']:>6.0%}")
-    print(f'(mIoU of predicting background everywhere: {floor:.3f}; train '
-          f'loss: mean of the last epoch)')
-    plain = 'large-sqrt' if args.agvm_lr == 'sqrt' else 'large-linear'
-    verdict = {}
-    if {'small', plain, 'large-agvm'} <= set(summary):
-        verdict = agvm_verdict(summary, plain, testable)
-        diffs, gap, closed = (verdict[k] for k in ('paired', 'gap',
-                                                   'closed'))
-        share = (f'share of it closed {closed:.0%}' if gap > 0 else
-                 'no gap to close')
-        print(f'\nlarge-agvm minus {plain}, paired by seed: '
-              f"{' '.join(f'{d:+.3f}' for d in diffs)} (mean "
-              f"{verdict['paired_mean']:+.3f} +- {verdict['paired_std']:.3f})"
-              f'; small minus {plain} (the gap) {gap:+.3f} mIoU; {share}; '
-              f'val loss, AGVM minus {plain}: '
-              f"{' '.join(f'{d:+.4f}' for d in verdict['paired_val_loss'])}")
-        if not testable:
-            print('(no verdict: the gate found no drift for AGVM to act on)')
-    for run in runs:
-        if run['agvm']:
-            last = run['agvm'][-1]
-            print(f"AGVM seed {run['seed']}: {len(run['agvm'])} re-estimates;"
-                  f" last d_i {[round(v, 4) for v in last['d']]}, factors "
-                  f"{[round(v, 3) for v in last['s']]}")
-    print(f'\n{len(runs)} runs, {args.jobs} at a time, {wall / 60:.1f} min '
-          f'wall; load average before {load_before}, after '
-          f'{load_average()}; data from memory (compute-bound)')
+    report(args, tuning, gates, result, floor)
+    print('large-static factors (AGVM\'s means): ' + ', '.join(
+        f'{m} {f:.3f}' for m, f in zip(MODULES, factors)))
+    wall = time.perf_counter() - start
+    print(f'\n{len(tuning["runs"]) + len(runs)} runs, {args.jobs} at a '
+          f'time, {args.threads} thread(s) each, {wall / 60:.1f} min wall; '
+          f'load average before {load_before}, after {_load()}; '
+          f'command: {" ".join(sys.argv)}')
     if args.json:
         print(json.dumps(dict(
-            args=vars(args), plan=p, load_before=load_before,
-            load_after=load_average(), wall_seconds=wall,
-            drift_init=init, drift_start=at_start,
-            gate=dict(testable=testable, modules=modules), summary=summary,
-            background_floor=floor,
-            verdict=verdict, runs=runs)))
+            args=vars(args), plan=p, backbone_key=backbone_key(args),
+            tuning=tuning, gate=gates, static_factors=factors,
+            background_floor=floor, wall_seconds=wall,
+            load_before=load_before, load_after=_load(), runs=runs,
+            **result)))
 
 
 if __name__ == '__main__':

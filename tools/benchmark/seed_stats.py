@@ -1,25 +1,27 @@
-"""Seed statistics of accuracy runs, shared by the accuracy benchmarks.
-
-``tools/benchmark/multigrid_accuracy.py`` (recipe vs multigrid on the fight
-clips) reports top-1 as mean +- sample standard deviation over seeds and,
-for runs paired by seed, the per-seed differences.
-"""
+"""Seed statistics shared by the accuracy benchmarks: mean +- sample std
+over seeds with a 95 % t interval of the mean, paired differences, a
+bootstrap interval, and the smallest difference a paired run can detect."""
 import math
+import random
 import statistics
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
-__all__ = ['summary', 'paired', 'format_summary']
+from scipy import stats
+
+__all__ = ['summary', 'paired', 'format_summary', 'format_interval',
+           'bootstrap_interval', 'detectable_difference']
 
 
-def summary(values: Sequence[float]) -> Dict[str, object]:
-    """``n``, ``mean``, sample ``std`` (NaN for one value), ``min``, ``max``.
+def _t(n: int, level: float) -> float:
+    """Two-sided t quantile for a mean of ``n`` values."""
+    return float(stats.t.ppf(0.5 + level / 2, n - 1))
 
-    Args:
-        values (Sequence[float]): One value per seed (at least one).
 
-    Returns:
-        dict: Also ``values`` (as given, as a list) and ``sem``, the standard
-        error of the mean (``std / sqrt(n)``, NaN for one value).
+def summary(values: Sequence[float], level: float = 0.95
+            ) -> Dict[str, object]:
+    """``n``, ``mean``, sample ``std``, ``sem``, ``min``, ``max``,
+    ``values`` and the ``level`` t interval of the mean (``low``, ``high``;
+    NaN, as ``std`` and ``sem``, for one value).
 
     Raises:
         ValueError: For no values.
@@ -27,24 +29,19 @@ def summary(values: Sequence[float]) -> Dict[str, object]:
     values = [float(v) for v in values]
     if not values:
         raise ValueError('summary of no values')
-    n = len(values)
+    n, mean = len(values), statistics.fmean(values)
     std = statistics.stdev(values) if n > 1 else math.nan
-    return dict(n=n, mean=statistics.fmean(values), std=std,
-                sem=std / math.sqrt(n), min=min(values), max=max(values),
+    sem = std / math.sqrt(n)
+    half = _t(n, level) * sem if n > 1 else math.nan
+    return dict(n=n, mean=mean, std=std, sem=sem, min=min(values),
+                max=max(values), low=mean - half, high=mean + half,
                 values=values)
 
 
 def paired(first: Dict[int, float],
            second: Dict[int, float]) -> Dict[str, object]:
-    """Per-seed ``second - first`` over the seeds both have, and its summary.
-
-    Args:
-        first (dict): Seed -> value (e.g. the recipe's top-1).
-        second (dict): Seed -> value (e.g. multigrid's top-1).
-
-    Returns:
-        dict: ``seeds`` (sorted common seeds), ``differences`` (in that
-        order) and ``summary`` (of the differences).
+    """Per-seed ``second - first`` over the seeds both have: ``seeds``,
+    ``differences`` and their :func:`summary` (``covers_zero`` added).
 
     Raises:
         ValueError: If no seed is in both.
@@ -53,16 +50,47 @@ def paired(first: Dict[int, float],
     if not seeds:
         raise ValueError('paired differences need a seed run in both arms')
     diffs = [second[s] - first[s] for s in seeds]
-    return dict(seeds=seeds, differences=diffs, summary=summary(diffs))
+    stats_ = summary(diffs)
+    stats_['covers_zero'] = bool(stats_['low'] <= 0 <= stats_['high'])
+    return dict(seeds=seeds, differences=diffs, summary=stats_)
 
 
-def format_summary(stats: Optional[dict], scale: float = 1.0,
+def detectable_difference(std: float, n: int, level: float = 0.95,
+                          power: float = 0.8) -> float:
+    """Smallest true paired difference a run of ``n`` pairs with
+    differences of sample std ``std`` detects at ``level`` with ``power``
+    (two-sided t test, normal approximation of the power term)."""
+    if n < 2 or math.isnan(std):
+        return math.nan
+    return (_t(n, level) + float(stats.norm.ppf(power))) * std / math.sqrt(n)
+
+
+def bootstrap_interval(first: Sequence[float], second: Sequence[float],
+                       statistic: Callable, level: float = 0.95,
+                       samples: int = 2000, seed: int = 0
+                       ) -> Tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic(first, second)``, each
+    sample resampled with replacement on its own."""
+    rng = random.Random(seed)
+    draws = sorted(
+        statistic(rng.choices(first, k=len(first)),
+                  rng.choices(second, k=len(second)))
+        for _ in range(samples))
+    tail = (1 - level) / 2
+    return (draws[int(tail * (samples - 1))],
+            draws[int((1 - tail) * (samples - 1))])
+
+
+def format_interval(interval: Tuple[float, float]) -> str:
+    """``'[low, high]'`` with two decimals."""
+    return f'[{interval[0]:.2f}, {interval[1]:.2f}]'
+
+
+def format_summary(stats_: Optional[dict], scale: float = 1.0,
                    digits: int = 3) -> str:
-    """``'mean +- std (n=N)'``, values multiplied by ``scale``; ``'-'`` for
-    None."""
-    if stats is None:
+    """``'mean +- std (n=N)'``, values times ``scale``; ``'-'`` for None."""
+    if stats_ is None:
         return '-'
-    std = stats['std'] * scale
+    std = stats_['std'] * scale
     std = 'nan' if math.isnan(std) else f'{std:.{digits}f}'
-    return f'{stats["mean"] * scale:.{digits}f} +- {std} (n={stats["n"]})'
-
+    return f'{stats_["mean"] * scale:.{digits}f} +- {std} (n={stats_["n"]})'
