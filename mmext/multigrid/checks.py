@@ -10,6 +10,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from mmext.log import warn
 from .bn import (SPLITTABLE_BN_TYPES, bn_layers_in_training,
@@ -62,12 +63,15 @@ class ShapeResult(NamedTuple):
         feature_map (tuple[int, int], optional): ``(H, W)`` of the
             backbone's output (smallest over pathways); None for tokens.
         device (str): ``'meta'``, or the model's device after a fallback.
+        flops (float, optional): FLOPs of one clip's forward (PyTorch's
+            ``FlopCounterMode``); None if it failed.
     """
     shape: PlannedShape
     error: Optional[str]
     module: Optional[str]
     feature_map: Optional[Tuple[int, int]]
     device: str
+    flops: Optional[float] = None
 
 
 def planned_shapes(plan) -> List[PlannedShape]:
@@ -177,13 +181,17 @@ class _Tracer:
             return 'model'
         return f'{self.names[module]} ({type(module).__name__})'
 
-    def run(self, model, inputs) -> Tuple[Optional[Exception], str]:
+    def run(self, model, inputs
+            ) -> Tuple[Optional[Exception], str, Optional[float]]:
+        """The forward's error, culprit and FLOPs per clip."""
         self.stack, self.feature_map = [], None
+        counter = FlopCounterMode(display=False)
         try:
-            model(inputs, mode='tensor', stage='head')
+            with counter:
+                model(inputs, mode='tensor', stage='head')
         except Exception as error:  # noqa: B902 any failure is the finding
-            return error, self.culprit()
-        return None, ''
+            return error, self.culprit(), None
+        return None, '', counter.get_total_flops() / len(inputs)
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -208,14 +216,14 @@ def _fallback(model: nn.Module, shape: PlannedShape, pipeline
     try:
         model.eval()
         with torch.no_grad():
-            error, module = tracer.run(
+            error, module, flops = tracer.run(
                 model, torch.zeros(size, device=device, dtype=dtype))
     finally:
         tracer.remove()
         for m, mode in modes:
             m.training = mode
     return ShapeResult(shape, error and _error_text(error),
-                       module or None, tracer.feature_map, str(device))
+                       module or None, tracer.feature_map, str(device), flops)
 
 
 def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
@@ -238,7 +246,7 @@ def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
             size = probe_input_size(ghost, shape.batch, shape.clip_len,
                                     shape.crop_size, pipeline)
             dtype = next(iter(ghost.parameters()), torch.empty(0)).dtype
-            error, module = tracer.run(
+            error, module, flops = tracer.run(
                 ghost, torch.empty(size, device='meta', dtype=dtype))
             # A meta forward that failed for want of data, not of a shape.
             if error is not None and 'meta' in str(error).lower():
@@ -246,7 +254,8 @@ def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
                 continue
             results.append(
                 ShapeResult(shape, error and _error_text(error),
-                            module or None, tracer.feature_map, 'meta'))
+                            module or None, tracer.feature_map, 'meta',
+                            flops))
     finally:
         tracer.remove()
     return results
@@ -325,7 +334,8 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
 def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
                 ) -> List[ShapeResult]:
     """Raise if ``model`` (unwrapped, with its shape adapters) cannot train
-    ``plan``; ``pipeline`` as in :func:`probe_shapes`.
+    ``plan``; ``pipeline`` as in :func:`probe_shapes`. Sets
+    ``plan.clip_flops`` to the probe's FLOPs per clip of every ``(T, S)``.
 
     Returns:
         list[ShapeResult]: The probe of every planned shape.
@@ -352,6 +362,8 @@ def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
     refused = _refused_shapes(plan, results)
     if refused:
         raise ValueError(refused)
+    plan.clip_flops = {(r.shape.clip_len, r.shape.crop_size): r.flops
+                       for r in results}
     return results
 
 

@@ -8,7 +8,8 @@ import dataclasses
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (Callable, Dict, List, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 from mmext.compat import SCHEDULER_INF
 from mmext.scheduler_checks import (STEP_TYPES, WARMUP_TYPES,
@@ -317,6 +318,8 @@ class MultigridPlan:
             raise ValueError(f'{error} Recipe values the schedule cannot '
                              f'honour: {" ".join(dropped)}') from error
         self._check_sub_bn()
+        # (T, S) -> FLOPs of one clip's forward, set by a model check.
+        self.clip_flops: Optional[Dict[Tuple[int, int], float]] = None
         self.cum_iters: Optional[List[int]] = None
         if samples_per_rank is not None:
             self.cum_iters = self._count_iterations(samples_per_rank)
@@ -607,10 +610,19 @@ class MultigridPlan:
                                        self.recipe_epochs, x),
             self.iter_at, self.recipe_iters_per_epoch)
 
+    @property
+    def flops_counted(self) -> bool:
+        """bool: Whether :attr:`clip_flops` holds every shape of the run."""
+        return self.clip_flops is not None and {
+            (x.clip_len, x.crop_size) for s in self.stages
+            for x in s.short_cycle} <= set(self.clip_flops)
+
     def flops_ratio(self) -> float:
-        """Multigrid FLOPs over the recipe's (FLOPs ~ ``B T S^2``)."""
-        return total_flops_ratio(self.stages, self.recipe_epochs,
-                                 self.base_clip_len, self.base_crop_size)
+        """Multigrid FLOPs over the recipe's, from :attr:`clip_flops` if
+        :attr:`flops_counted`, else FLOPs ~ ``B T S^2``."""
+        return total_flops_ratio(
+            self.stages, self.recipe_epochs, self.base_clip_len,
+            self.base_crop_size, self.clip_flops)
 
     def iteration_saving(self) -> float:
         """Recipe iterations over multigrid iterations (> 1 is a saving)."""
@@ -647,7 +659,9 @@ class MultigridPlan:
         Returns:
             dict: The base shape, totals (``iters`` and ``recipe_iters``
             None without exact counts, ``estimated_iters`` in recipe
-            iterations per epoch), ``warnings`` and ``stages``: per stage
+            iterations per epoch; ``flops_ratio``, ``flop_saving``,
+            ``flops_counted`` and ``clip_gflops``, the GFLOPs per clip of
+            each ``(T, S)`` if counted), ``warnings`` and ``stages``: per stage
             :meth:`MultigridStage.to_dict` with its per-process and
             effective batch sizes and iterations.
         """
@@ -680,6 +694,11 @@ class MultigridPlan:
             estimated_iters=sum(self.estimated_iters(s) for s in self.stages),
             iteration_saving=self.iteration_saving(),
             flops_ratio=self.flops_ratio(),
+            flop_saving=1 / self.flops_ratio(),
+            flops_counted=self.flops_counted,
+            clip_gflops=[dict(clip_len=t, crop_size=s, gflops=f / 1e9)
+                         for (t, s), f in sorted(self.clip_flops.items())]
+            if self.flops_counted else None,
             world_size=self.world_size,
             accumulative_counts=self.accumulative_counts,
             warnings=list(warnings),
@@ -713,7 +732,10 @@ class MultigridPlan:
                 f'{d["crop_size"]:>4} {d["start_epoch"]:>6} '
                 f'{d["end_epoch"]:>5} {iters}{d["lr_factor"]:>8.4g}  {cycle}')
         saving = f'{info["iteration_saving"]:.2f}x fewer iterations'
-        flops = f'FLOPs x{info["flops_ratio"]:.3f} of the recipe'
+        flops = (f'FLOPs x{info["flops_ratio"]:.3f} of the recipe '
+                 f'({info["flop_saving"]:.2f}x saving, ' + (
+                     'counted on the model)' if info['flops_counted'] else
+                     'B*T*S^2 estimate)'))
         if exact:
             per = info['clips_per_sample']
             count = (f'{info["clips_per_process"]} clips' if per == 1 else

@@ -8,7 +8,7 @@ pixels.
 """
 import bisect
 from dataclasses import asdict, dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
     'MultigridStage', 'GridShape', 'build_multigrid_schedule',
@@ -296,19 +296,36 @@ def iterations_per_epoch(num_samples: int, batch_sizes: Sequence[int]) -> int:
 
 
 def total_flops_ratio(stages: Sequence[MultigridStage], base_epochs: int,
-                      base_t: int, base_s: int) -> float:
+                      base_t: int, base_s: int,
+                      clip_flops: Optional[Mapping[Tuple[int, int],
+                                                   float]] = None) -> float:
     """Multigrid FLOPs over the recipe's (< 1 is a saving).
 
-    With FLOPs ~ ``B T S^2``, an epoch at ``(T, S)`` costs
-    ``T S^2 / (T0 S0^2)`` of a base epoch (averaged over the short cycle's
-    samples).
+    An epoch sees every clip once, so an epoch of a stage costs the
+    batch-weighted mean of its short cycle's FLOPs per clip ``F(T, S)``:
+    ``ratio = sum_stages epochs * sum_i(B_i F(T_i, S_i)) / sum_i(B_i)`` over
+    ``base_epochs * F(T0, S0)``.
+
+    Args:
+        stages (Sequence[MultigridStage]): The schedule.
+        base_epochs (int): Recipe epochs.
+        base_t (int): Recipe clip length ``T0`` (frames).
+        base_s (int): Recipe crop size ``S0`` (pixels).
+        clip_flops (Mapping[tuple[int, int], float], optional): ``(T, S)``
+            -> FLOPs of one clip's forward, for every shape of ``stages``;
+            else (or None) ``F(T, S) = T S^2``.
+
+    Returns:
+        float: The FLOPs ratio.
     """
+    shapes = {(x.clip_len, x.crop_size) for s in stages
+              for x in s.short_cycle} | {(base_t, base_s)}
+    if clip_flops is None or not shapes <= set(clip_flops):
+        clip_flops = {(t, s): t * s * s for t, s in shapes}
     cost = 0.0
     for s in stages:
         c = s.short_cycle
-        samples = sum(x.batch_factor for x in c)
-        per_sample = sum(x.batch_factor * x.clip_len * x.crop_size**2
-                         for x in c) / samples
-        cost += s.num_epochs * per_sample / (base_t * base_s**2)
-    return cost / base_epochs
-
+        cost += s.num_epochs * sum(
+            x.batch_factor * clip_flops[x.clip_len, x.crop_size]
+            for x in c) / sum(x.batch_factor for x in c)
+    return cost / (base_epochs * clip_flops[base_t, base_s])

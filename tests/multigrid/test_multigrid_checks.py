@@ -14,7 +14,7 @@ from mg_zoo import FAMILIES, base_shape, build
 import mmext  # noqa: F401
 from mmext.multigrid import MultigridOptions, MultigridPlan
 from mmext.multigrid.checks import (PlannedShape, check_clip_lengths,
-                                    check_run, meta_copy,
+                                    check_model, check_run, meta_copy,
                                     planned_shapes, probe_input_size,
                                     probe_shapes)
 from mmext.multigrid.transformers import install_shape_adapters
@@ -206,6 +206,38 @@ def test_feature_map_check_on_the_stock_recipes():
     assert _checked(SLOWFAST) == []
 
 
+def test_flop_saving_counted_on_the_slowfast_reference():
+    """Forward FLOPs per clip counted on a meta copy of SlowFast R50: the
+    saving is 3.34x with the short cycle (B T S^2 estimate 3.43x), 2.16x
+    without (2.18x); 100.6 GFLOPs per clip at the base (T, S) = (32, 224).
+    """
+    from mmaction.registry import MODELS
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    init_default_scope('mmaction')
+    cfg = Config.fromfile(SLOWFAST)
+    cfg.model.backbone.pretrained = None
+    with torch.device('meta'):
+        model = MODELS.build(cfg.model)
+    for short_cycle, saving, estimate in ((True, 3.34, 3.43),
+                                          (False, 2.16, 2.18)):
+        plan = MultigridPlan.for_config(
+            cfg, MultigridOptions.from_hook_config(
+                dict(cfg.custom_hooks[0], short_cycle=short_cycle)))
+        assert round(1 / plan.flops_ratio(), 2) == estimate
+        results = check_model(plan, model,
+                              cfg.train_dataloader.dataset.pipeline)
+        assert plan.flops_counted and len(plan.clip_flops) == (
+            8 if short_cycle else 4)
+        assert round(1 / plan.flops_ratio(), 2) == saving
+        assert {(r.shape.clip_len, r.shape.crop_size): r.flops
+                for r in results} == plan.clip_flops
+    assert round(plan.clip_flops[32, 224] / 1e9, 1) == 100.6
+    # Half the frames, half the FLOPs (both pathways scale with T).
+    assert plan.clip_flops[16, 224] == pytest.approx(
+        plan.clip_flops[32, 224] / 2, rel=0.01)
+
+
 TWO = MultigridOptions(long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)],
                        bn_base_size=None)
 
@@ -337,6 +369,8 @@ def test_data_dependent_forward_falls_back_to_a_tiny_batch():
                                    PlannedShape(64, 2, 16, True, (0, 1))])
     assert [r.device for r in results] == ['cpu', 'cpu']
     assert results[0].error is None and results[0].feature_map == (16, 16)
+    # Per clip: Conv3d 2 x (3 x 2) x 4 x 16 x 16, Linear 2 x 8 x 3.
+    assert (results[0].flops, results[1].flops) == (12288 + 48, None)
     assert results[1].module == 'cls_head (Linear)'
     assert results[1].error.startswith('RuntimeError: mat1 and mat2')
     # Modes restored, no statistic or weight changed.

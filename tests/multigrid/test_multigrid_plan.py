@@ -470,7 +470,33 @@ def test_table_rows_and_totals():
     assert lines[-1] == (
         'total: 6 epochs, 27 iterations (exact, 64 clips per process) vs 64 '
         'of the recipe -> 2.37x fewer iterations; FLOPs x0.466 of the '
-        'recipe')
+        'recipe (2.15x saving, B*T*S^2 estimate)')
+
+
+def test_flops_counted_on_the_model_replace_the_estimate():
+    """Per clip F(8, 28) = 1, F(8, 40) = F(16, 28) = 2, F(16, 40) = 4,
+    F(16, 56) = 10 GFLOPs: epochs 0-3 cost 3 x (8 x 1 + 4 x 2 + 4 x 2) / 16
+    = 4.5, epochs 3-6 3 x (4 x 2 + 2 x 4 + 1 x 10) / 7 = 78/7, the recipe
+    4 x 10: ratio (4.5 + 78/7) / 40 = 219/560."""
+    plan = _plan()
+    estimate = plan.flops_ratio()
+    assert not plan.summary()['flops_counted']
+    assert plan.summary()['clip_gflops'] is None
+    plan.clip_flops = {(16, 56): 10e9, (8, 28): 1e9, (8, 40): 2e9,
+                       (16, 28): 2e9, (16, 40): 4e9}
+    info = plan.summary()
+    assert info['flops_counted']
+    assert info['flops_ratio'] == pytest.approx(219 / 560)
+    assert info['flop_saving'] == pytest.approx(560 / 219)
+    assert [tuple(g.values()) for g in info['clip_gflops']] == [
+        (8, 28, 1.0), (8, 40, 2.0), (16, 28, 2.0), (16, 40, 4.0),
+        (16, 56, 10.0)]
+    assert plan.describe().splitlines()[-1].endswith(
+        '-> 2.37x fewer iterations; FLOPs x0.391 of the recipe (2.56x '
+        'saving, counted on the model)')
+    # A shape of the run not counted: the B T S^2 estimate.
+    del plan.clip_flops[8, 28]
+    assert not plan.flops_counted and plan.flops_ratio() == estimate
 
 
 def test_estimates_without_the_dataset_size():

@@ -5,7 +5,8 @@ from mg_helpers import MAX_EPOCHS, STEPS
 
 from mmext.multigrid import build_multigrid_schedule
 from mmext.multigrid.plan import find_lr_steps
-from mmext.multigrid.schedule import (iterations_per_epoch, map_recipe_epoch,
+from mmext.multigrid.schedule import (GridShape, MultigridStage,
+                                      iterations_per_epoch, map_recipe_epoch,
                                       short_cycle_shapes, stage_at_epoch,
                                       total_flops_ratio)
 
@@ -49,6 +50,25 @@ def test_reference_iteration_saving(reference):
         sum(x.batch_factor for x in s.short_cycle) for s in reference)
     assert base_iters / mg_iters == pytest.approx(3.4, abs=0.1)
     assert total_flops_ratio(reference, MAX_EPOCHS, 32, 224) < 1
+
+
+def test_flops_ratio_from_counted_clip_flops():
+    """Base (T0, S0) = (16, 112), 5 recipe epochs. Epochs 0-4 cycle
+    (B, T, S) = (4, 8, 56), (2, 8, 112); epochs 4-6 train (1, 16, 112).
+    Per clip F(8, 56) = 1, F(8, 112) = 3, F(16, 112) = 10: the first stage
+    costs 4 x (4 x 1 + 2 x 3) / 6 = 20/3, the second 2 x 10 = 20, the recipe
+    5 x 10 = 50: ratio (20/3 + 20) / 50 = 8/15. With F = T S^2 (a shape
+    missing): (4 x 50176 + 2 x 200704) / (5 x 200704) = 0.6."""
+    small, mid, base = (GridShape(4, 8, 56), GridShape(2, 8, 112),
+                        GridShape(1, 16, 112))
+    stages = [MultigridStage(0, mid, (small, mid), 0, 4, 2.0),
+              MultigridStage(1, base, (base, ), 4, 6, 0.1)]
+    flops = {(8, 56): 1.0, (8, 112): 3.0, (16, 112): 10.0}
+    assert total_flops_ratio(stages, 5, 16, 112, flops) == pytest.approx(
+        8 / 15)
+    del flops[8, 56]
+    assert total_flops_ratio(stages, 5, 16, 112, flops) == pytest.approx(0.6)
+    assert total_flops_ratio(stages, 5, 16, 112) == pytest.approx(0.6)
 
 
 def test_relative_short_cycle():

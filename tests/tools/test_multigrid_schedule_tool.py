@@ -53,10 +53,30 @@ def test_reference_table_json_and_text():
     assert out['base']['effective_batch_size'] == 64
     assert out['exact'] is False and out['iters'] is None
     assert round(out['iteration_saving'], 2) == 3.42
+    # Without the model: the B T S^2 estimate.
+    assert round(out['flop_saving'], 2) == 3.43
+    assert out['flops_counted'] is False and out['clip_gflops'] is None
     text = _run(CFG, '--no-model-check').stdout
     assert '3.42x fewer iterations' in text and 'estimate' in text
+    assert text.rstrip().endswith(
+        'FLOPs x0.291 of the recipe (3.43x saving, B*T*S^2 estimate)')
     assert ('eff. batch = batch x world size 1 x accumulative_counts 1'
             in text)
+
+
+def test_flop_saving_counted_on_the_model():
+    """The model check counts each shape's forward FLOPs (meta device)."""
+    out = json.loads(_run(CFG, '--json').stdout)
+    assert out['flops_counted'] is True
+    assert round(out['flop_saving'], 2) == 3.34
+    assert len(out['clip_gflops']) == 8
+    assert out['clip_gflops'][-1]['clip_len'] == 32
+    assert round(out['clip_gflops'][-1]['gflops'], 1) == 100.6
+    text = _run(CFG).stdout
+    assert text.rstrip().endswith(
+        '-> 3.42x fewer iterations (estimate: incomplete batches ignored; '
+        'give the dataset for exact counts); FLOPs x0.299 of the recipe '
+        '(3.34x saving, counted on the model)')
 
 
 def test_plot_is_written(tmp_path):

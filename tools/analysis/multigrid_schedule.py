@@ -16,6 +16,9 @@ maps below 2x2, the shape adapters of video transformers (``shape adapter:``
 lines; ``--json``: ``shape_adapters``), and errors for planned shapes the
 model's forward pass refuses (every shape is tried, on the ``meta`` device),
 clip lengths the backbone cannot take or BN layers sub-batch BN cannot split.
+The total line gives the FLOP saving beside the iteration saving: counted on
+the model (each shape's forward FLOPs per clip, ``--json``: ``clip_gflops``)
+or, with ``--no-model-check``, the ``B*T*S^2`` estimate.
 
 Every refusal, whatever its source (the config file, ``--cfg-options``, the
 train dataset, the model, the plan, the checks, ``--plot``), prints
