@@ -2,7 +2,9 @@
 hand-made timings."""
 import pytest
 
-from tools.benchmark.agvm_overhead import parse_args, summarize_setting
+from tools.benchmark.agvm_overhead import (exchange_note, parse_args,
+                                           slowest_rank, summarize_setting,
+                                           threads_per_rank)
 
 
 def test_defaults_time_4_processes_and_whole_intervals():
@@ -53,6 +55,29 @@ def test_extra_time_is_paired_step_by_step():
     assert row['estimates'] == 2
     one = summarize_setting(1, dict(result, hooked=False, backend=None), args)
     assert (one['setting'], one['batch']) == ('1 process, 2 accum.', 6)
+
+
+def test_every_row_runs_cores_over_ranks_threads(monkeypatch):
+    import tools.benchmark.agvm_overhead as tool
+    monkeypatch.setattr(tool.os, 'cpu_count', lambda: 8)
+    assert [threads_per_rank(n) for n in (1, 2, 4, 16)] == [8, 4, 2, 1]
+
+
+def test_a_step_counts_as_its_slowest_rank():
+    ranks = [dict(times=dict(plain=[1.0, 2.0], agvm=[1.5, 2.0]),
+                  update_factors=[0.1, 0.0], kinds=['estimate', 'ordinary'],
+                  params=10, modules=3),
+             dict(times=dict(plain=[1.2, 1.0], agvm=[1.1, 2.5]),
+                  update_factors=[0.3, 0.0], kinds=['estimate', 'ordinary'],
+                  params=10, modules=3)]
+    out = slowest_rank(ranks)
+    assert out['times'] == dict(plain=[1.2, 2.0], agvm=[1.5, 2.5])
+    assert out['update_factors'] == [0.3, 0.0]
+    note = exchange_note(out, parse_args([]))
+    assert note['measured'] == 'cpu, one host, gloo between processes'
+    # fp32 gradient of 10 parameters; 3 x 3 float64 statistics.
+    assert note['per_reestimate'] == dict(half_allreduce_bytes=40,
+                                          statistics_allreduce_bytes=72)
 
 
 def test_work_timer_keeps_signatures_and_counts_nested_calls_once():

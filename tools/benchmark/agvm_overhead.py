@@ -19,7 +19,8 @@ the all-reduce inside each half runs (with 2 it is skipped). With
 ``--device cuda`` and N processes: NCCL when there are N GPUs, else gloo
 with every rank on GPU 0. ``--steps`` must be a multiple of
 ``--update-interval``, so the timed steps hold exactly 1 re-estimate per
-interval.
+interval. Every row runs cores / processes torch threads per rank (at least
+one) and times every rank; a step counts as its slowest rank's time.
 
 Printed per setting: mean seconds per optimizer step of each (re-estimation
 steps included, so the cost is amortised over update_interval), the ratio of
@@ -103,7 +104,13 @@ def _synchronize(device):
         torch.cuda.synchronize(device)
 
 
+def threads_per_rank(world_size: int) -> int:
+    """Cores / ranks, at least 1: the same compute per row."""
+    return max(1, (os.cpu_count() or 1) // world_size)
+
+
 def _bench(rank, world_size, args, result_path, backend=None):
+    torch.set_num_threads(threads_per_rank(world_size))
     device = _device(args, rank, backend)
     cfg, models, batches = _load(args, rank, device)
     counts = 2 if world_size == 1 else 1
@@ -142,11 +149,23 @@ def _bench(rank, world_size, args, result_path, backend=None):
                     kinds.append('estimate' if agvm.ema.num_updates >
                                  updates else 'ordinary')
                     update_seconds.append(sum(timer.seconds[calls:]))
-    if rank == 0:
-        torch.save(dict(times=times, kinds=kinds,
-                        update_factors=update_seconds,
-                        hooked=agvm.distributed
-                        and agvm.halves.attach(models[1])), result_path)
+    torch.save(dict(times=times, kinds=kinds, update_factors=update_seconds,
+                    hooked=agvm.distributed and agvm.halves.attach(models[1]),
+                    params=sum(p.numel() for p in models[1].parameters()),
+                    modules=len(agvm.module_names)),
+               f'{result_path}.{rank}')
+
+
+def slowest_rank(ranks: list) -> dict:
+    """One result of per-rank results: each step's and re-estimate's time
+    is the slowest rank's (the step ends when the last rank is done)."""
+    out = dict(ranks[0])
+    out['times'] = {name: [max(t) for t in zip(*(r['times'][name]
+                                                  for r in ranks))]
+                    for name in ranks[0]['times']}
+    out['update_factors'] = [max(t) for t in zip(
+        *(r['update_factors'] for r in ranks))]
+    return out
 
 
 def _run(world_size, args):
@@ -159,8 +178,11 @@ def _run(world_size, args):
                    and torch.cuda.device_count() >= world_size else 'gloo')
         run_processes(_bench, world_size, (args, path, backend),
                       backend=backend)
-    result = torch.load(path, weights_only=False)
-    os.remove(path)
+    ranks = []
+    for rank in range(world_size):
+        ranks.append(torch.load(f'{path}.{rank}', weights_only=False))
+        os.remove(f'{path}.{rank}')
+    result = slowest_rank(ranks)
     result['backend'] = backend
     return result
 
@@ -250,13 +272,31 @@ def summarize_setting(world_size: int, result: dict, args) -> dict:
         amortised=amortised, share=amortised / plain,
         update_factors=statistics.mean(updates) if updates else 0.0,
         update_share=sum(updates) / len(kinds) / plain,
-        estimates=len(extra['estimate']))
+        estimates=len(extra['estimate']),
+        threads_per_rank=threads_per_rank(world_size),
+        ranks_timed=world_size)
+
+
+def exchange_note(result: dict, args) -> dict:
+    """Where the figures were measured and what a multi-node NCCL run adds
+    per re-estimate (``docs/en/design.md``, the halves in DDP)."""
+    return dict(
+        measured=f'{args.device}, one host, gloo between processes',
+        per_reestimate=dict(
+            half_allreduce_bytes=4 * result['params'],
+            statistics_allreduce_bytes=8 * 3 * result['modules']),
+        multi_node=('with halves of 2+ ranks, one more all-reduce of the '
+                    'gradient (inside each half) and one of 3 x M float64 '
+                    'per re-estimate, i.e. 1 / update_interval more '
+                    'gradient all-reduces per step on average; across '
+                    'nodes it costs what one DDP all-reduce of the half '
+                    'group costs there'))
 
 
 def main():
     args = parse_args()
     args.num_batches = 8
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(args.nprocs)))
+    torch.set_num_threads(threads_per_rank(1))
     load_before = _load_average()
     print(f'config {args.config}, ResNet-{args.depth}, batch {args.batch_size}'
           f' per process, {args.steps} timed steps per wrapper, '
@@ -267,9 +307,11 @@ def main():
           f'{"ratio":>7}{"median":>8}{"AGVM extra s: ordinary":>24}'
           f'{"estimate":>9}{"amortised":>10}{"share":>7}'
           f'{"update_factors s":>18}{"share":>7}')
-    rows = []
+    rows, note = [], None
     for world_size in args.nprocs:
-        row = summarize_setting(world_size, _run(world_size, args), args)
+        result = _run(world_size, args)
+        note = note or exchange_note(result, args)
+        row = summarize_setting(world_size, result, args)
         rows.append(row)
         print(f"{row['setting']:<24}{row['batch']:>6}{row['plain']:>13.3f}"
               f"{row['agvm']:>12.3f}{row['ratio']:>7.3f}"
@@ -277,13 +319,15 @@ def main():
               f"{row['estimate']:>9.4f}{row['amortised']:>10.4f}"
               f"{row['share']:>7.2%}{row['update_factors']:>18.4f}"
               f"{row['update_share']:>7.2%}  ({row['estimates']} "
-              f're-estimates)')
+              f"re-estimates; {row['threads_per_rank']} thread(s) per rank, "
+              f"slowest of {row['ranks_timed']} rank(s))")
     load_after = _load_average()
     print(f'load average (1, 5, 15 min) after: {load_after}')
     if args.json:
         print(json.dumps(dict(
             args=vars(args),
-            load_before=load_before, load_after=load_after, settings=rows)))
+            load_before=load_before, load_after=load_after, settings=rows,
+            exchange=note)))
 
 
 if __name__ == '__main__':
