@@ -142,9 +142,11 @@ def test_tuning_picks_the_lowest_val_loss(monkeypatch):
 
     monkeypatch.setattr(bench, 'run_all', fake)
     tuned = bench.tune(parse_args([]))
-    assert tuned['best'] == {'small': 0.04, 'large': 0.04,
-                             'large-lamb': 0.02}
+    assert tuned['best'] == {'small': 0.04, 'large': 0.08,
+                             'large-lamb': 0.04}
     assert len(tuned['runs']) == 12
+    # Each is the edge of its grid.
+    assert tuned['at_grid_edge'] == ['small', 'large', 'large-lamb']
 
 
 def test_seed_statistics():

@@ -7,6 +7,7 @@ clips in 5 iterations; epoch 1 at [32, 16, 8] (T=16; S=56, 79, 112) -> 4
 cycles of 56 clips in 12 iterations. The recipe trains 240 / 8 = 30.
 """
 import json
+import math
 import subprocess
 import sys
 
@@ -63,6 +64,16 @@ def test_synthetic_run_figures(tmp_path):
     s = mg['shapes'][0]
     assert s['compute_ms_per_clip'] == pytest.approx(
         1000 * s['compute_s_per_iter'] / s['batch'])
+    # FLOPs counted on the model by the hook's check; the load each arm and
+    # each shape ran under, sampled during the run.
+    assert out['flops_counted'] is True
+    assert out['flop_limit_share'] == pytest.approx(
+        out['speedup'] / out['flop_saving'])
+    for run in (base, mg):
+        assert set(run['load']) == {'load_average', 'other_cores'}
+        assert all('other_cores' in x for x in run['shapes'])
+    assert [r['ratio'] for r in out['repeats']] == [out['ratio']]
+    assert out['median_ratio'] == out['ratio']
 
 
 def test_projection_arithmetic(tmp_path):
@@ -188,3 +199,47 @@ def test_compiled_channels_last_run(tmp_path):
     assert base['graphs'] > 0 and mg['graphs'] > base['graphs']
     assert mg == dict(graphs=mg['graphs'], fallbacks=[], fell_back=False)
     assert (out['multigrid']['iters'], out['baseline']['iters']) == (17, 30)
+
+
+def test_a_load_gap_between_the_arms_warns():
+    tool = _tool_module()
+    quiet = dict(load=dict(load_average=2.0, other_cores=0.1))
+    busy = dict(load=dict(load_average=3.5, other_cores=0.5))
+    assert tool.load_warning(quiet, dict(load=dict(load_average=2.5,
+                                                   other_cores=0.3))) is None
+    message = tool.load_warning(quiet, busy)
+    assert message.startswith('warning: the arms ran under different load '
+                              '(baseline vs multigrid: other cores 0.10 vs '
+                              '0.50; load average 2.00 vs 3.50)')
+
+
+def test_load_sampler_attributes_samples_to_iterations():
+    from bench_utils import LoadSampler
+    sampler = LoadSampler()
+    sampler.samples = [(1.0, 2.0, 0.0), (2.0, 4.0, 1.0), (3.0, 6.0, 0.5)]
+    # Each time takes the first sample after it (the last one past the end).
+    assert sampler.during([0.5, 1.5]) == dict(load_average=3.0,
+                                              other_cores=0.5)
+    assert sampler.during([9.0]) == dict(load_average=6.0, other_cores=0.5)
+    assert math.isnan(LoadSampler().during([1.0])['other_cores'])
+    with LoadSampler(interval=0.05) as live:
+        sum(i * i for i in range(10**6))
+        import time
+        time.sleep(0.2)
+    assert live.samples and all(cores >= 0 for _, _, cores in live.samples)
+
+
+def test_overall_against_the_iteration_and_flop_savings():
+    from types import SimpleNamespace
+    tool = _tool_module()
+    run = dict(first_iter_excess_seconds=0.0,
+               load=dict(load_average=1.0, other_cores=0.0))
+    plan = SimpleNamespace(iteration_saving=lambda: 2.0,
+                           flops_ratio=lambda: 0.25, flops_counted=True)
+    out = tool._overall(dict(run, seconds=100.0), dict(run, seconds=40.0),
+                        plan)
+    assert out['speedup'] == pytest.approx(2.5)
+    assert out['ratio'] == pytest.approx(1.25)
+    assert out['flop_saving'] == pytest.approx(4.0)
+    assert out['flop_limit_share'] == pytest.approx(0.625)
+    assert out['load_warning'] is None

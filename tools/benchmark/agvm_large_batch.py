@@ -1,6 +1,6 @@
 """AGVM at a large batch by the paper's protocol: tune each arm, then seeds.
 
-Usage: python tools/benchmark/agvm_large_batch.py [--seeds 0 1 2 3 4]
+Usage: python tools/benchmark/agvm_large_batch.py [--seeds 0 1 ... 7]
     [--k 8] [--epochs 12] [--lrs-small ...] [--lrs-large ...]
     [--lrs-lamb ...] [--jobs 2] [--device cpu|cuda] [--json]
 
@@ -77,7 +77,7 @@ TRAIN_SEED, VAL_SEED, PRETRAIN_SEED = 1, 2, 3
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add = parser.add_argument
-    add('--seeds', type=int, nargs='+', default=[0, 1, 2, 3, 4])
+    add('--seeds', type=int, nargs='+', default=list(range(8)))
     add('--tune-seed', type=int, default=100)
     add('--batch', type=int, default=8,
         help='small batch B = the micro-batch BN sees in every arm')
@@ -86,12 +86,12 @@ def parse_args(argv=None):
     add('--train-images', type=int, default=1280)
     add('--val-images', type=int, default=256)
     add('--image-size', type=int, default=32)
-    add('--lrs-small', type=float, nargs='+', default=[0.01, 0.02, 0.04,
-                                                        0.08])
-    add('--lrs-large', type=float, nargs='+', default=[0.04, 0.08, 0.16,
+    add('--lrs-small', type=float, nargs='+', default=[0.04, 0.08, 0.16,
                                                         0.32])
-    add('--lrs-lamb', type=float, nargs='+', default=[0.0025, 0.005, 0.01,
-                                                       0.02])
+    add('--lrs-large', type=float, nargs='+', default=[0.08, 0.16, 0.32,
+                                                        0.64])
+    add('--lrs-lamb', type=float, nargs='+', default=[0.005, 0.01, 0.02,
+                                                       0.04])
     add('--warmup-share', type=float, default=0.3)
     add('--agvm-delay', type=float, default=0.2,
         help='AGVM starts this share of the warm-up after its end (the '
@@ -338,7 +338,10 @@ def tune(args) -> dict:
                           for lr in getattr(args, key)])
     best = {arm: min((r for r in runs if r['arm'] == arm),
                      key=lambda r: r['val_loss'])['lr'] for arm in TUNED}
-    return dict(runs=runs, best=best)
+    edges = [arm for arm, key in TUNED.items() if len(getattr(args, key)) > 1
+             and best[arm] in (min(getattr(args, key)),
+                               max(getattr(args, key)))]
+    return dict(runs=runs, best=best, at_grid_edge=edges)
 
 
 def measure_drift(args, model) -> list:
@@ -437,13 +440,20 @@ def _load() -> str:
     return ' '.join(f'{x:.2f}' for x in os.getloadavg())
 
 
-def report(args, tuning, gates, result, floor):
-    """The printed report."""
+def report_tuning(args, tuning):
+    """The tuning table."""
     print(f'\ntuning on seed {args.tune_seed} (lowest val loss wins):')
     for r in sorted(tuning['runs'], key=lambda r: (r['arm'], r['lr'])):
         mark = ' <- tuned' if tuning['best'][r['arm']] == r['lr'] else ''
         print(f"  {r['arm']:<11} lr {r['lr']:<8g} val loss "
               f"{r['val_loss']:.4f}  mIoU {r['miou']:.3f}{mark}")
+    if tuning['at_grid_edge']:
+        print(f"  warning: the tuned LR of {tuning['at_grid_edge']} is at "
+              f"the edge of its grid: widen the grid (--lrs-*)")
+
+
+def report(args, gates, result, floor):
+    """The gate, the arms and the paired differences."""
     for point, g in gates.items():
         rows = g['rows']
         print(f"\ngate at {point} (micro-batch {g['iteration']} of "
@@ -491,8 +501,9 @@ def main():
     _quiet()
     pretrained_backbone(args)
     tuning = tune(args)
-    print(f'tuned in {(time.perf_counter() - start) / 60:.1f} min: '
-          f'{tuning["best"]}', flush=True)
+    report_tuning(args, tuning)
+    print(f'tuned in {(time.perf_counter() - start) / 60:.1f} min',
+          flush=True)
     best = dict(tuning['best'])
     for arm in ('large-agvm', 'large-agvm0', 'large-static'):
         best[arm] = best['large']
@@ -505,7 +516,7 @@ def main():
     result = compare(runs)
     floor = background_floor(
         scenes(args.val_images, args.image_size, VAL_SEED, args.device)[1])
-    report(args, tuning, gates, result, floor)
+    report(args, gates, result, floor)
     print('large-static factors (AGVM\'s means): ' + ', '.join(
         f'{m} {f:.3f}' for m, f in zip(MODULES, factors)))
     wall = time.perf_counter() - start

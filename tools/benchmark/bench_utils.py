@@ -5,9 +5,12 @@ Imported as a sibling module by ``tools/benchmark/*.py``, through pytest's
 ``pythonpath`` by the tests, and by ``custom_imports=dict(imports=
 ['bench_utils'])`` in a config that trains on synthetic clips.
 """
+import bisect
 import functools
+import math
 import os
 import socket
+import statistics
 import threading
 import time
 from typing import (Callable, Dict, List, NamedTuple, Optional, Sequence,
@@ -72,13 +75,15 @@ def run_processes(fn: Callable, world_size: int, args: Sequence = (),
 # ---------------------------------------------------------------- timing
 class IterationRecord(NamedTuple):
     """One training iteration: the shape of the batch's first input, the
-    seconds waiting for the batch and in all."""
+    seconds waiting for the batch and in all, when it ended
+    (``time.perf_counter``)."""
     epoch: int
     batch_size: int
     input_shape: Tuple[int, ...]
     loss: float
     data_seconds: float
     seconds: float
+    end: float
 
 
 class RunRecorder(Hook):
@@ -112,8 +117,8 @@ class RunRecorder(Hook):
             runner.epoch, len(inputs), tuple(inputs[0].shape),
             float('nan') if loss is None else float(loss),
             hub.get_scalar('train/data_time').current(),
-            hub.get_scalar('train/time').current()))
-        self._mark = time.perf_counter()
+            hub.get_scalar('train/time').current(), time.perf_counter()))
+        self._mark = self.iters[-1].end
 
     def after_train_epoch(self, runner) -> None:
         now = time.perf_counter()
@@ -139,6 +144,66 @@ class RunRecorder(Hook):
         for r in self.iters:
             by_epoch.setdefault(r.epoch, []).append(r.loss)
         return [sum(v) / len(v) for _, v in sorted(by_epoch.items())]
+
+
+class LoadSampler:
+    """What else loads the machine while a run trains, sampled every
+    ``interval`` seconds in a thread (a context manager).
+
+    ``samples`` holds ``(time.perf_counter(), 1-minute load average, other
+    cores)``: the cores busy outside this process and its children (system
+    busy CPU time minus theirs, over the interval), the direct measure of
+    contention; the load average counts this run's own threads too.
+    """
+
+    def __init__(self, interval: float = 2.0):
+        self.interval = interval
+        self.samples: List[Tuple[float, float, float]] = []
+        self._stop = threading.Event()
+
+    @staticmethod
+    def _cpu() -> Tuple[float, float]:
+        """System busy CPU seconds and those of this process tree."""
+        import psutil
+        times = psutil.cpu_times()
+        busy = sum(times) - times.idle - getattr(times, 'iowait', 0.0)
+        me = psutil.Process()
+        own = sum(me.cpu_times()[:4])
+        for child in me.children(recursive=True):
+            try:
+                own += sum(child.cpu_times()[:2])
+            except psutil.Error:  # ended meanwhile
+                pass
+        return busy, own
+
+    def _run(self) -> None:
+        last, (busy, own) = time.perf_counter(), self._cpu()
+        while not self._stop.wait(self.interval):
+            now, (busy2, own2) = time.perf_counter(), self._cpu()
+            self.samples.append((now, os.getloadavg()[0], max(
+                0.0, (busy2 - busy - (own2 - own)) / (now - last))))
+            last, busy, own = now, busy2, own2
+
+    def __enter__(self) -> 'LoadSampler':
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def during(self, times: Sequence[float]) -> Dict[str, float]:
+        """Mean load average and other cores over the samples that follow
+        each of ``times`` first (NaN without samples)."""
+        stamps = [t for t, _, _ in self.samples]
+        picked = [self.samples[min(bisect.bisect(stamps, t),
+                                   len(stamps) - 1)]
+                  for t in times] if stamps else []
+        if not picked:
+            return dict(load_average=math.nan, other_cores=math.nan)
+        return dict(load_average=statistics.fmean(p[1] for p in picked),
+                    other_cores=statistics.fmean(p[2] for p in picked))
 
 
 class WorkTimer:

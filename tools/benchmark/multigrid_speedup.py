@@ -44,6 +44,7 @@ times the clips; real clips only, it needs decord). The JSON's ``stack``
 says which were on.
 """
 import argparse
+import copy
 import ctypes
 import gc
 import json
@@ -58,7 +59,7 @@ from contextlib import contextmanager
 from mmengine.config import DictAction
 from mmengine.hooks import Hook
 
-from bench_utils import RunRecorder
+from bench_utils import LoadSampler, RunRecorder
 
 from mmext.cli import build_runner, load_run_config
 from mmext.multigrid import MultigridHook, MultigridOptions, MultigridPlan
@@ -212,8 +213,25 @@ class _Baseline(Hook):
         prepare_run(runner, self.keep_cpu_memory)
 
 
-def train_arm(args, multigrid):
-    """Train one run; return its figures (see ``--json``)."""
+def evaluate_at(runner, cfg, clip_lens):
+    """Top-1 of the trained model on the val clips at each of
+    ``clip_lens``, the val pipeline scaled as the hook scales the train
+    pipeline (same temporal span, same crop)."""
+    out = {}
+    for clip_len in clip_lens:
+        loader = copy.deepcopy(cfg.val_dataloader)
+        pipeline = loader.dataset.pipeline
+        loader.dataset.pipeline = resize_pipeline(
+            pipeline, clip_len, parse_grid_shape(pipeline)[2])
+        runner.val_loop.dataloader = runner.build_dataloader(loader)
+        out[clip_len] = runner.val_loop.run()['acc/top1']
+    return out
+
+
+def train_arm(args, multigrid, clip_lens=()):
+    """Train one run; return its figures (see ``--json``), its config, the
+    clips per process and the hook's plan; with ``clip_lens``, its top-1 at
+    each of them too (``top1_at``)."""
     name = 'multigrid' if multigrid else 'baseline'
     work_dir = osp.join(args.work_dir, name)
     cfg = load_run_config(args.config, args.cfg_options, work_dir)
@@ -230,22 +248,27 @@ def train_arm(args, multigrid):
         runner.register_hook(_Baseline(options.keep_cpu_memory))
     recorder = RunRecorder()
     runner.register_hook(recorder)
-    with _compile_count(args) as compiled:
+    with _compile_count(args) as compiled, LoadSampler() as load:
         start = time.perf_counter()
         runner.train()
         seconds = time.perf_counter() - start
     top1 = None if args.synthetic else runner.val_loop.run()['acc/top1']
+    top1_at = evaluate_at(runner, cfg, clip_lens)
     samples = len(runner.train_dataloader.sampler)
+    # The hook's plan holds the FLOPs it counted on the model.
+    plan = next((h.plan for h in runner.hooks
+                 if isinstance(h, MultigridHook)), None)
     # Stop this run's persistent loader workers now, outside the timing: left
     # to the garbage collector, their shutdown (up to 5 s per loader) landed
     # inside the next run's set-up (measured: 21 s instead of 2 s).
     del runner
     gc.collect()
-    result = _summarise(recorder, seconds, top1)
+    result = _summarise(recorder, seconds, top1, load)
+    result['top1_at'] = top1_at
     result['kept_freed_memory'] = keeps_freed_memory()
     if compiled is not None:
         result['compile'] = compiled
-    return result, cfg, samples
+    return result, cfg, samples, plan
 
 
 @contextmanager
@@ -268,8 +291,9 @@ def _compile_count(args):
                fallbacks=watch.fallbacks, fell_back=bool(watch.fallbacks))
 
 
-def _summarise(recorder, seconds, top1):
-    """Totals, data/compute split, verdict and per-shape table of a run."""
+def _summarise(recorder, seconds, top1, load):
+    """Totals, data/compute split, verdict, the load it ran under and the
+    per-shape table of a run."""
     rows = recorder.iters
     data, total = recorder.data_seconds, recorder.iter_seconds
     clips = sum(r.batch_size for r in rows)
@@ -278,13 +302,13 @@ def _summarise(recorder, seconds, top1):
     for r in rows:
         t, _, s = r.input_shape[-3:]
         shapes.setdefault((r.batch_size, t, s), []).append(
-            (r.data_seconds, r.seconds))
+            (r.data_seconds, r.seconds, r.end))
     first_waits = {}
     for r in rows:
         first_waits.setdefault(r.epoch, r.data_seconds)
     per_shape = []
     for (b, t, s), times in shapes.items():
-        computes = [tt - d for d, tt in times]
+        computes = [tt - d for d, tt, _ in times]
         compute = sum(computes) / len(computes)
         # The first iteration of a shape pays its one-time costs (oneDNN
         # primitive creation; with --compile the graph's compilation).
@@ -293,7 +317,8 @@ def _summarise(recorder, seconds, top1):
             batch=b, clip_len=t, crop_size=s, iters=len(times),
             compute_s_per_iter=compute, compute_ms_per_clip=1000 * compute / b,
             first_iter_s=computes[0], steady_s_per_iter=steady,
-            data_s_per_iter=sum(d for d, _ in times) / len(times)))
+            data_s_per_iter=sum(d for d, _, _ in times) / len(times),
+            **load.during([end for _, _, end in times])))
     return dict(
         first_iter_excess_seconds=sum(
             max(0.0, x['first_iter_s'] - x['steady_s_per_iter'])
@@ -306,7 +331,8 @@ def _summarise(recorder, seconds, top1):
         bound='data' if share > DATA_WAIT_THRESHOLD else 'compute', top1=top1,
         loader_rebuild_seconds=sum(g for _, g in recorder.epoch_gaps),
         epoch_end_seconds=sum(g for _, g in recorder.epoch_tails),
-        first_batch_seconds=first_waits, shapes=per_shape)
+        first_batch_seconds=first_waits, shapes=per_shape,
+        load=load.during([r.end for r in rows]))
 
 
 def _print_runs(base, mg):
@@ -349,9 +375,29 @@ def _print_runs(base, mg):
     print(f'multigrid first-batch wait per epoch (s): {first}')
 
 
+# Other cores or load averages of the two arms further apart than this make
+# their ratio a figure of the machine, not of multigrid.
+LOAD_GAP = dict(other_cores=0.25, load_average=1.0)
+
+
+def load_warning(base, mg):
+    """The warning when the two arms ran under clearly different load; None
+    when they did not."""
+    gaps = [f'{key.replace("_", " ")} {base["load"][key]:.2f} vs '
+            f'{mg["load"][key]:.2f}' for key, limit in LOAD_GAP.items()
+            if abs(base['load'][key] - mg['load'][key]) > limit]
+    if not gaps:
+        return None
+    return (f'warning: the arms ran under different load (baseline vs '
+            f'multigrid: {"; ".join(gaps)}): their ratio is not a figure of '
+            f'multigrid; rerun on an idle machine or with --repeats.')
+
+
 def _overall(base, mg, plan):
-    """Speed-up, iteration saving (from the plan) and their ratio."""
+    """Speed-up against the plan's iteration and FLOP savings; the load
+    warning."""
     saving = plan.iteration_saving()
+    flop_saving = 1 / plan.flops_ratio()
     speedup = base['seconds'] / mg['seconds']
     # Net of each shape's first-iteration excess: the one-time costs that a
     # run of a few epochs pays per grid shape and a full schedule amortises.
@@ -359,7 +405,10 @@ def _overall(base, mg, plan):
            / (mg['seconds'] - mg['first_iter_excess_seconds']))
     return dict(speedup=speedup, iteration_saving=saving,
                 ratio=speedup / saving, speedup_net_of_first_iters=net,
-                ratio_net_of_first_iters=net / saving)
+                ratio_net_of_first_iters=net / saving,
+                flop_saving=flop_saving, flops_counted=plan.flops_counted,
+                flop_limit_share=speedup / flop_saving,
+                load_warning=load_warning(base, mg))
 
 
 # ---------------------------------------------------------------- projection
@@ -642,6 +691,60 @@ def setup_torch(parser, args):
     return torch
 
 
+def _pair(args):
+    """One baseline run, then one multigrid run, and their figures."""
+    base, _, _, _ = train_arm(args, False)
+    mg, _, _, plan = train_arm(args, True)
+    pair = dict(baseline=base, multigrid=mg, **_overall(base, mg, plan))
+    if mg['iters'] != plan.max_iters:
+        print(f'warning: multigrid trained {mg["iters"]} iterations, the '
+              f'plan says {plan.max_iters}')
+    if pair['load_warning']:
+        print(pair['load_warning'])
+    return pair
+
+
+def _compare(args):
+    """``--repeats`` alternated pairs; the one of the median ratio printed
+    in full, all in ``repeats``."""
+    pairs = [_pair(args) for _ in range(args.repeats)]
+    ratios = [p['ratio'] for p in pairs]
+    median = sorted(pairs, key=lambda p: p['ratio'])[(len(pairs) - 1) // 2]
+    base, mg = median['baseline'], median['multigrid']
+    _print_runs(base, mg)
+    gap = ('' if base['top1'] is None else
+           f'; top-1 gap {100 * (mg["top1"] - base["top1"]):+.1f} points')
+    kind = ('counted on the model' if median['flops_counted'] else
+            'B*T*S^2 estimate')
+    print(f'first iteration of each shape above its median: '
+          f'{base["first_iter_excess_seconds"]:.1f} s baseline, '
+          f'{mg["first_iter_excess_seconds"]:.1f} s multigrid; net of '
+          f'them: speed-up {median["speedup_net_of_first_iters"]:.2f}x, '
+          f'ratio {median["ratio_net_of_first_iters"]:.2f}')
+    print(f'speed-up {median["speedup"]:.2f}x; iteration saving '
+          f'{median["iteration_saving"]:.2f}x; ratio {median["ratio"]:.2f} '
+          f'(target >= 0.85 synthetic, 0.8 real clips){gap}')
+    print(f'FLOP saving {median["flop_saving"]:.2f}x ({kind}): speed-up / '
+          f'FLOP saving {median["flop_limit_share"]:.2f}')
+    for name, run in (('baseline', base), ('multigrid', mg)):
+        print(f'{name} ran beside {run["load"]["other_cores"]:.2f} other '
+              f'busy cores, load average {run["load"]["load_average"]:.2f}')
+    if len(pairs) > 1:
+        print(f'{len(pairs)} alternated pairs: ratios '
+              f'{[round(r, 2) for r in ratios]}, median '
+              f'{statistics.median(ratios):.2f} (spread {min(ratios):.2f}-'
+              f'{max(ratios):.2f})')
+    return dict(mode='synthetic' if args.synthetic else 'real',
+                device=args.device, stack=_stack(args), **median,
+                median_ratio=statistics.median(ratios),
+                ratio_spread=[min(ratios), max(ratios)],
+                repeats=[{k: v for k, v in p.items()
+                          if k not in ('baseline', 'multigrid')}
+                         | dict(load=dict(baseline=p['baseline']['load'],
+                                          multigrid=p['multigrid']['load']))
+                         for p in pairs])
+
+
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -660,36 +763,18 @@ def main():
                         help='--project: time this base batch instead')
     parser.add_argument('--crop-size', type=int,
                         help='--project: time this base crop size instead')
+    parser.add_argument('--repeats', type=int, default=1,
+                        help='baseline and multigrid runs alternated (B M B '
+                        'M ...): the median ratio and its spread')
     args = parser.parse_args()
     check_run_options(parser, args, (
         'epochs', 'project_iters', 'samples_per_rank', 'batch_size',
-        'crop_size', 'threads'))
+        'crop_size', 'threads', 'repeats'))
     torch = setup_torch(parser, args)
     if args.project:
         result = _project(args)
     else:
-        base, _, samples = train_arm(args, False)
-        mg, cfg, _ = train_arm(args, True)
-        plan = MultigridPlan.from_config(cfg, samples_per_rank=samples)
-        _print_runs(base, mg)
-        result = dict(mode='synthetic' if args.synthetic else 'real',
-                      device=args.device, stack=_stack(args), baseline=base,
-                      multigrid=mg)
-        result.update(_overall(base, mg, plan))
-        if mg['iters'] != plan.max_iters:
-            print(f'warning: multigrid trained {mg["iters"]} iterations, '
-                  f'the plan says {plan.max_iters}')
-        gap = ('' if base['top1'] is None else
-               f'; top-1 gap {100 * (mg["top1"] - base["top1"]):+.1f} points')
-        print(f'first iteration of each shape above its median: '
-              f'{base["first_iter_excess_seconds"]:.1f} s baseline, '
-              f'{mg["first_iter_excess_seconds"]:.1f} s multigrid; net of '
-              f'them: speed-up {result["speedup_net_of_first_iters"]:.2f}x, '
-              f'ratio {result["ratio_net_of_first_iters"]:.2f}')
-        print(f'speed-up {result["speedup"]:.2f}x; iteration saving '
-              f'{result["iteration_saving"]:.2f}x; ratio '
-              f'{result["ratio"]:.2f} (target >= 0.85 synthetic, 0.8 real '
-              f'clips){gap}')
+        result = _compare(args)
     result['load_average'] = os.getloadavg()
     result['threads'] = torch.get_num_threads()
     print(f'load average (1, 5, 15 min): {result["load_average"]}')
