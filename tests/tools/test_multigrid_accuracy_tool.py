@@ -1,12 +1,8 @@
-"""tools/benchmark/multigrid_accuracy.py: option checks, summary arithmetic.
-
-The arithmetic is checked on a hand-computed case without training; the
-slow test trains a 4-channel model on the real fight clips for 1 recipe
-epoch with 2 seeds (240 clips at batch 8: the recipe trains 30 iterations,
-multigrid 17, see test_multigrid_speedup_tool.py).
-"""
+"""tools/benchmark/multigrid_accuracy.py: option checks, the summary, the
+intervals and the verdict on hand-computed cases; the slow test trains a
+4-channel model on the real fight clips for 1 recipe epoch with 2 seeds and
+evaluates it at T, T/2 and T/4."""
 import json
-import math
 import sys
 
 import pytest
@@ -24,55 +20,60 @@ def tool():
     return multigrid_accuracy
 
 
-def _run(top1, seconds, bound='compute'):
-    return dict(top1=top1, seconds=seconds, bound=bound)
+def _run(top1, top1_half, seconds):
+    return dict(top1_at={16: top1, 8: top1_half}, top1=top1,
+                seconds=seconds)
 
 
-def test_summary_arithmetic(tool):
+def test_summary_arithmetic_and_verdict(tool):
     runs = [
-        dict(seed=0, recipe=_run(0.50, 300), multigrid=_run(0.75, 150)),
-        dict(seed=1, recipe=_run(0.75, 320), multigrid=_run(0.75, 170,
-                                                            'data')),
-        dict(seed=2, recipe=_run(1.00, 280), multigrid=_run(0.50, 130)),
+        dict(seed=0, recipe=_run(0.80, 0.60, 300),
+             multigrid=_run(0.85, 0.80, 150)),
+        dict(seed=1, recipe=_run(0.85, 0.65, 320),
+             multigrid=_run(0.85, 0.75, 170)),
+        dict(seed=2, recipe=_run(0.90, 0.70, 280),
+             multigrid=_run(0.85, 0.85, 130)),
     ]
-    out = tool.summarize(runs, iteration_saving=2.5, val_clips=60)
-    # recipe 0.5, 0.75, 1.0: mean 0.75, sample std 0.25.
-    assert out['recipe']['mean'] == pytest.approx(0.75)
-    assert out['recipe']['std'] == pytest.approx(0.25)
-    # multigrid 0.75, 0.75, 0.5: mean 2/3, std sqrt((2 (1/12)^2 +
-    # (1/6)^2) / 2) = sqrt(1/48).
-    assert out['multigrid']['mean'] == pytest.approx(2 / 3)
-    assert out['multigrid']['std'] == pytest.approx(math.sqrt(1 / 48))
-    # Paired: +0.25, 0, -0.5 -> mean -1/12, std sqrt(((1/3)^2 + (1/12)^2 +
-    # (5/12)^2) / 2) = sqrt(7/48).
-    diff = out['difference']
-    assert diff['seeds'] == [0, 1, 2]
-    assert diff['differences'] == pytest.approx([0.25, 0.0, -0.5])
-    assert diff['summary']['mean'] == pytest.approx(-1 / 12)
-    assert diff['summary']['std'] == pytest.approx(math.sqrt(7 / 48))
-    assert out['recipe_seconds']['mean'] == pytest.approx(300)
-    assert out['multigrid_seconds']['std'] == pytest.approx(20)
+    out = tool.summarize(runs, chance=0.5)
+    assert out['clip_lens'] == [16, 8]
+    at16 = out['16']
+    # recipe 0.80, 0.85, 0.90: mean 0.85, sample std 0.05.
+    assert at16['recipe']['mean'] == pytest.approx(0.85)
+    assert at16['recipe']['std'] == pytest.approx(0.05)
+    # Paired multigrid - recipe: +0.05, 0, -0.05 -> mean 0, std 0.05; the
+    # t interval 0 +- 4.303 x 0.05 / sqrt(3) = +-0.124 covers 0; detectable
+    # (t + z(0.8)) x 0.05 / sqrt(3) = (4.303 + 0.842) x 0.0289 = 0.149.
+    diff = at16['difference']
+    assert diff['differences'] == pytest.approx([0.05, 0.0, -0.05])
+    assert diff['summary']['high'] == pytest.approx(0.1242, abs=1e-4)
+    assert diff['detectable'] == pytest.approx(0.1485, abs=1e-3)
+    assert out['verdict'] == (
+        'parity: multigrid - recipe +0.000 [-0.124, +0.124] covers 0; this '
+        'run detects a true difference of 0.149 or more (80 % power)')
+    # At T/2 multigrid is better in every seed: +0.20, +0.10, +0.15.
+    assert out['8']['difference']['summary']['mean'] == pytest.approx(0.15)
+    assert not out['8']['difference']['summary']['covers_zero']
     # 900 s against 450 s.
     assert out['speedup'] == pytest.approx(2.0)
-    assert out['speedup_per_seed'] == pytest.approx([2.0, 320 / 170,
-                                                     280 / 130])
-    assert out['one_clip'] == pytest.approx(1 / 60)
-    assert out['bound'][1] == dict(recipe='compute', multigrid='data')
     text = tool.report(out)
-    assert '0.750 +- 0.250 (n=3)' in text
-    assert '-0.083 +- 0.382 (n=3)' in text
-    assert 'speed-up 2.00x (iteration saving 2.50x)' in text
-    assert 'one validation clip = 0.017' in text
+    assert 'T=16: recipe 0.850 +- 0.050 (n=3)' in text
+    assert 'T=8: recipe 0.650 +- 0.050 (n=3), multigrid 0.800 +- 0.050' in text
+    assert 'speed-up 2.00x' in text
 
 
-def test_one_seed_has_no_std(tool):
-    out = tool.summarize([dict(seed=3, recipe=_run(0.5, 10),
-                               multigrid=_run(0.6, 5))])
-    assert math.isnan(out['recipe']['std'])
-    assert 'nan (n=1)' in tool.report(out)
+def test_verdict_needs_a_recipe_that_learns(tool):
+    runs = [dict(seed=s, recipe=_run(0.6, 0.5, 1), multigrid=_run(0.6, 0.5,
+                                                                  1))
+            for s in (0, 1)]
+    assert tool.summarize(runs, chance=0.5)['verdict'].startswith(
+        'undecided: the recipe reaches top-1 0.600, less than 0.25 above '
+        'chance (0.50)')
+    better = [dict(seed=s, recipe=_run(0.8, 0.5, 1),
+                   multigrid=_run(0.9 + s / 100, 0.5, 1)) for s in (0, 1)]
+    assert tool.summarize(better, chance=0.5)['verdict'].startswith(
+        'multigrid is better than the recipe: +0.105')
     with pytest.raises(ValueError, match='each seed once'):
-        tool.summarize([dict(seed=0, recipe=_run(0.5, 1),
-                             multigrid=_run(0.5, 1))] * 2)
+        tool.summarize(runs[:1] * 2, chance=0.5)
 
 
 @pytest.mark.parametrize('args,message', [
@@ -80,8 +81,8 @@ def test_one_seed_has_no_std(tool):
      'has no MultigridHook in custom_hooks'),
     (['--epochs', '0'], '--epochs must be >= 1, got 0'),
     (['--threads', '0'], '--threads must be >= 1, got 0'),
-    (['--seeds', '1', '1'], '--seeds must be distinct and >= 0'),
-    (['--seeds', '-1'], '--seeds must be distinct and >= 0'),
+    (['--seeds', '1', '1'], '--seeds: at least 2 distinct seeds >= 0'),
+    (['--seeds', '-1', '2'], '--seeds: at least 2 distinct seeds >= 0'),
     (['--cfg-options', 'custom_hooks.0.epoch_factor=0.1'],
      'epoch_factor'),
 ])
@@ -97,16 +98,14 @@ def test_two_seeds_end_to_end(tmp_path, shared_data):
                     env=dict(MMEXT_DATA_ROOT=shared_data))
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out['seeds'] == [0, 1] and len(out['runs']) == 2
+    assert out['clip_lens'] == [16, 8, 4]
     for run in out['runs']:
-        recipe, mg = run['recipe'], run['multigrid']
-        assert (recipe['iters'], mg['iters']) == (30, 17)
-        for r in (recipe, mg):
-            assert 0 <= r['top1'] <= 1
-            assert r['bound'] in ('data', 'compute')
-    assert out['difference']['differences'] == pytest.approx(
+        for arm in ('recipe', 'multigrid'):
+            assert run[arm]['top1_at']['16'] == run[arm]['top1']
+            assert all(0 <= v <= 1 for v in run[arm]['top1_at'].values())
+    assert out['16']['difference']['differences'] == pytest.approx(
         [r['multigrid']['top1'] - r['recipe']['top1'] for r in out['runs']])
-    assert out['iteration_saving'] == pytest.approx(30 / 17)
-    assert out['one_clip'] == pytest.approx(1 / 60)
     assert out['speedup'] == pytest.approx(
         sum(r['recipe']['seconds'] for r in out['runs']) /
         sum(r['multigrid']['seconds'] for r in out['runs']))
+    assert 'verdict: ' in proc.stdout

@@ -1,24 +1,21 @@
-"""Recipe vs multigrid top-1 over seeds, side by side, with wall-clock.
+"""Recipe vs multigrid top-1 over seeds, paired, with a verdict; both arms
+also evaluated at T/2 and T/4.
 
 Usage: python tools/benchmark/multigrid_accuracy.py [--config CONFIG]
-[--seeds 0 1 2] [--epochs N] [--device cpu|cuda] [--threads N] [--json]
+[--seeds 0 1 2 3 4] [--epochs N] [--device cpu|cuda] [--threads N] [--json]
 [--work-dir DIR] [--cfg-options key=value ...]
 
-For every seed the config (default: ``ACCURACY_CONFIG``, ResNet3d-18 at half
-width, 32 channels, 112 px crops on the real fight clips, compute-bound on 2
-CPU cores; 6 recipe epochs, seeds 0-2 and one torch thread by default, which
-fit in 30 minutes there) trains ``--epochs`` recipe epochs
-without its ``MultigridHook`` (the recipe) and with it (multigrid trains
-x``epoch_factor`` as many epochs), both from the same seed, and evaluates
-each once at the end. Each run is one run of
-``tools/benchmark/multigrid_speedup.py`` (same shortening of the schedule,
-same figures). Printed: per seed the two top-1 values, their difference
-(multigrid - recipe), the wall-clock seconds of each run and whether it was
-data- or compute-bound; then top-1 mean +- sample std per arm, the paired
-difference's mean +- std, one validation clip's share of top-1 (the
-resolution of a single value) and the speed-up of the summed wall-clock
-against the schedule's iteration saving. ``--json`` adds one JSON object on
-the last line.
+For every seed the config (default: ``ACCURACY_CONFIG``) trains ``--epochs``
+recipe epochs without its ``MultigridHook`` (the recipe) and with it
+(multigrid trains x``epoch_factor`` as many epochs), both from the same seed,
+each one run of ``multigrid_speedup.train_arm``. Each final model is
+evaluated on the validation clips at the recipe's T and at T/2 and T/4 (the
+val pipeline's ``clip_len`` and ``frame_interval`` scaled as the hook scales
+the train pipeline's: the same temporal span). Printed: per seed the two
+arms' top-1 at each T; per arm mean +- std; the paired difference
+(multigrid - recipe) at each T with its 95 % t interval and the smallest
+difference the run detects (80 % power); the verdict; wall-clock and the
+load. ``--json`` adds one JSON object on the last line.
 """
 import argparse
 import json
@@ -30,141 +27,151 @@ from argparse import Namespace
 import mmext  # noqa: F401
 from multigrid_speedup import (add_run_options, check_run_options,
                                setup_torch, shorten_schedule, train_arm)
-from seed_stats import format_summary, paired, summary
+from seed_stats import detectable_difference, format_summary, paired, summary
 
 from mmext.cli import load_run_config
 from mmext.multigrid import MultigridPlan
+from mmext.multigrid.data import parse_grid_shape
 
-ACCURACY_CONFIG = 'configs/multigrid/recognizer3d_r18w32_multigrid_fight.py'
+ACCURACY_CONFIG = 'configs/multigrid/recognizer3d_r18_adamw_multigrid_fight.py'
+ARMS = ('recipe', 'multigrid')
+# The recipe must beat chance by this much for the run to decide parity.
+LEARNS = 0.25
 
 
-def summarize(runs, iteration_saving=None, val_clips=None):
+def summarize(runs, chance):
     """Arithmetic of the benchmark from its per-seed runs (no training).
 
     Args:
-        runs (list[dict]): ``dict(seed=S, recipe=R, multigrid=M)`` with
-            ``R``/``M`` holding at least ``top1``, ``seconds`` and ``bound``
-            (the figures of ``multigrid_speedup.train_arm``).
-        iteration_saving (float, optional): Recipe iterations / multigrid
-            iterations (``MultigridPlan.iteration_saving()``).
-        val_clips (int, optional): Validation clips, for the top-1 share of
-            one clip.
+        runs (list[dict]): ``dict(seed=S, recipe=R, multigrid=M)``, ``R``
+            and ``M`` with ``top1_at`` (clip length -> top-1; the first is
+            the recipe's T) and ``seconds``.
+        chance (float): Top-1 of guessing (1 / classes).
 
     Returns:
-        dict: ``recipe``/``multigrid`` (:func:`seed_stats.summary` of top-1),
-        ``difference`` (:func:`seed_stats.paired`, multigrid - recipe),
-        ``recipe_seconds``/``multigrid_seconds`` (summaries), ``speedup``
-        (summed recipe seconds / summed multigrid seconds),
-        ``speedup_per_seed``, ``iteration_saving``, ``one_clip``
-        (1 / ``val_clips``) and ``bound`` (seed -> the two verdicts).
+        dict: ``clip_lens``; per clip length (as a string) ``recipe`` and
+        ``multigrid`` (:func:`seed_stats.summary`) and ``difference``
+        (:func:`seed_stats.paired`, multigrid - recipe, with
+        ``detectable``); ``seconds`` per arm, ``speedup`` (summed) and the
+        ``verdict`` at the recipe's T.
     """
     seeds = [r['seed'] for r in runs]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f'each seed once, got {seeds}')
-    arms = {arm: {r['seed']: r[arm] for r in runs}
-            for arm in ('recipe', 'multigrid')}
-    top1 = {arm: {s: r['top1'] for s, r in a.items()}
-            for arm, a in arms.items()}
-    secs = {arm: [a[s]['seconds'] for s in seeds] for arm, a in arms.items()}
-    return dict(
-        seeds=seeds,
-        recipe=summary([top1['recipe'][s] for s in seeds]),
-        multigrid=summary([top1['multigrid'][s] for s in seeds]),
-        difference=paired(top1['recipe'], top1['multigrid']),
-        recipe_seconds=summary(secs['recipe']),
-        multigrid_seconds=summary(secs['multigrid']),
-        speedup=sum(secs['recipe']) / sum(secs['multigrid']),
-        speedup_per_seed=[r / m for r, m in zip(secs['recipe'],
-                                                secs['multigrid'])],
-        iteration_saving=iteration_saving,
-        one_clip=1 / val_clips if val_clips else None,
-        bound={s: dict(recipe=arms['recipe'][s]['bound'],
-                       multigrid=arms['multigrid'][s]['bound'])
-               for s in seeds})
+    clip_lens = list(runs[0]['recipe']['top1_at'])
+    out = dict(seeds=seeds, clip_lens=clip_lens, chance=chance)
+    for t in clip_lens:
+        top1 = {arm: {r['seed']: r[arm]['top1_at'][t] for r in runs}
+                for arm in ARMS}
+        diff = paired(top1['recipe'], top1['multigrid'])
+        diff['detectable'] = detectable_difference(
+            diff['summary']['std'], len(seeds))
+        out[str(t)] = dict(difference=diff, **{
+            arm: summary(list(top1[arm].values())) for arm in ARMS})
+    secs = {arm: [r[arm]['seconds'] for r in runs] for arm in ARMS}
+    out.update(seconds={arm: summary(v) for arm, v in secs.items()},
+               speedup=sum(secs['recipe']) / sum(secs['multigrid']))
+    out['verdict'] = verdict(out[str(clip_lens[0])], chance)
+    return out
+
+
+def _interval(s):
+    """``'mean [low, high]'`` signed, without a negative zero."""
+    return '{:+.3f} [{:+.3f}, {:+.3f}]'.format(
+        *(round(s[k], 3) + 0.0 for k in ('mean', 'low', 'high')))
+
+
+def verdict(at_t, chance):
+    """The verdict at the recipe's T."""
+    recipe, diff = at_t['recipe']['mean'], at_t['difference']
+    s = diff['summary']
+    interval = _interval(s)
+    if recipe - chance < LEARNS:
+        return (f'undecided: the recipe reaches top-1 {recipe:.3f}, less '
+                f'than {LEARNS} above chance ({chance:.2f}); the task does '
+                f'not tell the arms apart')
+    if not diff['summary']['covers_zero']:
+        side = 'better' if s['mean'] > 0 else 'worse'
+        return f'multigrid is {side} than the recipe: {interval}'
+    return (f'parity: multigrid - recipe {interval} covers 0; this run '
+            f'detects a true difference of {diff["detectable"]:.3f} or more '
+            f'(80 % power)')
 
 
 def report(result):
-    """The printed table of :func:`summarize`'s result."""
-    lines = [f'{"seed":>4} {"recipe top-1":>12} {"multigrid top-1":>15} '
-             f'{"difference":>10} {"recipe (s)":>10} {"multigrid (s)":>13}  '
-             f'bound (recipe / multigrid)']
-    diffs = dict(zip(result['difference']['seeds'],
-                     result['difference']['differences']))
+    """The printed tables of :func:`summarize`'s result."""
+    lens = result['clip_lens']
+    lines = [f'{"seed":>4} ' + ' '.join(
+        f'{f"{arm} T={t}":>16}' for t in lens for arm in ARMS)]
     for k, seed in enumerate(result['seeds']):
+        lines.append(f'{seed:>4} ' + ' '.join(
+            f'{result[str(t)][arm]["values"][k]:>16.3f}'
+            for t in lens for arm in ARMS))
+    for t in lens:
+        at = result[str(t)]
+        s = at['difference']['summary']
         lines.append(
-            f'{seed:>4} {result["recipe"]["values"][k]:>12.3f} '
-            f'{result["multigrid"]["values"][k]:>15.3f} '
-            f'{diffs[seed]:>+10.3f} '
-            f'{result["recipe_seconds"]["values"][k]:>10.1f} '
-            f'{result["multigrid_seconds"]["values"][k]:>13.1f}  '
-            f'{result["bound"][seed]["recipe"]} / '
-            f'{result["bound"][seed]["multigrid"]}')
-    clip = result['one_clip']
+            f'T={t}: recipe {format_summary(at["recipe"])}, multigrid '
+            f'{format_summary(at["multigrid"])}; multigrid - recipe '
+            f'{_interval(s)}, '
+            f'detectable {at["difference"]["detectable"]:.3f}')
+    secs = result['seconds']
     lines += [
-        f'recipe    top-1 {format_summary(result["recipe"])}',
-        f'multigrid top-1 {format_summary(result["multigrid"])}',
-        f'paired difference (multigrid - recipe) '
-        f'{format_summary(result["difference"]["summary"])}'
-        + ('' if clip is None else f'; one validation clip = {clip:.3f}'),
-        f'wall-clock per run: recipe '
-        f'{format_summary(result["recipe_seconds"], digits=1)} s, '
-        f'multigrid {format_summary(result["multigrid_seconds"], digits=1)}'
-        f' s -> speed-up {result["speedup"]:.2f}x'
-        + ('' if result['iteration_saving'] is None else
-           f' (iteration saving {result["iteration_saving"]:.2f}x)')]
+        f'wall-clock per run: recipe {format_summary(secs["recipe"], digits=1)}'
+        f' s, multigrid {format_summary(secs["multigrid"], digits=1)} s -> '
+        f'speed-up {result["speedup"]:.2f}x',
+        f'verdict: {result["verdict"]}']
     return '\n'.join(lines)
-
-
-def _val_clips(cfg):
-    ann = cfg.val_dataloader.dataset.get('ann_file', '')
-    if not osp.isfile(ann):
-        return None
-    with open(ann) as f:
-        return sum(1 for line in f if line.strip())
 
 
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add_run_options(parser, 'work_dirs/mg_accuracy')
-    parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2],
+    parser.add_argument('--seeds', type=int, nargs='+',
+                        default=[0, 1, 2, 3, 4],
                         help='seeds; each trains the recipe and multigrid')
-    parser.set_defaults(config=ACCURACY_CONFIG, epochs=6, threads=1)
+    parser.set_defaults(config=ACCURACY_CONFIG, epochs=40, threads=1)
     args = parser.parse_args()
     check_run_options(parser, args, ('epochs', 'threads'))
-    if min(args.seeds) < 0 or len(set(args.seeds)) != len(args.seeds):
-        parser.error(f'--seeds must be distinct and >= 0, got {args.seeds}')
+    if len(args.seeds) < 2 or min(args.seeds) < 0 or len(set(
+            args.seeds)) != len(args.seeds):
+        parser.error(f'--seeds: at least 2 distinct seeds >= 0, got '
+                     f'{args.seeds}')
     cfg = load_run_config(args.config, args.cfg_options)
     shorten_schedule(cfg, args.epochs)
     try:
         MultigridPlan.from_config(cfg)
     except ValueError as error:
         parser.error(f'--epochs {args.epochs}: {error}')
+    base_t = parse_grid_shape(cfg.val_dataloader.dataset.pipeline)[0]
+    clip_lens = [base_t, base_t // 2, base_t // 4]
     torch = setup_torch(parser, args)
-    start = time.perf_counter()
-    runs, plan, val_clips = [], None, None
+    start, load_before = time.perf_counter(), os.getloadavg()
+    runs = []
     for seed in args.seeds:
         options = dict(args.cfg_options or {}, **{'randomness.seed': seed})
-        run_args = Namespace(config=args.config, cfg_options=options,
-                             epochs=args.epochs, synthetic=False,
-                             work_dir=osp.join(args.work_dir, f'seed{seed}'))
-        recipe, _, samples = train_arm(run_args, False)
-        mg, mg_cfg, _ = train_arm(run_args, True)
-        runs.append(dict(seed=seed, recipe=recipe, multigrid=mg))
-        print(f'seed {seed}: top-1 recipe {recipe["top1"]:.3f} '
-              f'({recipe["seconds"]:.0f} s), multigrid {mg["top1"]:.3f} '
-              f'({mg["seconds"]:.0f} s)', flush=True)
-        if plan is None:
-            plan = MultigridPlan.from_config(mg_cfg, samples_per_rank=samples)
-            val_clips = _val_clips(mg_cfg)
-    result = summarize(runs, plan.iteration_saving(), val_clips)
+        run_args = Namespace(**dict(vars(args), cfg_options=options,
+                                    synthetic=False,
+                                    work_dir=osp.join(args.work_dir,
+                                                      f'seed{seed}')))
+        run = dict(seed=seed)
+        for arm in ARMS:
+            run[arm] = train_arm(run_args, arm == 'multigrid', clip_lens)[0]
+        runs.append(run)
+        print(f'seed {seed}: top-1 ' + ', '.join(
+            f'{arm} {run[arm]["top1"]:.3f} ({run[arm]["seconds"]:.0f} s)'
+            for arm in ARMS), flush=True)
+    result = summarize(runs, 1 / cfg.model.cls_head.num_classes)
     print(report(result))
     result.update(config=args.config, epochs=args.epochs,
                   device=args.device, threads=torch.get_num_threads(),
                   total_seconds=time.perf_counter() - start,
-                  load_average=os.getloadavg(), runs=runs)
+                  load_before=load_before, load_after=os.getloadavg(),
+                  runs=runs)
     print(f'total {result["total_seconds"] / 60:.1f} min; load average '
-          f'(1, 5, 15 min): {result["load_average"]}')
+          f'(1, 5, 15 min) before {load_before}, after '
+          f'{result["load_after"]}')
     if args.json:
         print(json.dumps(result, default=str))
 
