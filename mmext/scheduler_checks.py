@@ -208,11 +208,9 @@ _LIST_KEYS = ('milestones', 'periods')
 
 def schedule_ratio(loader_batch: int, world_size: int, base_batch_size: int,
                    base_accumulative_counts: int = 1) -> float:
-    """Images per runner iteration of the run over those of the recipe.
-
-    The recipe's counts are in runner iterations of ``base_batch_size /
-    base_accumulative_counts`` images; the run's iterations hold
-    ``loader_batch x world_size`` images, whatever its own accumulation.
+    """Images per runner iteration of the run (``loader_batch x
+    world_size``, whatever its accumulation) over the recipe's
+    (``base_batch_size / base_accumulative_counts``).
 
     Args:
         loader_batch (int): ``train_dataloader.batch_size``.

@@ -20,11 +20,8 @@ class ExpWarmupParamScheduler(ExponentialParamScheduler):
     """Exponential warm-up of a parameter from ``start_factor`` to 1.
 
     At step t of ``[begin, end)`` the value is ``value * start_factor ** (1
-    - (t - begin) / (end - begin))``, and ``value`` from step ``end`` on.
-    Chainable: it multiplies the other schedulers' value by
-    ``start_factor`` at ``begin`` and by ``start_factor ** (-1 / (end -
-    begin))`` at each later step up to ``end`` (active in ``[begin, end +
-    1)``).
+    - (t - begin) / (end - begin))``, and ``value`` from step ``end`` on
+    (mmcv 1.x's ``warmup='exp'``); chainable with other schedulers.
 
     Args:
         optimizer (Optimizer | OptimWrapper): As in mmengine's schedulers.
