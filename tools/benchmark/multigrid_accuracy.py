@@ -49,7 +49,8 @@ def summarize(runs, chance):
         chance (float): Top-1 of guessing (1 / classes).
 
     Returns:
-        dict: ``clip_lens``; per clip length (as a string) ``recipe`` and
+        dict: ``clip_lens`` (``refused``: those the model refuses); per
+        clip length (as a string) ``recipe`` and
         ``multigrid`` (:func:`seed_stats.summary`) and ``difference``
         (:func:`seed_stats.paired`, multigrid - recipe, with
         ``detectable``); ``seconds`` per arm, ``speedup`` (summed) and the
@@ -58,8 +59,12 @@ def summarize(runs, chance):
     seeds = [r['seed'] for r in runs]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f'each seed once, got {seeds}')
-    clip_lens = list(runs[0]['recipe']['top1_at'])
-    out = dict(seeds=seeds, clip_lens=clip_lens, chance=chance)
+    lens = list(runs[0]['recipe']['top1_at'])
+    # Clip lengths the model refuses have no top-1.
+    clip_lens = [t for t in lens if runs[0]['recipe']['top1_at'][t]
+                 is not None]
+    out = dict(seeds=seeds, clip_lens=clip_lens, chance=chance,
+               refused=[t for t in lens if t not in clip_lens])
     for t in clip_lens:
         top1 = {arm: {r['seed']: r[arm]['top1_at'][t] for r in runs}
                 for arm in ARMS}
@@ -115,6 +120,9 @@ def report(result):
             f'{format_summary(at["multigrid"])}; multigrid - recipe '
             f'{_interval(s)}, '
             f'detectable {at["difference"]["detectable"]:.3f}')
+    if result['refused']:
+        lines.append(f'not evaluated: T={result["refused"]} (the model '
+                     f'refuses these clip lengths)')
     secs = result['seconds']
     lines += [
         f'wall-clock per run: recipe {format_summary(secs["recipe"], digits=1)}'

@@ -63,6 +63,7 @@ from bench_utils import LoadSampler, RunRecorder
 
 from mmext.cli import build_runner, load_run_config
 from mmext.multigrid import MultigridHook, MultigridOptions, MultigridPlan
+from mmext.multigrid.checks import check_clip_lengths
 from mmext.multigrid.data import parse_grid_shape, resize_pipeline
 from mmext.multigrid.plan import is_multigrid_hook
 from mmext.multigrid.speed import glibc_version, prepare_run
@@ -216,9 +217,16 @@ class _Baseline(Hook):
 def evaluate_at(runner, cfg, clip_lens):
     """Top-1 of the trained model on the val clips at each of
     ``clip_lens``, the val pipeline scaled as the hook scales the train
-    pipeline (same temporal span, same crop)."""
+    pipeline (same temporal span, same crop); None where the backbone
+    refuses the clip length (:func:`check_clip_lengths`)."""
     out = {}
+    backbone = runner.model.backbone
     for clip_len in clip_lens:
+        try:
+            check_clip_lengths(backbone, [clip_len])
+        except ValueError:
+            out[clip_len] = None
+            continue
         loader = copy.deepcopy(cfg.val_dataloader)
         pipeline = loader.dataset.pipeline
         loader.dataset.pipeline = resize_pipeline(
