@@ -232,11 +232,23 @@ LINES = [
                  SLOWFAST_CONFIG, '--samples-per-rank', '30055',
                  '--project-iters', '2'),
          check_last_line, 150),
+    # The benchmarks' CUDA settings, shortened to their code paths: the
+    # protocol at --k 32 (tuning, gate, all arms, parallel jobs) and the
+    # accuracy benchmark's T/2 and T/4 evaluation on the demo clips.
     Line('agvm-large-batch-gpu',
-         'tools/benchmark/agvm_large_batch.py --device cuda',
+         'tools/benchmark/agvm_large_batch.py --device cuda --k 32',
          _script('tools/benchmark/agvm_large_batch.py', '--device', 'cuda',
-                 '--jobs', '1', '--seeds', '0'),
+                 '--jobs', '4', '--k', '32', '--train-images', '2048',
+                 '--epochs', '2', '--seeds', '0', '1', '--gate-repeats', '2',
+                 '--lrs-small', '0.16', '--lrs-large', '0.32',
+                 '--lrs-lamb', '0.02'),
          check_last_line, 150, True),
+    Line('mg-accuracy-gpu',
+         'tools/benchmark/multigrid_accuracy.py --device cuda (demo clips)',
+         _script('tools/benchmark/multigrid_accuracy.py', '--device', 'cuda',
+                 '--config', 'configs/demo/recognizer3d_r18_multigrid_demo-'
+                 'video.py', '--epochs', '2', '--seeds', '0', '1'),
+         check_last_line, 150),
 ]
 
 

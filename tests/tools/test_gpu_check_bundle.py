@@ -160,7 +160,7 @@ def test_no_build_without_a_line_that_needs_it(bundle, capsys, monkeypatch):
 def test_lines_that_need_compiled_ops():
     assert [line.name for line in gpu_check.LINES if not line.needs_ops] == [
         'multigrid', 'mg-speedup-gpu', 'mg-speedup-amp-cl-gpu',
-        'mg-speedup-compile-gpu', 'mg-project-gpu'
+        'mg-speedup-compile-gpu', 'mg-project-gpu', 'mg-accuracy-gpu'
     ]
 
 

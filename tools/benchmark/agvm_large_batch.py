@@ -502,8 +502,12 @@ def main():
     pretrained_backbone(args)
     tuning = tune(args)
     report_tuning(args, tuning)
-    print(f'tuned in {(time.perf_counter() - start) / 60:.1f} min',
-          flush=True)
+    per_run = statistics.fmean(r['seconds'] for r in tuning['runs'])
+    left = len(ARMS) * len(args.seeds)
+    print(f'tuned in {(time.perf_counter() - start) / 60:.1f} min; '
+          f'{per_run:.0f} s per run: the {left} runs left take about '
+          f'{per_run * left / args.jobs / 60:.1f} min at --jobs '
+          f'{args.jobs}', flush=True)
     best = dict(tuning['best'])
     for arm in ('large-agvm', 'large-agvm0', 'large-static'):
         best[arm] = best['large']
