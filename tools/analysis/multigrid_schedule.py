@@ -1,28 +1,14 @@
 """Print (and draw) the multigrid schedule a config's MultigridHook trains.
 
-Usage::
+Usage: python tools/analysis/multigrid_schedule.py CONFIG
+[--dataset | --num-samples N] [--world-size W] [--json] [--plot OUT.png]
+[--no-model-check] [--cfg-options ...]
 
-    python tools/analysis/multigrid_schedule.py CONFIG [--dataset | --num-samples N]
-        [--world-size W] [--json] [--plot OUT.png] [--cfg-options ...]
-
-The schedule comes from :class:`mmext.multigrid.MultigridPlan`, the object the
-hook itself trains from. Iteration counts are exact when the number of
-training clips is known (``--dataset`` builds the config's train dataset and
-counts it; ``--num-samples`` gives it), and marked as estimates otherwise.
-The recognizer is built (no weights) so that the tool runs every check the
-hook runs before training (:func:`mmext.multigrid.checks.check_run`):
-warnings about recipe values the schedule cannot honour and final feature
-maps below 2x2, the shape adapters of video transformers (``shape adapter:``
-lines; ``--json``: ``shape_adapters``), and errors for planned shapes the
-model's forward pass refuses (every shape is tried, on the ``meta`` device),
-clip lengths the backbone cannot take or BN layers sub-batch BN cannot split.
-The total line gives the FLOP saving beside the iteration saving: counted on
-the model (each shape's forward FLOPs per clip, ``--json``: ``clip_gflops``)
-or, with ``--no-model-check``, the ``B*T*S^2`` estimate.
-
-Every refusal, whatever its source (the config file, ``--cfg-options``, the
-train dataset, the model, the plan, the checks, ``--plot``), prints
-``error: <message>`` on stderr and exits with status 1.
+The schedule is the hook's own :class:`mmext.multigrid.MultigridPlan`,
+exact when the clip count is known (``--dataset``, ``--num-samples``). The
+model is built (no weights) to run the hook's checks (``check_run``) unless
+``--no-model-check``. Every refusal prints ``error: <message>`` on stderr and
+exits 1. Details: docs/en/multigrid.md (Print the schedule before training).
 """
 import argparse
 import json
@@ -33,7 +19,7 @@ import warnings
 
 from mmengine.config import Config, DictAction
 from mmengine.logging import MMLogger
-from mmengine.registry import init_default_scope
+from mmengine.registry import DATASETS, MODELS, init_default_scope
 
 from mmext.multigrid import MultigridPlan
 from mmext.multigrid.checks import check_run
@@ -45,16 +31,12 @@ def parse_args():
         description='Print the multigrid schedule of a config')
     parser.add_argument('config')
     count = parser.add_mutually_exclusive_group()
-    count.add_argument(
-        '--dataset', action='store_true',
-        help='build the train dataset to count its clips (exact iterations)')
-    count.add_argument(
-        '--num-samples', type=int,
-        help='number of training clips (exact iterations)')
-    parser.add_argument(
-        '--world-size', type=int, default=1,
-        help='processes the run uses (clips per process = '
-        'ceil(clips / world size), as DefaultSampler)')
+    count.add_argument('--dataset', action='store_true',
+                       help='count the train dataset (exact iterations)')
+    count.add_argument('--num-samples', type=int,
+                       help='number of training clips (exact iterations)')
+    parser.add_argument('--world-size', type=int, default=1,
+                        help='processes the run uses')
     parser.add_argument('--json', action='store_true',
                         help='print one JSON object instead of the table')
     parser.add_argument('--plot', help='draw the schedule into this file')
@@ -63,12 +45,6 @@ def parse_args():
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
     return parser.parse_args()
-
-
-def count_clips(cfg: Config) -> int:
-    """Number of clips of the config's train dataset."""
-    from mmengine.registry import DATASETS
-    return len(DATASETS.build(cfg.train_dataloader.dataset))
 
 
 def plot(plan: MultigridPlan, title: str, out: str) -> None:
@@ -90,9 +66,8 @@ def plot(plan: MultigridPlan, title: str, out: str) -> None:
             ax_s.plot(span, [shape.crop_size] * 2, **style)
         ax_t.plot(span, [stage.shape.clip_len] * 2, color='C2', lw=2.5)
         ax_lr.plot(span, [stage.lr_factor] * 2, color='C3', lw=2.5)
-    lr_starts = sorted({s.start_epoch for s in plan.stages
-                        if s.start_epoch and plan.stages[
-                            plan.stages.index(s) - 1].lr_stage != s.lr_stage})
+    lr_starts = [b.start_epoch for a, b in zip(plan.stages, plan.stages[1:])
+                 if a.lr_stage != b.lr_stage]
     for ax in axes:
         for x in lr_starts:
             ax.axvline(x, color='grey', lw=0.8, ls='--')
@@ -161,7 +136,7 @@ def clips_per_rank(cfg: Config, args):
     if args.dataset:
         dataset = cfg.get('train_dataloader', {}).get('dataset', {})
         try:
-            num_clips = count_clips(cfg)
+            num_clips = len(DATASETS.build(cfg.train_dataloader.dataset))
         except Exception as error:  # noqa: B902 reported with its cause
             refuse(f'cannot build the train dataset '
                    f'(train_dataloader.dataset, type '
@@ -173,11 +148,7 @@ def clips_per_rank(cfg: Config, args):
 
 
 def plan_and_check(cfg: Config, args, per_rank):
-    """The plan and the hook's checks; refuses on any error.
-
-    Returns:
-        tuple: ``(plan, warnings, shape adapter lines)``.
-    """
+    """``(plan, warnings, shape adapter lines)``; refuses on any error."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         try:
@@ -190,7 +161,6 @@ def plan_and_check(cfg: Config, args, per_rank):
                    f'{_failure(error)}', caught)
     model = None
     if not args.no_model_check:
-        from mmengine.registry import MODELS
         try:
             model = MODELS.build(cfg.model)
         except Exception as error:  # noqa: B902 reported with its cause

@@ -4,34 +4,27 @@ Usage: python tools/benchmark/agvm_large_batch.py [--seeds 0 1 ... 7]
     [--k 8] [--epochs 12] [--lrs-small ...] [--lrs-large ...]
     [--lrs-lamb ...] [--jobs 2] [--device cpu|cuda] [--json]
 
-Setting (CPU-sized, where AGVM's mechanism can exist: Xue et al., NeurIPS
-2022, Sec. 3): semantic segmentation of generated scenes
-(``tools/benchmark/scenes.py``) by a small FPN segmentor whose backbone is
-pre-trained once on disjoint scenes (cached under a key of the generator's
-and trainer's code and settings), with a fresh neck and decode head in every
-run. BN always sees one micro-batch of ``--batch`` images; a large step
-accumulates ``--k`` of them. Every arm: exponential warm-up from 1e-3 over
-``--warmup-share`` of training, then poly decay; SGD momentum 0.9, weight
-decay 1e-4 (LAMB: pytorch_optimizer's, decoupled decay 1e-4).
+Setting (Xue et al., NeurIPS 2022, Sec. 3, CPU-sized): segmentation of
+generated scenes (``scenes.py``) by a small FPN whose backbone is pre-trained
+once (cached by code and settings), fresh neck and head per run. BN sees one
+micro-batch of ``--batch``; a large step accumulates ``--k``. Every arm:
+exponential warm-up over ``--warmup-share``, then poly decay; SGD momentum
+0.9 (LAMB: pytorch_optimizer's), weight decay 1e-4.
 
 Protocol (the paper's Sec. 4: baselines at their tuned LR):
 
-1. Tune: ``small`` (batch B), ``large`` (batch k B) and ``large-lamb`` train
-   seed ``--tune-seed`` at each LR of their grid; the lowest val loss wins.
-2. Gate, reported and deciding nothing: d_backbone / d_i at N = 2 B and
-   N = k B on the tuned ``large`` run at AGVM's start and at mid-training,
-   ``--gate-repeats`` repeats, with a bootstrap interval of the change of the
-   ratio clamped to AGVM's range.
-3. Arms at their tuned LR over ``--seeds``: ``small``; ``large``;
-   ``large-agvm`` (AGVM from ``--agvm-delay`` of the warm-up after it);
-   ``large-agvm0`` (AGVM from step 0); ``large-static`` (AGVM's mean factors
-   per module, fixed, in the same window: adaptivity removed);
-   ``large-lamb``.
+1. Tune ``small``, ``large`` and ``large-lamb`` on ``--tune-seed`` over
+   their LR grids; the lowest val loss wins.
+2. Gate (reported, deciding nothing): d_backbone / d_i at N = 2 B and k B
+   on the tuned ``large`` run at AGVM's start and mid-training, with a
+   bootstrap interval of the change of the clamped ratio.
+3. Over ``--seeds``: ``small``, ``large``, ``large-agvm`` (from
+   ``--agvm-delay`` of the warm-up after it), ``large-agvm0`` (from step 0),
+   ``large-static`` (AGVM's mean factors, fixed) and ``large-lamb``.
 
 Printed: the tuning table, the gate, per arm mIoU and val loss (mean +- std),
-paired differences with 95 % t intervals (whether they cover 0), the share
-of the small/large gap closed, run times and the load; ``--json`` prints
-everything as one line.
+paired differences with 95 % t intervals, the share of the small/large gap
+closed, run times and the load; ``--json`` prints everything as one line.
 """
 import argparse
 import concurrent.futures
@@ -86,12 +79,9 @@ def parse_args(argv=None):
     add('--train-images', type=int, default=1280)
     add('--val-images', type=int, default=256)
     add('--image-size', type=int, default=32)
-    add('--lrs-small', type=float, nargs='+', default=[0.04, 0.08, 0.16,
-                                                        0.32])
-    add('--lrs-large', type=float, nargs='+', default=[0.08, 0.16, 0.32,
-                                                        0.64])
-    add('--lrs-lamb', type=float, nargs='+', default=[0.005, 0.01, 0.02,
-                                                       0.04])
+    add('--lrs-small', type=float, nargs='+', default=[0.04, 0.08, 0.16, 0.32])
+    add('--lrs-large', type=float, nargs='+', default=[0.08, 0.16, 0.32, 0.64])
+    add('--lrs-lamb', type=float, nargs='+', default=[0.005, 0.01, 0.02, 0.04])
     add('--warmup-share', type=float, default=0.3)
     add('--agvm-delay', type=float, default=0.2,
         help='AGVM starts this share of the warm-up after its end (the '
@@ -153,8 +143,7 @@ def scenes(num: int, size: int, seed: int, device: str = 'cpu'):
 
 
 def backbone_key(args) -> str:
-    """What the pre-trained backbone depends on: the generator's and the
-    trainer's code, the settings and the torch version."""
+    """Hash of the pre-training code, settings and torch version."""
     code = inspect.getsource(scenes_module) + inspect.getsource(
         pretrained_backbone)
     settings = (args.image_size, args.pretrain_images, args.pretrain_steps,
@@ -189,18 +178,9 @@ def pretrained_backbone(args) -> str:
     return path
 
 
-def fresh_model(args, seed: int) -> SceneSegmentor:
-    torch.manual_seed(seed)
-    model = SceneSegmentor().to(args.device)
-    model.backbone.load_state_dict(
-        torch.load(pretrained_backbone(args), map_location=args.device))
-    return model
-
-
 class StaticFactorWrapper(OptimWrapper):
-    """An ``OptimWrapper`` whose param groups (one per module, in
-    :data:`MODULES` order) step at fixed LR factors in runner iterations
-    ``[start, inf)``: AGVM's window without its adaptivity."""
+    """Fixed LR factors per module (param group) from iteration ``start``:
+    AGVM's window without its adaptivity."""
 
     def __init__(self, optimizer, factors, start, **kwargs):
         super().__init__(optimizer, **kwargs)
@@ -240,12 +220,15 @@ def optim_wrapper(args, arm: str, lr: float, model, p: dict, factors=None):
 
 def train(args, arm: str, lr: float, seed: int, stop: int = None,
           factors=None):
-    """Train one arm at ``lr`` from ``seed``; with ``stop``, return the model
-    at that micro-batch instead of the run's results."""
+    """Train one arm at ``lr`` from ``seed``: its results, or the model at
+    micro-batch ``stop``."""
     p = plan(args)
     images, labels = scenes(args.train_images, args.image_size, TRAIN_SEED,
                             args.device)
-    model = fresh_model(args, seed)
+    torch.manual_seed(seed)
+    model = SceneSegmentor().to(args.device)
+    model.backbone.load_state_dict(
+        torch.load(pretrained_backbone(args), map_location=args.device))
     wrapper = optim_wrapper(args, arm, lr, model, p, factors)
     schedulers = [
         ExpWarmupLR(wrapper, start_factor=1e-3, by_epoch=False, begin=0,
@@ -303,14 +286,12 @@ def val_loss(model, images, labels, batch_size: int = 64) -> float:
 
 
 def background_floor(labels) -> float:
-    """mIoU of predicting background everywhere: its pixel share over the
-    classes present."""
+    """mIoU of predicting background everywhere."""
     return float((labels == 0).double().mean()) / len(labels.unique())
 
 
 def _quiet():
-    """Silence what every run would repeat: mmengine's note on BN with
-    accumulation and torch's on the schedulers' first step."""
+    """Silence the notes every run would repeat (mmengine, torch)."""
     warnings.filterwarnings('ignore', message='Detected call of')
     MMLogger.get_current_instance().setLevel(logging.ERROR)
 
@@ -331,8 +312,7 @@ def run_all(args, jobs) -> list:
 
 
 def tune(args) -> dict:
-    """Each tuned arm's LR grid on ``--tune-seed``: the runs and the LR of
-    the lowest val loss per arm."""
+    """The LR grids on ``--tune-seed``: runs and best LR per arm."""
     runs = run_all(args, [(arm, lr, args.tune_seed, None)
                           for arm, key in TUNED.items()
                           for lr in getattr(args, key)])
@@ -363,9 +343,8 @@ def measure_drift(args, model) -> list:
 
 
 def gate_modules(rows, ratio_range=DEFAULT_RATIO_RANGE) -> list:
-    """Per non-anchor module: d_backbone / d_i at the small and the large N
-    (mean, std over repeats) and the change of its clamped mean from small
-    to large N, with a 95 % bootstrap interval over the repeats."""
+    """Per non-anchor module: d_backbone / d_i at both N and the change of
+    its clamped mean, with a 95 % bootstrap interval."""
     lo, hi = ratio_range
     small, large = rows
     out = []
@@ -410,15 +389,12 @@ def compare(runs) -> dict:
     by_arm = {}
     for r in runs:
         by_arm.setdefault(r['arm'], {})[r['seed']] = r
-    arms = {arm: dict(lr=next(iter(rs.values()))['lr'],
-                      steps=next(iter(rs.values()))['steps'],
-                      miou=summary([r['miou'] for r in rs.values()]),
-                      val_loss=summary([r['val_loss'] for r in rs.values()]),
-                      train_loss=summary(
-                          [r['train_loss'] for r in rs.values()]),
-                      seconds=summary([r['seconds'] for r in rs.values()]))
-            for arm, rs in sorted(by_arm.items(),
-                                  key=lambda a: ARMS.index(a[0]))}
+    arms = {}
+    for arm in sorted(by_arm, key=ARMS.index):
+        rs = list(by_arm[arm].values())
+        arms[arm] = dict(lr=rs[0]['lr'], steps=rs[0]['steps'], **{
+            key: summary([r[key] for r in rs])
+            for key in ('miou', 'val_loss', 'train_loss', 'seconds')})
     pairs = [('large-agvm', 'large'), ('large-agvm0', 'large'),
              ('large-static', 'large'), ('large-agvm', 'large-static'),
              ('large-lamb', 'large'), ('small', 'large')]
@@ -478,9 +454,8 @@ def report(args, gates, result, floor):
           f'interval:')
     for name, d in result['differences'].items():
         s = d['summary']
-        covers = s['low'] <= 0 <= s['high']
         print(f"  {name:<36} {s['mean']:+.4f} [{s['low']:+.4f}, "
-              f"{s['high']:+.4f}]{'  covers 0' if covers else ''}")
+              f"{s['high']:+.4f}]{'  covers 0' if s['covers_zero'] else ''}")
     print('share of the small/large mIoU gap closed: ' + ', '.join(
         f'{a} {v:.0%}' if not math.isnan(v) else f'{a} - (no gap)'
         for a, v in result['gap_closed'].items()))

@@ -5,34 +5,15 @@ Usage: python tools/benchmark/agvm_overhead.py
 [--steps 20] [--warmup 2] [--update-interval 10] [--depth 18]
 [--batch-size 2] [--nprocs 1 4] [--device cpu|cuda] [--json]
 
-Two copies of one model, one trained with the plain wrapper, one with AGVM
-(the same SGD settings), on the same pre-loaded batches at every step (so
-the run is compute-bound: no data wait); the AGVM copy starts every step
-from the plain copy's weights, so both do the same work (a detector's RoI
-count depends on its weights). The two alternate step by step (and which
-goes first) so load changes on the machine hit both alike. One process:
-both accumulate 2 micro-batches per step (AGVM's halves). N processes
-(DDP): no accumulation, AGVM's halves are the ranks; the plain copy
-reduces with DDP's stock all-reduce, the AGVM copy through AGVM's
-communication hook. 4 processes (the default) put 2 ranks in each half, so
-the all-reduce inside each half runs (with 2 it is skipped). With
-``--device cuda`` and N processes: NCCL when there are N GPUs, else gloo
-with every rank on GPU 0. ``--steps`` must be a multiple of
-``--update-interval``, so the timed steps hold exactly 1 re-estimate per
-interval. Every row runs cores / processes torch threads per rank (at least
-one) and times every rank; a step counts as its slowest rank's time.
-
-Printed per setting: mean seconds per optimizer step of each (re-estimation
-steps included, so the cost is amortised over update_interval), the ratio of
-the means and of the medians, and AGVM's extra time per step: the AGVM
-step's time minus the plain step's on the same batches and weights (paired
-step by step), per ordinary step, per re-estimation step and amortised, with
-its share of the plain step; and the time in the wrapper's public
-``update_factors`` (the statistics exchange and the factor update; in DDP
-the half reduction and the norms inside the communication hook overlap the
-backward and are only in the end-to-end figure). The load average
-(``uptime``) is printed before and after; ``--json`` adds everything as one
-line.
+Two copies of one model, plain and AGVM, alternate step by step on the same
+pre-loaded batches, the AGVM copy restarted from the plain copy's weights
+every step. One process accumulates AGVM's 2 halves; N processes run DDP
+(AGVM's halves are the ranks). ``--steps`` must be a multiple of
+``--update-interval``. Printed per setting: mean s/step of each, the ratio
+of the means and medians, AGVM's extra time per ordinary, re-estimation and
+amortised step with its share, and the time in ``update_factors``; the load
+average before and after. Setting and figures: docs/en/benchmarks.md
+(Overhead of AGVM per optimizer step).
 """
 import argparse
 import json
@@ -50,11 +31,6 @@ from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import Runner
 
 from bench_utils import WorkTimer, run_processes
-
-def _device(args, rank, backend):
-    if args.device == 'cpu':
-        return torch.device('cpu')
-    return torch.device('cuda', rank if backend == 'nccl' else 0)
 
 
 def _load(args, rank, device):
@@ -87,8 +63,7 @@ def _wrappers(cfg, models, accumulative_counts, update_interval):
                     accumulative_counts=accumulative_counts,
                     update_interval=update_interval, start_iter=0,
                     clip_grad=None, clip_grad_window=None)
-    agvm = build_optim_wrapper(models[1], agvm_cfg)
-    return plain, agvm
+    return plain, build_optim_wrapper(models[1], agvm_cfg)
 
 
 @torch.no_grad()
@@ -111,16 +86,15 @@ def threads_per_rank(world_size: int) -> int:
 
 def _bench(rank, world_size, args, result_path, backend=None):
     torch.set_num_threads(threads_per_rank(world_size))
-    device = _device(args, rank, backend)
+    device = (torch.device('cpu') if args.device == 'cpu' else
+              torch.device('cuda', rank if backend == 'nccl' else 0))
     cfg, models, batches = _load(args, rank, device)
     counts = 2 if world_size == 1 else 1
     if world_size > 1:
         device_ids = [device.index] if backend == 'nccl' else None
-        models = [
-            MMDistributedDataParallel(module=m, device_ids=device_ids,
-                                      broadcast_buffers=False)
-            for m in models
-        ]
+        models = [MMDistributedDataParallel(module=m, device_ids=device_ids,
+                                            broadcast_buffers=False)
+                  for m in models]
     plain, agvm = _wrappers(cfg, models, counts, args.update_interval)
     # The re-estimate, through the wrapper's public method.
     timer = WorkTimer()
@@ -157,8 +131,7 @@ def _bench(rank, world_size, args, result_path, backend=None):
 
 
 def slowest_rank(ranks: list) -> dict:
-    """One result of per-rank results: each step's and re-estimate's time
-    is the slowest rank's (the step ends when the last rank is done)."""
+    """Per-rank results merged: each time is the slowest rank's."""
     out = dict(ranks[0])
     out['times'] = {name: [max(t) for t in zip(*(r['times'][name]
                                                   for r in ranks))]
@@ -182,9 +155,7 @@ def _run(world_size, args):
     for rank in range(world_size):
         ranks.append(torch.load(f'{path}.{rank}', weights_only=False))
         os.remove(f'{path}.{rank}')
-    result = slowest_rank(ranks)
-    result['backend'] = backend
-    return result
+    return dict(slowest_rank(ranks), backend=backend)
 
 
 def _load_average():
@@ -224,26 +195,9 @@ def parse_args(argv=None):
 
 
 def summarize_setting(world_size: int, result: dict, args) -> dict:
-    """Per-step figures of one setting from its timings.
-
-    Args:
-        world_size (int): Processes.
-        result (dict): ``times`` (``plain``/``agvm``: seconds per timed
-            step, the same steps in the same order), ``kinds``
-            (``'ordinary'`` or ``'estimate'`` per timed step),
-            ``update_factors`` (seconds in it per timed step), ``hooked``,
-            ``backend``.
-        args: The parsed options (``batch_size``).
-
-    Returns:
-        dict: ``setting``, ``batch`` (effective), ``plain`` and ``agvm``
-        mean s/step, ``ratio`` of the means, ``median_ratio``, AGVM's extra
-        time (AGVM step minus plain step) per ``ordinary`` step, per
-        ``estimate`` step and ``amortised`` over all timed steps (s),
-        ``share`` (amortised / plain mean), ``update_factors`` (s per
-        re-estimate) and ``update_share`` (its amortised time / plain mean),
-        ``estimates`` (count of re-estimation steps timed).
-    """
+    """Per-step figures of one setting from its timings (``times``,
+    ``kinds``, ``update_factors``, ``hooked``, ``backend``); AGVM's extra
+    time is its step minus the plain step on the same batches."""
     times, kinds = result['times'], result['kinds']
     plain = statistics.mean(times['plain'])
     agvm = statistics.mean(times['agvm'])
@@ -265,10 +219,8 @@ def summarize_setting(world_size: int, result: dict, args) -> dict:
         plain=plain, agvm=agvm, ratio=agvm / plain,
         median_ratio=(statistics.median(times['agvm']) /
                       statistics.median(times['plain'])),
-        ordinary=(statistics.mean(extra['ordinary'])
-                  if extra['ordinary'] else 0.0),
-        estimate=(statistics.mean(extra['estimate'])
-                  if extra['estimate'] else 0.0),
+        **{kind: statistics.mean(v) if v else 0.0
+           for kind, v in extra.items()},  # ordinary, estimate
         amortised=amortised, share=amortised / plain,
         update_factors=statistics.mean(updates) if updates else 0.0,
         update_share=sum(updates) / len(kinds) / plain,
@@ -278,8 +230,7 @@ def summarize_setting(world_size: int, result: dict, args) -> dict:
 
 
 def exchange_note(result: dict, args) -> dict:
-    """Where the figures were measured and what a multi-node NCCL run adds
-    per re-estimate (``docs/en/design.md``, the halves in DDP)."""
+    """Where it was measured; what multi-node NCCL adds per re-estimate."""
     return dict(
         measured=f'{args.device}, one host, gloo between processes',
         per_reestimate=dict(

@@ -1,9 +1,6 @@
 """Helpers of the benchmarks and tests: process groups on one machine,
-timing records of training runs, random in-memory clips.
-
-Imported as a sibling module by ``tools/benchmark/*.py``, through pytest's
-``pythonpath`` by the tests, and by ``custom_imports=dict(imports=
-['bench_utils'])`` in a config that trains on synthetic clips.
+timing records of training runs, random in-memory clips (imported as a
+sibling module, through pytest's ``pythonpath`` and by ``custom_imports``).
 """
 import bisect
 import functools
@@ -49,16 +46,9 @@ def _worker(rank: int, world_size: int, port: int, backend: str,
 def run_processes(fn: Callable, world_size: int, args: Sequence = (),
                   timeout: Optional[float] = None,
                   backend: str = 'gloo') -> None:
-    """Run ``fn(rank, world_size, *args)`` in spawned processes, each in a
-    default process group on 127.0.0.1.
-
-    Args:
-        fn (callable): A picklable (module-level) function.
-        world_size (int): Number of processes.
-        args (Sequence): Extra arguments of ``fn``.
-        timeout (float, optional): Seconds after which the processes are
-            killed (``TimeoutError``); None waits forever.
-        backend (str): ``'gloo'`` or ``'nccl'`` (rank r on GPU r).
+    """Run the picklable ``fn(rank, world_size, *args)`` in spawned
+    processes, each in a default process group (``backend``; nccl: rank r
+    on GPU r) on 127.0.0.1; kill them after ``timeout`` s (TimeoutError).
     """
     ctx = mp.start_processes(
         _worker,
@@ -74,9 +64,8 @@ def run_processes(fn: Callable, world_size: int, args: Sequence = (),
 
 # ---------------------------------------------------------------- timing
 class IterationRecord(NamedTuple):
-    """One training iteration: the shape of the batch's first input, the
-    seconds waiting for the batch and in all, when it ended
-    (``time.perf_counter``)."""
+    """One training iteration: its first input's shape, seconds waiting for
+    the batch and in all, and when it ended (``time.perf_counter``)."""
     epoch: int
     batch_size: int
     input_shape: Tuple[int, ...]
@@ -87,11 +76,10 @@ class IterationRecord(NamedTuple):
 
 
 class RunRecorder(Hook):
-    """Record every training iteration (``iters``), the time between epochs
-    (``epoch_gaps``: ``(epoch, seconds)`` from the previous epoch's last
-    iteration; ``epoch_tails``: from an epoch's last iteration to its end)
-    and the last validation ``metrics``. ``LOWEST`` priority: the gaps
-    bracket what other hooks do between epochs."""
+    """Record every training iteration (``iters``) and ``(epoch, seconds)``
+    from the previous epoch's last iteration (``epoch_gaps``) and from an
+    epoch's last iteration to its end (``epoch_tails``); ``LOWEST``, so the
+    gaps hold what the other hooks do."""
 
     priority = 'LOWEST'
 
@@ -99,7 +87,6 @@ class RunRecorder(Hook):
         self.iters: List[IterationRecord] = []
         self.epoch_gaps: List[Tuple[int, float]] = []
         self.epoch_tails: List[Tuple[int, float]] = []
-        self.metrics: Dict[str, float] = {}
         self._mark: Optional[float] = None
 
     def before_train_epoch(self, runner) -> None:
@@ -125,36 +112,12 @@ class RunRecorder(Hook):
         self.epoch_tails.append((runner.epoch, now - self._mark))
         self._mark = now
 
-    def after_val_epoch(self, runner, metrics=None) -> None:
-        self.metrics = dict(metrics or {})
-
-    @property
-    def data_seconds(self) -> float:
-        """float: Time all iterations waited for data (s)."""
-        return sum(r.data_seconds for r in self.iters)
-
-    @property
-    def iter_seconds(self) -> float:
-        """float: Time of all iterations, waits included (s)."""
-        return sum(r.seconds for r in self.iters)
-
-    def epoch_losses(self) -> List[float]:
-        """Mean training loss of each epoch, in order."""
-        by_epoch: Dict[int, List[float]] = {}
-        for r in self.iters:
-            by_epoch.setdefault(r.epoch, []).append(r.loss)
-        return [sum(v) / len(v) for _, v in sorted(by_epoch.items())]
-
 
 class LoadSampler:
-    """What else loads the machine while a run trains, sampled every
-    ``interval`` seconds in a thread (a context manager).
-
-    ``samples`` holds ``(time.perf_counter(), 1-minute load average, other
-    cores)``: the cores busy outside this process and its children (system
-    busy CPU time minus theirs, over the interval), the direct measure of
-    contention; the load average counts this run's own threads too.
-    """
+    """Context manager: every ``interval`` s, a thread samples
+    ``(perf_counter, 1-minute load average, other cores)``, other cores
+    being those busy outside this process tree (the direct measure of
+    contention; the load average counts this run's threads too)."""
 
     def __init__(self, interval: float = 2.0):
         self.interval = interval
@@ -254,8 +217,7 @@ class SyntheticVideoInit(BaseTransform):
 
 @TRANSFORMS.register_module(force=True)
 class SyntheticVideoDecode(BaseTransform):
-    """Stand-in for ``DecordDecode``: random uint8 frames of ``size``
-    (height, width) at ``frame_inds``."""
+    """Stand-in for ``DecordDecode``: random uint8 frames of ``size``."""
 
     def __init__(self, size=(64, 64)):
         self.size = tuple(size)

@@ -5,17 +5,11 @@ Usage: python tools/benchmark/multigrid_accuracy.py [--config CONFIG]
 [--seeds 0 1 2 3 4] [--epochs N] [--device cpu|cuda] [--threads N] [--json]
 [--work-dir DIR] [--cfg-options key=value ...]
 
-For every seed the config (default: ``ACCURACY_CONFIG``) trains ``--epochs``
-recipe epochs without its ``MultigridHook`` (the recipe) and with it
-(multigrid trains x``epoch_factor`` as many epochs), both from the same seed,
-each one run of ``multigrid_speedup.train_arm``. Each final model is
-evaluated on the validation clips at the recipe's T and at T/2 and T/4 (the
-val pipeline's ``clip_len`` and ``frame_interval`` scaled as the hook scales
-the train pipeline's: the same temporal span). Printed: per seed the two
-arms' top-1 at each T; per arm mean +- std; the paired difference
-(multigrid - recipe) at each T with its 95 % t interval and the smallest
-difference the run detects (80 % power); the verdict; wall-clock and the
-load. ``--json`` adds one JSON object on the last line.
+Per seed, one run of ``multigrid_speedup.train_arm`` without the config's
+``MultigridHook`` (the recipe) and one with it. Prints per seed and arm the
+top-1 at each T, per arm mean +- std, the paired difference at each T with
+its 95 % t interval and detectable difference, and the verdict. Details:
+docs/en/benchmarks.md (Accuracy: recipe vs multigrid over seeds).
 """
 import argparse
 import json
@@ -40,22 +34,9 @@ LEARNS = 0.25
 
 
 def summarize(runs, chance):
-    """Arithmetic of the benchmark from its per-seed runs (no training).
-
-    Args:
-        runs (list[dict]): ``dict(seed=S, recipe=R, multigrid=M)``, ``R``
-            and ``M`` with ``top1_at`` (clip length -> top-1; the first is
-            the recipe's T) and ``seconds``.
-        chance (float): Top-1 of guessing (1 / classes).
-
-    Returns:
-        dict: ``clip_lens`` (``refused``: those the model refuses); per
-        clip length (as a string) ``recipe`` and
-        ``multigrid`` (:func:`seed_stats.summary`) and ``difference``
-        (:func:`seed_stats.paired`, multigrid - recipe, with
-        ``detectable``); ``seconds`` per arm, ``speedup`` (summed) and the
-        ``verdict`` at the recipe's T.
-    """
+    """The benchmark's figures from its per-seed runs
+    (``dict(seed=S, recipe=R, multigrid=M)``, each arm with ``top1_at``,
+    the recipe's T first, and ``seconds``); ``chance`` is 1 / classes."""
     seeds = [r['seed'] for r in runs]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f'each seed once, got {seeds}')
@@ -118,15 +99,15 @@ def report(result):
         lines.append(
             f'T={t}: recipe {format_summary(at["recipe"])}, multigrid '
             f'{format_summary(at["multigrid"])}; multigrid - recipe '
-            f'{_interval(s)}, '
-            f'detectable {at["difference"]["detectable"]:.3f}')
+            f'{_interval(s)}, detectable {at["difference"]["detectable"]:.3f}')
     if result['refused']:
         lines.append(f'not evaluated: T={result["refused"]} (the model '
                      f'refuses these clip lengths)')
     secs = result['seconds']
     lines += [
-        f'wall-clock per run: recipe {format_summary(secs["recipe"], digits=1)}'
-        f' s, multigrid {format_summary(secs["multigrid"], digits=1)} s -> '
+        f'wall-clock per run: recipe '
+        f'{format_summary(secs["recipe"], digits=1)} s, multigrid '
+        f'{format_summary(secs["multigrid"], digits=1)} s -> '
         f'speed-up {result["speedup"]:.2f}x',
         f'verdict: {result["verdict"]}']
     return '\n'.join(lines)

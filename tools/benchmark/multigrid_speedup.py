@@ -1,47 +1,17 @@
 """Train one recipe with and without multigrid; show where the time goes.
 
-Usage: python tools/benchmark/multigrid_speedup.py
-[--config CONFIG] [--epochs N] [--synthetic] [--device cpu|cuda]
-[--project [--project-iters N] [--samples-per-rank N] [--batch-size B]
- [--crop-size S]] [--threads N] [--json] [--work-dir DIR]
-[--cfg-options key=value ...]
+Usage: python tools/benchmark/multigrid_speedup.py [--config CONFIG]
+[--epochs N] [--synthetic] [--project] [--device cpu|cuda] [--threads N]
 [--channels-last] [--compile [BACKEND]] [--amp [DTYPE]] [--repeat-aug N]
+[--repeats N] [--json] [--work-dir DIR] [--cfg-options key=value ...]
 
-Default mode trains the config (default: ResNet3d-18 at full width on the
-fight clips, compute-bound on 2 CPU cores) for ``--epochs`` recipe epochs
-without its ``MultigridHook`` (baseline) and with it, then evaluates both.
-Printed per run: wall-clock seconds, iterations, clips/s, data-wait and
-compute seconds, whether the run was data- or compute-bound, top-1; per grid
-shape the compute time per iteration and per clip; then the measured
-speed-up against the schedule's iteration saving (``MultigridPlan``, exact
-counts) and their ratio (target >= 0.85 on synthetic clips, 0.8 on real ones).
-
-``--synthetic`` trains the same recipe, model, shapes and schedule on random
-in-memory clips (``SyntheticVideoDecode`` of ``bench_utils.py`` replaces decoding and
-augmentation), so the compute side is measured alone; top-1 is null.
-
-``--project`` trains nothing: the runner of the config (on synthetic clips,
-``--samples-per-rank`` of them) runs up to its first iteration, so
-``MultigridHook.before_run`` plans the run and prepares the model as in
-training; then ``--project-iters`` train steps of every planned grid shape
-are timed on random clips and multiplied by the schedule's exact iteration
-counts (plus precise BN), printing the projected full-schedule wall-clock
-time of both recipes and the speed-up. ``--batch-size``/``--crop-size`` time
-smaller base shapes (e.g. the SlowFast Kinetics recipe on CPU); minutes are
-then those of the reduced shapes. A config of a video transformer (e.g.
-TimeSformer) gives its cost per grid shape the same way.
-
-The speed options a video user turns on apply to both runs alike:
-``--channels-last`` (``mmext.ChannelsLastHook``: weights and backbone
-inputs in channels_last_3d), ``--compile [BACKEND]`` (mmengine's
-``compile=dict(backend=...)``, default inductor; dynamo's caches are reset
-before each run, whose graph count and frames that fell back to eager are
-reported), ``--amp [float16|bfloat16]`` (``AmpOptimWrapper``; float16 with
-dynamic loss scaling; mmengine builds it only with an accelerator) and
-``--repeat-aug N`` (mmaction2's ``RepeatAugDataset``: each decoded video
-gives N clips, ``batch_size / N`` videos per iteration, so an epoch trains N
-times the clips; real clips only, it needs decord). The JSON's ``stack``
-says which were on.
+Trains the config (``--synthetic``: on random in-memory clips) without its
+``MultigridHook`` (baseline) and with it; prints per run the time,
+iterations, clips/s, data wait and compute, the bound and top-1, per grid
+shape the compute time, then the speed-up against the schedule's iteration
+saving and their ratio. ``--project`` trains nothing: it times every
+planned grid shape and projects the full schedule.
+Options, output and measured figures: docs/en/benchmarks.md (Speed-up).
 """
 import argparse
 import copy
@@ -53,7 +23,6 @@ import os.path as osp
 import statistics
 import sys
 import time
-from collections import OrderedDict
 from contextlib import contextmanager
 
 from mmengine.config import DictAction
@@ -74,15 +43,14 @@ DATA_WAIT_THRESHOLD = MultigridOptions().data_wait_threshold
 
 
 class _MallInfo2(ctypes.Structure):
-    """glibc's ``struct mallinfo2`` (glibc >= 2.33), fields in order."""
+    """glibc's ``struct mallinfo2`` (glibc >= 2.33)."""
     _fields_ = [(name, ctypes.c_size_t) for name in (
         'arena', 'ordblks', 'smblks', 'hblks', 'hblkhd', 'usmblks',
         'fsmblks', 'uordblks', 'fordblks', 'keepcost')]
 
 
 def mmapped_bytes():
-    """Bytes glibc holds in mmapped blocks now (``mallinfo2().hblkhd``);
-    None without glibc >= 2.33."""
+    """glibc's mmapped bytes now; None without glibc >= 2.33."""
     version = glibc_version()
     if version is None or tuple(map(int, version.split('.')[:2])) < (2, 33):
         return None
@@ -92,9 +60,8 @@ def mmapped_bytes():
 
 
 def keeps_freed_memory():
-    """Whether glibc serves a 64 MiB block from its heap now (the process
-    keeps freed memory) rather than from a fresh mmap; None without
-    mallinfo2."""
+    """Whether glibc serves a 64 MiB block from its heap (keeps freed
+    memory) rather than a fresh mmap; None without mallinfo2."""
     import torch
     before = mmapped_bytes()
     if before is None:
@@ -121,12 +88,8 @@ def shorten_schedule(cfg, epochs):
 
 
 def _make_synthetic(cfg, work_dir, clips=None):
-    """Point the train/val data at random in-memory clips of the same shapes.
-
-    The annotation list keeps the recipe's clips and labels when readable
-    (and ``clips`` is None); otherwise ``clips`` (default 240) clips with
-    labels cycling over the head's classes.
-    """
+    """Train/val on random clips of the same shapes: the recipe's list if
+    readable and ``clips`` is None, else ``clips`` (default 240) clips."""
     ann = osp.join(work_dir, 'synthetic.txt')
     os.makedirs(work_dir, exist_ok=True)
     src = cfg.train_dataloader.dataset.get('ann_file', '')
@@ -193,8 +156,8 @@ def _apply_stack(cfg, args):
 
 def _stack(args):
     """Which speed options were on (the JSON's ``stack``)."""
-    return dict(channels_last=args.channels_last, compile=args.compile,
-                amp=args.amp, repeat_aug=args.repeat_aug)
+    return {k: getattr(args, k)
+            for k in ('channels_last', 'compile', 'amp', 'repeat_aug')}
 
 
 def _drop_multigrid(cfg):
@@ -203,9 +166,7 @@ def _drop_multigrid(cfg):
 
 
 class _Baseline(Hook):
-    """Gives the baseline what ``MultigridHook`` gives its run besides
-    multigrid (:func:`mmext.multigrid.speed.prepare_run`), so that only
-    multigrid differs."""
+    """The hook's run set-up besides multigrid (``prepare_run``)."""
 
     def __init__(self, keep_cpu_memory):
         self.keep_cpu_memory = keep_cpu_memory
@@ -215,15 +176,12 @@ class _Baseline(Hook):
 
 
 def evaluate_at(runner, cfg, clip_lens):
-    """Top-1 of the trained model on the val clips at each of
-    ``clip_lens``, the val pipeline scaled as the hook scales the train
-    pipeline (same temporal span, same crop); None where the backbone
-    refuses the clip length (:func:`check_clip_lengths`)."""
+    """Top-1 on the val clips at each of ``clip_lens`` (the pipeline
+    scaled as the hook scales it); None where the backbone refuses one."""
     out = {}
-    backbone = runner.model.backbone
     for clip_len in clip_lens:
         try:
-            check_clip_lengths(backbone, [clip_len])
+            check_clip_lengths(runner.model.backbone, [clip_len])
         except ValueError:
             out[clip_len] = None
             continue
@@ -237,9 +195,8 @@ def evaluate_at(runner, cfg, clip_lens):
 
 
 def train_arm(args, multigrid, clip_lens=()):
-    """Train one run; return its figures (see ``--json``), its config, the
-    clips per process and the hook's plan; with ``clip_lens``, its top-1 at
-    each of them too (``top1_at``)."""
+    """Train one run: its figures (with ``top1_at`` ``clip_lens``), config,
+    clips per process and the hook's plan."""
     name = 'multigrid' if multigrid else 'baseline'
     work_dir = osp.join(args.work_dir, name)
     cfg = load_run_config(args.config, args.cfg_options, work_dir)
@@ -281,10 +238,8 @@ def train_arm(args, multigrid, clip_lens=()):
 
 @contextmanager
 def _compile_count(args):
-    """With ``--compile``: dynamo's caches reset (the other run's graphs
-    would count against this run's recompile limit); yields the dict that
-    gets the run's ``graphs``, ``fallbacks`` (frames that hit a recompile
-    limit and ran eagerly) and ``fell_back``. Otherwise yields None."""
+    """With ``--compile``: reset dynamo, yield the dict that gets the run's
+    ``graphs``, ``fallbacks`` and ``fell_back``; otherwise yield None."""
     if not args.compile:
         yield None
         return
@@ -300,19 +255,17 @@ def _compile_count(args):
 
 
 def _summarise(recorder, seconds, top1, load):
-    """Totals, data/compute split, verdict, the load it ran under and the
-    per-shape table of a run."""
+    """Totals, data/compute split, bound, load and per-shape table."""
     rows = recorder.iters
-    data, total = recorder.data_seconds, recorder.iter_seconds
+    data = sum(r.data_seconds for r in rows)
+    total = sum(r.seconds for r in rows)  # waits included
     clips = sum(r.batch_size for r in rows)
     share = min(max(data / total, 0.0), 1.0) if total > 0 else 0.0
-    shapes = OrderedDict()
+    shapes, first_waits = {}, {}
     for r in rows:
         t, _, s = r.input_shape[-3:]
         shapes.setdefault((r.batch_size, t, s), []).append(
             (r.data_seconds, r.seconds, r.end))
-    first_waits = {}
-    for r in rows:
         first_waits.setdefault(r.epoch, r.data_seconds)
     per_shape = []
     for (b, t, s), times in shapes.items():
@@ -333,8 +286,7 @@ def _summarise(recorder, seconds, top1, load):
             for x in per_shape),
         seconds=seconds, iters=len(rows), clips=clips,
         clips_per_s=clips / seconds, data_seconds=data,
-        compute_seconds=total - data,
-        other_seconds=seconds - total,
+        compute_seconds=total - data, other_seconds=seconds - total,
         data_share=share,
         bound='data' if share > DATA_WAIT_THRESHOLD else 'compute', top1=top1,
         loader_rebuild_seconds=sum(g for _, g in recorder.epoch_gaps),
@@ -347,7 +299,8 @@ def _print_runs(base, mg):
     print(f'{"":>10} {"time (s)":>9} {"iters":>6} {"clips/s":>8} '
           f'{"data (s)":>9} {"compute (s)":>11} {"other (s)":>9} '
           f'{"s/iter":>7} {"top-1":>6}  bound by')
-    for name, r in (('baseline', base), ('multigrid', mg)):
+    runs = (('baseline', base), ('multigrid', mg))
+    for name, r in runs:
         top1 = '-' if r['top1'] is None else f'{r["top1"]:.3f}'
         print(f'{name:>10} {r["seconds"]:>9.1f} {r["iters"]:>6} '
               f'{r["clips_per_s"]:>8.2f} {r["data_seconds"]:>9.1f} '
@@ -363,7 +316,7 @@ def _print_runs(base, mg):
     print(f'{"run":>10} {"batch":>6} {"T":>4} {"S":>4} {"iters":>6} '
           f'{"compute s/iter":>15} {"x baseline":>11} {"ms/clip":>8} '
           f'{"data s/iter":>12}')
-    for name, r in (('baseline', base), ('multigrid', mg)):
+    for name, r in runs:
         for s in r['shapes']:
             print(f'{name:>10} {s["batch"]:>6} {s["clip_len"]:>4} '
                   f'{s["crop_size"]:>4} {s["iters"]:>6} '
@@ -371,9 +324,9 @@ def _print_runs(base, mg):
                   f'{s["compute_s_per_iter"] / base_iter:>11.2f} '
                   f'{s["compute_ms_per_clip"]:>8.1f} '
                   f'{s["data_s_per_iter"]:>12.3f}')
-    for name, r in (('baseline', base), ('multigrid', mg)):
-        if 'compile' in r:
-            c = r['compile']
+    for name, r in runs:
+        c = r.get('compile')
+        if c:
             print(f'{name}: torch.compile: {c["graphs"]} graphs; '
                   + ('frames that fell back to eager: '
                      + '; '.join(c['fallbacks']) if c['fell_back']
@@ -389,8 +342,7 @@ LOAD_GAP = dict(other_cores=0.25, load_average=1.0)
 
 
 def load_warning(base, mg):
-    """The warning when the two arms ran under clearly different load; None
-    when they did not."""
+    """The warning when the arms ran under clearly different load."""
     gaps = [f'{key.replace("_", " ")} {base["load"][key]:.2f} vs '
             f'{mg["load"][key]:.2f}' for key, limit in LOAD_GAP.items()
             if abs(base['load'][key] - mg['load'][key]) > limit]
@@ -402,8 +354,7 @@ def load_warning(base, mg):
 
 
 def _overall(base, mg, plan):
-    """Speed-up against the plan's iteration and FLOP savings; the load
-    warning."""
+    """Speed-up against the plan's iteration and FLOP savings."""
     saving = plan.iteration_saving()
     flop_saving = 1 / plan.flops_ratio()
     speedup = base['seconds'] / mg['seconds']
@@ -420,10 +371,13 @@ def _overall(base, mg, plan):
 
 
 # ---------------------------------------------------------------- projection
+def _base_key(plan):
+    """The base shape's key: ``(batch, T, S, 1)``."""
+    return plan.base_batch, plan.base_clip_len, plan.base_crop_size, 1
+
+
 def _shape_keys(plan):
-    """``((batch, T, S, sub-BN splits), iterations)`` of every grid shape of
-    every stage, in training order (:meth:`MultigridPlan.shape_iterations`).
-    """
+    """``((batch, T, S, sub-BN splits), iters)`` per shape, in order."""
     return [((x.batch_size, x.shape.clip_len, x.shape.crop_size,
               x.sub_bn_splits), x.iters) for x in plan.shape_iterations()]
 
@@ -447,19 +401,9 @@ def _timing_cfg(cfg, batch_size, crop_size):
 
 
 class _ShapeTimer(Hook):
-    """Times train steps of every planned shape once the runner prepared
-    the run (``MultigridHook.before_run``: plan, sub-BN, allocator, shape
-    adapters; weights initialised), then ends it before its first epoch.
-
-    Attributes:
-        plan (MultigridPlan): The hook's plan.
-        times (dict): ``{(batch, T, S, sub-BN splits): (step s, forward
-            s)}``: the median train step in a round-robin over all shapes
-            (multigrid changes shape every iteration) and one forward
-            without gradients (precise BN's cost per batch).
-        alone (float): Median step of the base shape after itself, as the
-            baseline recipe (which never changes shape) trains it.
-    """
+    """Times train steps of every planned shape after the hook prepared
+    the run, then ends it: ``times`` (shape key: median round-robin step,
+    one no-grad forward), ``alone`` (base shape after itself), ``plan``."""
 
     priority = 'LOWEST'
 
@@ -471,9 +415,8 @@ class _ShapeTimer(Hook):
         from mmaction.structures import ActionDataSample
         self.plan = next(h for h in runner.hooks
                          if isinstance(h, MultigridHook)).plan
-        base = (self.plan.base_batch, self.plan.base_clip_len,
-                self.plan.base_crop_size, 1)
-        shapes = list(OrderedDict.fromkeys(
+        base = _base_key(self.plan)
+        shapes = list(dict.fromkeys(
             [base] + [k for k, _ in _shape_keys(self.plan)]))
         model, wrapper = runner.model, runner.optim_wrapper
         model.train()
@@ -500,11 +443,9 @@ class _ShapeTimer(Hook):
                 model(**model.data_preprocessor(data, True), mode='tensor')
 
         data = {key: batch(*key[:3]) for key in shapes}
-        # Round-robin over the shapes, so a change of machine load during
-        # the measurement hits all of them alike; the first round is
-        # warm-up. Each round ends with two base steps: the second, which
-        # follows a step of the same shape, times the base shape as the
-        # baseline trains it.
+        # Round-robin (load changes hit every shape alike), the first round
+        # a warm-up; each round ends with two base steps, the second timing
+        # the base shape after itself, as the baseline trains it.
         steps = {key: [] for key in shapes}
         alone, forwards = [], {}
         for round_ in range(self.iters + 1):
@@ -552,17 +493,14 @@ def _project(args):
     runner.register_hook(timer)
     runner.train()
     small_plan, times, alone = timer.plan, timer.times, timer.alone
-    full_counts = _shape_keys(plan)
-    small_shapes = [k for k, _ in _shape_keys(small_plan)]
-    base_key = (plan.base_batch, plan.base_clip_len, plan.base_crop_size, 1)
-    small_base = (small_plan.base_batch, small_plan.base_clip_len,
-                  small_plan.base_crop_size, 1)
+    small_keys = [k for k, _ in _shape_keys(small_plan)]
+    base_key, small_base = _base_key(plan), _base_key(small_plan)
     if small_base[:3] != base_key[:3]:
         print(f'timed reduced shapes: base (batch, T, S) {small_base[:3]} '
               f'instead of {base_key[:3]}; every shape is scaled alike')
     round_robin = times[small_base][0]
-    rows = OrderedDict()
-    for (key, count), small_key in zip(full_counts, small_shapes):
+    rows = {}
+    for (key, count), small_key in zip(_shape_keys(plan), small_keys):
         row = rows.setdefault(small_key, dict(
             full_shape=key[:3], timed_shape=small_key[:3],
             sub_bn_splits=small_key[3], iters=0,
@@ -572,8 +510,8 @@ def _project(args):
     precise = plan.options.precise_bn_iters
     # Precise BN may run at each end of a long-cycle shape, on that shape
     # (the last of its stage's cycle).
-    small_of = {(x.stage.start_epoch, x.shape): key for x, (key, _) in zip(
-        small_plan.shape_iterations(), _shape_keys(small_plan))}
+    small_of = {(x.stage.start_epoch, x.shape): key for x, key in zip(
+        small_plan.shape_iterations(), small_keys)}
     bn_shapes = [small_of[(stage.start_epoch, stage.short_cycle[-1])]
                  for stage in small_plan.stages
                  if precise and small_plan.is_shape_end(stage.end_epoch - 1)]
@@ -619,44 +557,33 @@ def _project(args):
 
 
 def add_run_options(parser, work_dir):
-    """Options of a recipe-vs-multigrid training comparison (also used by
-    ``tools/benchmark/multigrid_accuracy.py``)."""
+    """Options of a recipe-vs-multigrid comparison (also the accuracy
+    tool's)."""
     parser.add_argument('--config', default=DEFAULT_CONFIG)
     parser.add_argument('--epochs', type=int, default=4,
                         help='recipe epochs (multigrid trains x1.5)')
     parser.add_argument('--device', choices=['cpu', 'cuda'], default=None,
                         help='default: cuda if available, else cpu')
-    parser.add_argument(
-        '--threads', type=int,
-        help='torch threads of the training process (default: torch\'s, '
-        'one per core); 1 keeps figures meaningful on a machine that other '
-        'jobs load, where multi-threaded ops wait for descheduled threads')
+    parser.add_argument('--threads', type=int,
+                        help='torch threads (default: torch\'s)')
     parser.add_argument('--channels-last', action='store_true',
-                        help='both runs in channels_last_3d '
-                        '(mmext.ChannelsLastHook)')
+                        help='both runs in channels_last_3d')
     parser.add_argument('--compile', nargs='?', const='inductor',
-                        metavar='BACKEND',
-                        help='both runs compiled (mmengine compile=dict('
-                        'backend=BACKEND), default inductor; eager and '
-                        'aot_eager trace without code generation)')
+                        metavar='BACKEND', help='both runs compiled')
     parser.add_argument('--amp', nargs='?', const='float16',
                         choices=['float16', 'bfloat16'],
-                        help='both runs with AmpOptimWrapper (default '
-                        'float16, dynamic loss scaling); needs CUDA')
+                        help='both runs with AmpOptimWrapper; needs CUDA')
     parser.add_argument('--repeat-aug', type=int, metavar='N',
-                        help='both runs on RepeatAugDataset: N clips per '
-                        'decoded video (real clips only)')
+                        help='both runs on RepeatAugDataset (real clips)')
     parser.add_argument('--json', action='store_true',
                         help='also print one JSON object (last line)')
     parser.add_argument('--work-dir', default=work_dir)
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='overrides applied to both runs, e.g. a larger model')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='overrides applied to both runs')
 
 
 def check_run_options(parser, args, positive):
-    """``parser.error`` for an option of ``positive`` below 1 or a config
-    without ``MultigridHook``, before any model is built."""
+    """``parser.error`` for bad options, before any model is built."""
     for option in (*positive, 'repeat_aug'):
         value = getattr(args, option)
         if value is not None and value < 1:
@@ -678,8 +605,7 @@ def check_run_options(parser, args, positive):
 
 
 def setup_torch(parser, args):
-    """Pick the device (``args.device``) and torch threads; return torch.
-    ``parser.error`` for ``--amp`` without CUDA."""
+    """Pick the device and torch threads; return torch."""
     if args.device == 'cpu':
         # mmengine's runner trains on CUDA whenever it is visible.
         os.environ['CUDA_VISIBLE_DEVICES'] = ''
@@ -713,8 +639,7 @@ def _pair(args):
 
 
 def _compare(args):
-    """``--repeats`` alternated pairs; the one of the median ratio printed
-    in full, all in ``repeats``."""
+    """``--repeats`` alternated pairs; the median one printed in full."""
     pairs = [_pair(args) for _ in range(args.repeats)]
     ratios = [p['ratio'] for p in pairs]
     median = sorted(pairs, key=lambda p: p['ratio'])[(len(pairs) - 1) // 2]
@@ -762,29 +687,23 @@ def main():
     parser.add_argument('--project', action='store_true',
                         help='time every grid shape, project the schedule')
     parser.add_argument('--project-iters', type=int, default=3,
-                        help='timed iterations per grid shape (after one '
-                        'warm-up)')
+                        help='timed rounds per grid shape')
     parser.add_argument('--samples-per-rank', type=int,
-                        help='clips per process per epoch for --project '
-                        '(default: lines of the train ann_file)')
+                        help='--project: clips per process per epoch')
     parser.add_argument('--batch-size', type=int,
                         help='--project: time this base batch instead')
     parser.add_argument('--crop-size', type=int,
                         help='--project: time this base crop size instead')
     parser.add_argument('--repeats', type=int, default=1,
-                        help='baseline and multigrid runs alternated (B M B '
-                        'M ...): the median ratio and its spread')
+                        help='alternated pairs: median ratio and spread')
     args = parser.parse_args()
     check_run_options(parser, args, (
         'epochs', 'project_iters', 'samples_per_rank', 'batch_size',
         'crop_size', 'threads', 'repeats'))
     torch = setup_torch(parser, args)
-    if args.project:
-        result = _project(args)
-    else:
-        result = _compare(args)
-    result['load_average'] = os.getloadavg()
-    result['threads'] = torch.get_num_threads()
+    result = _project(args) if args.project else _compare(args)
+    result.update(load_average=os.getloadavg(),
+                  threads=torch.get_num_threads())
     print(f'load average (1, 5, 15 min): {result["load_average"]}')
     if args.json:
         print(json.dumps(result, default=str))

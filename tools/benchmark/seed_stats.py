@@ -1,6 +1,5 @@
-"""Seed statistics shared by the accuracy benchmarks: mean +- sample std
-over seeds with a 95 % t interval of the mean, paired differences, a
-bootstrap interval, and the smallest difference a paired run can detect."""
+"""Seed statistics of the accuracy benchmarks: t intervals, paired
+differences, bootstrap intervals, detectable differences."""
 import math
 import random
 import statistics
@@ -20,12 +19,8 @@ def _t(n: int, level: float) -> float:
 def summary(values: Sequence[float], level: float = 0.95
             ) -> Dict[str, object]:
     """``n``, ``mean``, sample ``std``, ``sem``, ``min``, ``max``,
-    ``values`` and the ``level`` t interval of the mean (``low``, ``high``;
-    NaN, as ``std`` and ``sem``, for one value).
-
-    Raises:
-        ValueError: For no values.
-    """
+    ``values`` and the t interval of the mean (``low``, ``high``; NaN for
+    one value). ValueError for none."""
     values = [float(v) for v in values]
     if not values:
         raise ValueError('summary of no values')
@@ -41,11 +36,7 @@ def summary(values: Sequence[float], level: float = 0.95
 def paired(first: Dict[int, float],
            second: Dict[int, float]) -> Dict[str, object]:
     """Per-seed ``second - first`` over the seeds both have: ``seeds``,
-    ``differences`` and their :func:`summary` (``covers_zero`` added).
-
-    Raises:
-        ValueError: If no seed is in both.
-    """
+    ``differences`` and their :func:`summary` (with ``covers_zero``)."""
     seeds = sorted(set(first) & set(second))
     if not seeds:
         raise ValueError('paired differences need a seed run in both arms')
