@@ -4,13 +4,10 @@
 # ./_base_/schedule_agvm-sgd-16e.py) on mmdet 3.x's stock model (the
 # reference's: faster-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py).
 _base_ = [
-    'mmdet::_base_/models/faster-rcnn_r50_fpn.py',
+    './_base_/models/faster-rcnn_r50_fpn_syncbn.py',
     'mmdet::_base_/datasets/coco_detection.py',
     './_base_/schedule_agvm-sgd-16e.py', 'mmdet::_base_/default_runtime.py'
 ]
 
-model = dict(
-    backbone=dict(norm_cfg=dict(type='SyncBN', requires_grad=True),
-                  norm_eval=False))
 train_dataloader = dict(batch_size=16, num_workers=8)
 optim_wrapper = dict(module_names=['backbone', 'neck', 'rpn_head', 'roi_head'])

@@ -8,8 +8,5 @@ _base_ = [
     './_base_/schedule_agvm-sgd-16e_bs256.py', 'mmdet::_base_/default_runtime.py'
 ]
 
-model = dict(
-    backbone=dict(norm_cfg=dict(type='SyncBN', requires_grad=True),
-                  norm_eval=False))
 train_dataloader = dict(batch_size=16, num_workers=8)
 optim_wrapper = dict(module_names=['backbone', 'neck', 'rpn_head', 'roi_head'])

@@ -4,14 +4,11 @@
 # model (the reference's: mask-rcnn_r50_fpn_align_agvm_16xb16-16e_coco.py).
 # The box head and the mask head get a factor each.
 _base_ = [
-    'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
+    './_base_/models/mask-rcnn_r50_fpn_syncbn.py',
     'mmdet::_base_/datasets/coco_instance.py',
     './_base_/schedule_agvm-sgd-16e_bs256.py', 'mmdet::_base_/default_runtime.py'
 ]
 
-model = dict(
-    backbone=dict(norm_cfg=dict(type='SyncBN', requires_grad=True),
-                  norm_eval=False))
 train_dataloader = dict(batch_size=16, num_workers=8)
 optim_wrapper = dict(
     module_names=['backbone', 'neck', 'rpn_head', 'roi_head.bbox_head',

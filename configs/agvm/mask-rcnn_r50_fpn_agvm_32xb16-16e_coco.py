@@ -4,14 +4,11 @@
 # (the reference's: mask-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py). As in
 # the reference, the box head and the mask head get a factor each.
 _base_ = [
-    'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
+    './_base_/models/mask-rcnn_r50_fpn_syncbn.py',
     'mmdet::_base_/datasets/coco_instance.py',
     './_base_/schedule_agvm-sgd-16e.py', 'mmdet::_base_/default_runtime.py'
 ]
 
-model = dict(
-    backbone=dict(norm_cfg=dict(type='SyncBN', requires_grad=True),
-                  norm_eval=False))
 train_dataloader = dict(batch_size=16, num_workers=8)
 optim_wrapper = dict(
     optimizer=dict(lr=0.32),

@@ -8,9 +8,6 @@ _base_ = [
     './_base_/schedule_agvm-sgd-16e.py', 'mmdet::_base_/default_runtime.py'
 ]
 
-model = dict(
-    backbone=dict(norm_cfg=dict(type='SyncBN', requires_grad=True),
-                  norm_eval=False))
 train_dataloader = dict(batch_size=16, num_workers=8)
 optim_wrapper = dict(
     optimizer=dict(lr=0.32),

@@ -3,7 +3,7 @@
 # it changes in mmdet 3.x's stock model: the changes of
 # ./faster-rcnn_r50_fpn_align.py, except that the box RoIs keep
 # sampling_ratio=0 and the mask RoIs take 2.
-_base_ = 'mmdet::_base_/models/mask-rcnn_r50_fpn.py'
+_base_ = './mask-rcnn_r50_fpn_syncbn.py'
 
 model = dict(
     rpn_head=dict(
