@@ -13,7 +13,7 @@ val_dataloader = None
 val_evaluator = None
 param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False)]
 optim_wrapper = dict(start_iter=0, update_interval=1, ema_momentum=0.5,
-                     clip_grad_window=(0, 2))
+                     clip_grad=dict(max_norm=10.0), clip_grad_window=(0, 2))
 default_hooks = dict(logger=dict(interval=1),
                      checkpoint=dict(by_epoch=False, interval=8))
 log_processor = dict(by_epoch=False, window_size=1)
