@@ -32,7 +32,7 @@ def test_demo_detector_table_json_and_figure(demo_data, tmp_path):
     assert 'gradient variance d_i = 1 - cos(G_A, G_B)' in proc.stdout
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result['modules'] == ['backbone', 'neck', 'rpn_head', 'roi_head']
-    assert result['micro_batch'] == 2 and result['dataset_size'] == 48
+    assert result['micro_batch'] == 4 and result['dataset_size'] == 48
     assert [r['batch_size'] for r in result['results']] == [2, 4]
     for row in result['results']:
         assert row['ratio']['backbone']['values'] == [1.0, 1.0]

@@ -30,7 +30,7 @@ test_evaluator = None
 param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=False)]
 optim_wrapper = dict(optimizer=dict(lr=0.02),
                      start_iter=0, update_interval=1, ema_momentum=0.5,
-                     clip_grad_window=(0, 2))
+                     clip_grad=dict(max_norm=10.0), clip_grad_window=(0, 2))
 default_hooks = dict(logger=dict(interval=1),
                      checkpoint=dict(by_epoch=False, interval=4))
 log_processor = dict(by_epoch=False, window_size=1)
