@@ -291,7 +291,7 @@ def load_run_config(config: str,
                     work_dir: Optional[str] = None,
                     launcher: str = 'none') -> Config:
     """Read a config as the toolboxes' ``tools/train.py`` does, and check
-    it (:func:`check_mmext_names`, :func:`dropped_base_hooks`).
+    its mmext names (:func:`check_mmext_names`).
 
     Args:
         config (str): Path of the config file.
@@ -308,8 +308,6 @@ def load_run_config(config: str,
     if cfg_options is not None:
         cfg.merge_from_dict(cfg_options)
     check_mmext_names(cfg)
-    for message in dropped_base_hooks(config, cfg):
-        warn(message)
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir', None) is None:
@@ -386,7 +384,9 @@ def dropped_base_hooks(config: str, cfg: Config) -> List[str]:
 
 
 def build_runner(cfg: Config) -> MMEngineRunner:
-    """Set up distributed training for ``cfg.launcher`` and build the runner.
+    """Set up distributed training for ``cfg.launcher``, build the runner,
+    then warn about :func:`dropped_base_hooks` (once the run's log file
+    exists, so that the warning is in it too).
 
     Args:
         cfg (Config): A config from :func:`load_run_config`; its
@@ -401,6 +401,9 @@ def build_runner(cfg: Config) -> MMEngineRunner:
     runner = ALL_RUNNERS.build(cfg)
     if not isinstance(runner, Runner):
         trust_runner_checkpoints(runner)
+    if cfg.filename:
+        for message in dropped_base_hooks(cfg.filename, cfg):
+            warn(message)
     return runner
 
 

@@ -13,8 +13,8 @@ import torch
 
 from mmengine.config import Config
 
-from mmext.cli import (check_mmext_names, config_for_test, config_for_train,
-                       parser_for_test, parser_for_train)
+from mmext.cli import (build_runner, check_mmext_names, config_for_test,
+                       config_for_train, parser_for_test, parser_for_train)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DET = osp.join(ROOT, 'configs/demo/faster-rcnn_r18_fpn_demo-det.py')
@@ -259,20 +259,24 @@ def test_names_of_the_toolbox_scope_pass():
 
 
 def test_a_custom_hooks_override_that_drops_a_base_hook_warns(tmp_path):
+    """On stderr and in the run's log file (the runner's logger exists)."""
     child = tmp_path / 'child.py'
     child.write_text(
         f"_base_ = '{osp.join(ROOT, 'configs/demo/recognizer3d_r18_multigrid_demo-video.py')}'\n"  # noqa: E501
         "custom_hooks = [dict(type='mmext.NaNGuardHook')]\n")
-    with pytest.warns(UserWarning, match=re.escape(
-            'child.py sets custom_hooks, which replaces the list of its '
-            '_base_ recognizer3d_r18_multigrid_demo-video.py: '
-            'mmext.MultigridHook is dropped.')):
-        _train(str(child))
+    message = ('child.py sets custom_hooks, which replaces the list of its '
+               '_base_ recognizer3d_r18_multigrid_demo-video.py: '
+               'mmext.MultigridHook is dropped.')
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        runner = build_runner(
+            _train(str(child), '--work-dir', str(tmp_path / 'work')))
+    with open(osp.join(runner.log_dir, f'{runner.timestamp}.log')) as f:
+        assert message in f.read()
     child.write_text(child.read_text().replace(
         "[dict(type='mmext.NaNGuardHook')]",
         "[dict(type='mmext.NaNGuardHook'), dict(type='mmext.MultigridHook')]"))
     import warnings
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        _train(str(child))
+        build_runner(_train(str(child), '--work-dir', str(tmp_path / 'w2')))
     assert not [w for w in caught if 'is dropped' in str(w.message)]

@@ -479,6 +479,10 @@ def test_a_missing_or_empty_annotation_list_is_named(tmp_path):
                 'ann_file no/such/folder/train.txt does not exist (relative '
                 f'to the current folder {os.getcwd()}')):
             Runner.build_dataloader(_video_loader('no/such/folder/train.txt'))
+        with pytest.raises(FileNotFoundError, match=re.escape(
+                'or set MMEXT_DATA_ROOT to the folder that holds')):
+            Runner.build_dataloader(
+                _video_loader('../shared/data/no-such-set/train.txt'))
         for text in ('', '\n \n'):
             (tmp_path / 'empty.txt').write_text(text)
             with pytest.raises(ValueError,

@@ -92,7 +92,11 @@ def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
         raise ValueError(
             f'Multigrid needs exactly one SampleFrames or UniformSample in '
             f'the train pipeline to set the clip length T, found '
-            f'{len(samplers)}; use one (e.g. instead of DenseSampleFrames).')
+            f'{len(samplers)}; use one (e.g. instead of DenseSampleFrames).'
+            if samplers else
+            f'Multigrid found no SampleFrames or UniformSample in the train '
+            f'pipeline: MultigridHook trains video models (mmaction2 '
+            f'recipes) whose pipeline samples clips with one of them.')
     _, side = _final_crop_index(pipeline)
     return (int(samplers[0]['clip_len']),
             int(samplers[0].get('frame_interval', 1)), side)

@@ -576,10 +576,11 @@ class MultigridPlan:
                         f'short_cycle_factors '
                         f'{list(self.options.short_cycle_factors)} make '
                         f'per-process batches {sizes} in epochs '
-                        f'{stage.start_epoch}-{stage.end_epoch}, more than '
-                        f'the {samples_per_rank} training clips per process: '
-                        f'0 iterations. Use factors closer to 1 (the default '
-                        f'is [0.5, 0.707]) or more data.')
+                        f'{stage.start_epoch}-{stage.end_epoch}; the first, '
+                        f'{sizes[0]}, is more than the {samples_per_rank} '
+                        f'training clips per process: 0 iterations. Use '
+                        f'factors closer to 1 (the default is [0.5, 0.707]) '
+                        f'or more data.')
                 raise ValueError(
                     f'{samples_per_rank} training clips per process make no '
                     f'batch of {sizes} in epochs '
@@ -638,18 +639,25 @@ class MultigridPlan:
         base = self.options.bn_base_size
         if not base:
             return
-        for stage in self.stages:
-            clips = [b * self.clips_per_sample
-                     for b in self.batch_sizes(stage)]
-            if [b for b in clips if b > base and b % base]:
+        clips = [[b * self.clips_per_sample for b in self.batch_sizes(stage)]
+                 for stage in self.stages]
+
+        def splits_all(size: int) -> bool:
+            return all(b <= size or b % size == 0 for c in clips for b in c)
+
+        for stage, batches in zip(self.stages, clips):
+            bad = [b for b in batches if b > base and b % base]
+            if bad:
                 per_video = (f' ({self.clips_per_sample} clips per video)'
                              if self.clips_per_sample > 1 else '')
+                size = max(d for d in range(1, base) if splits_all(d))
+                fix = (f'bn_base_size={size} (it splits every batch of the '
+                       f'run) or None' if size > 1 else 'bn_base_size=None')
                 raise ValueError(
                     f'Sub-batch BN cannot split the per-device batches '
-                    f'{clips}{per_video} of epochs {stage.start_epoch}-'
-                    f'{stage.end_epoch} into bn_base_size={base} clips. '
-                    f'Make the clips of train_dataloader.batch_size a '
-                    f'multiple or a divisor of bn_base_size.')
+                    f'{batches}{per_video} of epochs {stage.start_epoch}-'
+                    f'{stage.end_epoch} into bn_base_size={base} clips: '
+                    f'{bad[0]} is not a multiple of it. Use {fix}.')
 
     # ------------------------------------------------------------ report
     def summary(self, warnings: Sequence[str] = ()) -> dict:

@@ -259,7 +259,8 @@ def test_extreme_short_cycle_factors_are_named():
     1600 and 400 clips per process, more than the 64 there are."""
     with pytest.raises(ValueError, match=re.escape(
             'short_cycle_factors [0.1, 0.2] make per-process batches '
-            '[1600, 400, 32] in epochs 0-2, more than the 64 training clips')):
+            '[1600, 400, 32] in epochs 0-2; the first, 1600, is more than '
+            'the 64 training clips')):
         MultigridPlan(PIPE, 4, 4, [STEP], samples_per_rank=64,
                       options=MultigridOptions(short_cycle_factors=[0.1, 0.2],
                                                bn_base_size=None))
@@ -410,9 +411,12 @@ def test_sub_bn_check_of_repeated_clips():
                       clips_per_sample=3)
     assert str(info.value) == (
         'Sub-batch BN cannot split the per-device batches [24, 12, 6] (3 '
-        'clips per video) of epochs 4-5 into bn_base_size=4 clips. Make the '
-        'clips of train_dataloader.batch_size a multiple or a divisor of '
-        'bn_base_size.')
+        'clips per video) of epochs 4-5 into bn_base_size=4 clips: 6 is not '
+        'a multiple of it. Use bn_base_size=3 (it splits every batch of the '
+        'run) or None.')
+    # The size it names splits every batch of the run.
+    MultigridPlan(PIPE, 2, 4, [STEP], options=MultigridOptions(bn_base_size=3),
+                  clips_per_sample=3)
 
 
 @pytest.mark.parametrize('dataset, clips', [

@@ -314,3 +314,21 @@ def test_dropped_long_cycle_shapes_warn(tmp_path):
         'The multigrid schedule rounds the long-cycle shapes [(32, 16, 158), '
         '(8, 32, 224)] (per-process batch, T, S) of LR stage 0 (recipe '
         'epochs 0-1) to 0 epochs.')
+
+
+def test_the_readmes_subset_of_the_fight_clips(shared_data, tmp_path):
+    """The README's way to train on a subset keeps both classes and is
+    large enough for the fight recipe's multigrid schedule."""
+    with open(osp.join(ROOT, 'README.md')) as f:
+        blocks = f.read().split('```python\n')
+    tip = next(b.split('```')[0] for b in blocks if 'indices=list(' in b)
+    config = tmp_path / 'fight_subset.py'
+    config.write_text(tip.replace("_base_ = '", f"_base_ = '{ROOT}/"))
+    out = json.loads(_run(str(config), '--dataset', '--json',
+                          '--no-model-check').stdout)
+    assert out['exact'] and out['clips_per_process'] == 48
+    from mmengine.config import Config
+    indices = Config.fromfile(str(config)).train_dataloader.dataset.indices
+    with open(osp.join(shared_data, 'fight', 'train.txt')) as f:
+        labels = [line.split()[-1] for line in f]
+    assert {labels[i] for i in indices} == {'0', '1'}
