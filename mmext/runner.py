@@ -53,11 +53,6 @@ def register_resume_guard(guard: ResumeGuard) -> ResumeGuard:
     return guard
 
 
-# Where mmext's configs read the small real datasets unless MMEXT_DATA_ROOT
-# says otherwise.
-SHARED_DATA = '../shared/data'
-
-
 def check_dataset_config(dataset_cfg: dict) -> None:
     """Refuse a dataset whose annotation file is missing or empty.
 
@@ -84,9 +79,8 @@ def check_dataset_config(dataset_cfg: dict) -> None:
                  f' (relative to the current folder {os.getcwd()}: run from '
                  f"the folder the config's paths are relative to, the "
                  f"project root for mmext's configs)")
-        if path.startswith(SHARED_DATA + '/'):
-            where += (f'; or set MMEXT_DATA_ROOT to the folder that holds '
-                      f"mmext's small datasets (default {SHARED_DATA})")
+        if path.startswith('../shared/data/'):  # the configs' default
+            where += "; or set MMEXT_DATA_ROOT to mmext's small datasets"
         raise FileNotFoundError(f'ann_file {path} does not exist{where}.')
     # A list of blank lines is empty too; a large file is not (COCO json).
     if osp.isfile(path) and osp.getsize(path) < 4096:

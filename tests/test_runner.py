@@ -480,7 +480,7 @@ def test_a_missing_or_empty_annotation_list_is_named(tmp_path):
                 f'to the current folder {os.getcwd()}')):
             Runner.build_dataloader(_video_loader('no/such/folder/train.txt'))
         with pytest.raises(FileNotFoundError, match=re.escape(
-                'or set MMEXT_DATA_ROOT to the folder that holds')):
+                "or set MMEXT_DATA_ROOT to mmext's small datasets")):
             Runner.build_dataloader(
                 _video_loader('../shared/data/no-such-set/train.txt'))
         for text in ('', '\n \n'):

@@ -308,8 +308,7 @@ class AGVMOptimWrapper(OptimWrapper):
             (sqrt(v) + eps), AdamW mode). Defaults to ``'grad'``.
         clip_grad_window (tuple[int, int], optional): Runner iterations
             ``[begin, end]`` (both included) in which ``clip_grad`` applies;
-            None for all.
-            Defaults to None.
+            None for all. Defaults to None.
         **kwargs: As in mmengine's wrappers (``accumulative_counts``,
             ``clip_grad``, AMP's ``loss_scale``/``dtype``).
 

@@ -94,9 +94,8 @@ def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
             f'the train pipeline to set the clip length T, found '
             f'{len(samplers)}; use one (e.g. instead of DenseSampleFrames).'
             if samplers else
-            f'Multigrid found no SampleFrames or UniformSample in the train '
-            f'pipeline: MultigridHook trains video models (mmaction2 '
-            f'recipes) whose pipeline samples clips with one of them.')
+            'No SampleFrames or UniformSample in the train pipeline: '
+            'MultigridHook trains video recognizers (mmaction2 recipes).')
     _, side = _final_crop_index(pipeline)
     return (int(samplers[0]['clip_len']),
             int(samplers[0].get('frame_interval', 1)), side)

@@ -15,7 +15,6 @@ import torch
 from mmengine.dist import all_reduce
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import DATA_SAMPLERS
 from mmengine.runner import EpochBasedTrainLoop, Runner
@@ -31,7 +30,7 @@ from .data import MultigridDataset, ShortCycleBatchSampler, resize_pipeline
 from .plan import MultigridOptions, MultigridPlan
 from .schedule import MultigridStage
 from .speed import (CompiledRun, autocasts_to_bf16, compile_enabled,
-                    float32_head_outputs, prepare_run)
+                    float32_head_outputs, prepare_run, unwrap_model)
 from .transformers import remove_shape_adapters, shape_adapters
 
 __all__ = [
@@ -53,10 +52,6 @@ CHECKPOINT_KEY = 'mmext_multigrid'
 
 # Seeds of rebuilt loaders differ per stage so augmentations are not replayed.
 _STAGE_SEED_STRIDE = 1009
-
-
-def _unwrap(model):
-    return model.module if is_model_wrapper(model) else model
 
 
 def _check_repeat_collate(loader_cfg, repeats: int) -> None:
@@ -348,7 +343,7 @@ class MultigridHook(Hook):
         self.plan = MultigridPlan.for_runner(runner, self.options)
         self._pipeline = list(runner.cfg.train_dataloader.dataset.pipeline)
         self._dataset = loop.dataloader.dataset
-        model = _unwrap(runner.model)
+        model = unwrap_model(runner.model)
         check_run(self.plan, model, self._pipeline)
         for line in shape_adapters(model):
             print_log(f'Multigrid: shape adapter: {line}', logger='current')
@@ -455,7 +450,7 @@ class MultigridHook(Hook):
             # checkpoint epochs).
             return
         stage = self.plan.stage_at(runner.epoch)
-        model = _unwrap(runner.model)
+        model = unwrap_model(runner.model)
         loader = self.build_loader(runner, stage, short_cycle=False)
         loader.batch_sampler.sampler.set_epoch(runner.epoch)
 
@@ -504,8 +499,8 @@ class MultigridHook(Hook):
     def after_train(self, runner) -> None:
         """Leave the recipe's plain modules in the trained model; log the
         compiled graphs."""
-        disable_sub_bn(_unwrap(runner.model))
-        remove_shape_adapters(_unwrap(runner.model))
+        disable_sub_bn(unwrap_model(runner.model))
+        remove_shape_adapters(unwrap_model(runner.model))
         self._undo_prepare()
         if self._compiled is not None:
             message = self._compiled.stop()

@@ -571,22 +571,19 @@ class MultigridPlan:
                 sizes = self.batch_sizes(stage)
                 # The factors are to blame only when the shape's own batch
                 # (the cycle's last) would fit.
-                if len(sizes) > 1 and sizes[-1] <= samples_per_rank:
-                    raise ValueError(
-                        f'short_cycle_factors '
-                        f'{list(self.options.short_cycle_factors)} make '
-                        f'per-process batches {sizes} in epochs '
-                        f'{stage.start_epoch}-{stage.end_epoch}; the first, '
-                        f'{sizes[0]}, is more than the {samples_per_rank} '
-                        f'training clips per process: 0 iterations. Use '
-                        f'factors closer to 1 (the default is [0.5, 0.707]) '
-                        f'or more data.')
+                factors = (f'short_cycle_factors '
+                           f'{list(self.options.short_cycle_factors)}'
+                           if sizes[-1] <= samples_per_rank < sizes[0] else '')
                 raise ValueError(
-                    f'{samples_per_rank} training clips per process make no '
-                    f'batch of {sizes} in epochs '
-                    f'{stage.start_epoch}-{stage.end_epoch}, which would '
-                    f'train 0 iterations. Use more data, fewer processes '
-                    f'or a smaller train_dataloader.batch_size.')
+                    f'{samples_per_rank} training clips per process are fewer '
+                    f'than the first per-process batch, {sizes[0]}, of '
+                    f'{sizes} in epochs {stage.start_epoch}-{stage.end_epoch}'
+                    f'{" made by " + factors if factors else ""}: 0 '
+                    f'iterations. Use ' + (
+                        'factors closer to 1 (the default is [0.5, 0.707]) '
+                        'or more data.' if factors else
+                        'more data, fewer processes or a smaller '
+                        'train_dataloader.batch_size.'))
             cum += [cum[-1] + n * (k + 1) for k in range(stage.num_epochs)]
         return cum
 
@@ -637,20 +634,15 @@ class MultigridPlan:
         """Raise unless every batch above ``bn_base_size`` clips is a
         multiple of it."""
         base = self.options.bn_base_size
-        if not base:
-            return
         clips = [[b * self.clips_per_sample for b in self.batch_sizes(stage)]
-                 for stage in self.stages]
-
-        def splits_all(size: int) -> bool:
-            return all(b <= size or b % size == 0 for c in clips for b in c)
-
+                 for stage in self.stages] if base else []
         for stage, batches in zip(self.stages, clips):
             bad = [b for b in batches if b > base and b % base]
             if bad:
                 per_video = (f' ({self.clips_per_sample} clips per video)'
                              if self.clips_per_sample > 1 else '')
-                size = max(d for d in range(1, base) if splits_all(d))
+                size = max(d for d in range(1, base) if all(
+                    b <= d or b % d == 0 for c in clips for b in c))
                 fix = (f'bn_base_size={size} (it splits every batch of the '
                        f'run) or None' if size > 1 else 'bn_base_size=None')
                 raise ValueError(

@@ -19,7 +19,7 @@ __all__ = [
     'prepare_run', 'keep_freed_memory', 'glibc_version', 'compile_enabled',
     'train_shape_count', 'run_outside_dynamo', 'CompiledRun',
     'ChannelsLastHook', 'to_channels_last_3d', 'Float32HeadHook',
-    'float32_head_outputs', 'autocasts_to_bf16'
+    'float32_head_outputs', 'autocasts_to_bf16', 'unwrap_model'
 ]
 
 # mallopt parameters (glibc's malloc.h).
@@ -28,7 +28,7 @@ M_MMAP_MAX = -4
 _CHANNELS_LAST = torch.channels_last_3d
 
 
-def _unwrap(model):
+def unwrap_model(model):
     return model.module if is_model_wrapper(model) else model
 
 
@@ -41,7 +41,7 @@ def prepare_run(runner, keep_cpu_memory: bool = True) -> Callable[[], None]:
         callable: Undoes the dynamo exclusions (the allocator setting is
         process-wide and stays).
     """
-    model = _unwrap(runner.model)
+    model = unwrap_model(runner.model)
     param = next(model.parameters(), None)
     if (keep_cpu_memory and param is not None and param.device.type == 'cpu'
             and keep_freed_memory()):
@@ -234,7 +234,7 @@ class ChannelsLastHook(Hook):
         self._handle = None
 
     def before_run(self, runner) -> None:
-        model = _unwrap(runner.model)
+        model = unwrap_model(runner.model)
         backbone = getattr(model, 'backbone', None)
         if backbone is None:
             raise ValueError(
@@ -246,7 +246,7 @@ class ChannelsLastHook(Hook):
                 _inputs_to_channels_last)
 
     def before_train(self, runner) -> None:
-        count = to_channels_last_3d(_unwrap(runner.model))
+        count = to_channels_last_3d(unwrap_model(runner.model))
         optimizer = getattr(runner.optim_wrapper, 'optimizer', None)
         for state in getattr(optimizer, 'state', {}).values():
             for key, value in state.items():
@@ -258,7 +258,7 @@ class ChannelsLastHook(Hook):
                   logger='current')
 
     def before_val(self, runner) -> None:
-        to_channels_last_3d(_unwrap(runner.model))
+        to_channels_last_3d(unwrap_model(runner.model))
 
     before_test = before_val
 
@@ -304,6 +304,6 @@ class Float32HeadHook(Hook):
     priority = 'VERY_HIGH'
 
     def before_run(self, runner) -> None:
-        if float32_head_outputs(_unwrap(runner.model)):
+        if float32_head_outputs(unwrap_model(runner.model)):
             print_log('Float32HeadHook: cls_head outputs in float32',
                       logger='current')

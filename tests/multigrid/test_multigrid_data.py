@@ -49,7 +49,7 @@ def test_pipeline_errors():
         parse_grid_shape([dict(t, type='UniformSample') if t['type'] ==
                           'SampleFrames' else t for t in I3D_PIPE] +
                          I3D_PIPE[1:2])
-    with pytest.raises(ValueError, match='MultigridHook trains video models'):
+    with pytest.raises(ValueError, match='MultigridHook trains video recognizers'):
         parse_grid_shape([t for t in I3D_PIPE
                           if t['type'] != 'SampleFrames'])
     with pytest.raises(ValueError, match='final fixed-size square crop'):

@@ -201,7 +201,7 @@ def test_dist_train_two_processes(tmp_path):
 
 
 def test_dataset_smaller_than_a_batch_rejected(tmp_path):
-    with pytest.raises(ValueError, match='train 0 iterations'):
+    with pytest.raises(ValueError, match='are fewer than the first per-process batch'):
         _train(tmp_path, train_dataloader=dict(dataset=dict(indices=12)))
 
 

@@ -258,14 +258,16 @@ def test_extreme_short_cycle_factors_are_named():
     has batch 32, and crops of 0.1 and 0.2 of S make 50x and 12.5x more:
     1600 and 400 clips per process, more than the 64 there are."""
     with pytest.raises(ValueError, match=re.escape(
-            'short_cycle_factors [0.1, 0.2] make per-process batches '
-            '[1600, 400, 32] in epochs 0-2; the first, 1600, is more than '
-            'the 64 training clips')):
+            '64 training clips per process are fewer than the first '
+            'per-process batch, 1600, of [1600, 400, 32] in epochs 0-2 made '
+            'by short_cycle_factors [0.1, 0.2]: 0 iterations. Use factors '
+            'closer to 1')):
         MultigridPlan(PIPE, 4, 4, [STEP], samples_per_rank=64,
                       options=MultigridOptions(short_cycle_factors=[0.1, 0.2],
                                                bn_base_size=None))
-    with pytest.raises(ValueError, match='64 training clips per process make '
-                       r'no batch of \[512\] in epochs 0-3'):
+    with pytest.raises(ValueError, match=re.escape(
+            'fewer than the first per-process batch, 512, of [512] in epochs '
+            '0-3: 0 iterations. Use more data, fewer processes')):
         MultigridPlan(PIPE, 64, 4, [STEP], samples_per_rank=64,
                       options=MultigridOptions(short_cycle=False))
 
