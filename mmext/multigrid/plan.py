@@ -569,21 +569,20 @@ class MultigridPlan:
             n = self.iters_per_epoch(stage)
             if n == 0:
                 sizes = self.batch_sizes(stage)
-                # The factors are to blame only when the shape's own batch
-                # (the cycle's last) would fit.
-                factors = (f'short_cycle_factors '
-                           f'{list(self.options.short_cycle_factors)}'
-                           if sizes[-1] <= samples_per_rank < sizes[0] else '')
+                if sizes[-1] <= samples_per_rank:
+                    # The shape's own batch fits: the factors made the first.
+                    cause = (f' made by short_cycle_factors '
+                             f'{list(self.options.short_cycle_factors)}')
+                    fix = ('factors closer to 1 (the default is [0.5, 0.707]) '
+                           'or more data')
+                else:
+                    cause, fix = '', ('more data, fewer processes or a smaller '
+                                      'train_dataloader.batch_size')
                 raise ValueError(
                     f'{samples_per_rank} training clips per process are fewer '
                     f'than the first per-process batch, {sizes[0]}, of '
                     f'{sizes} in epochs {stage.start_epoch}-{stage.end_epoch}'
-                    f'{" made by " + factors if factors else ""}: 0 '
-                    f'iterations. Use ' + (
-                        'factors closer to 1 (the default is [0.5, 0.707]) '
-                        'or more data.' if factors else
-                        'more data, fewer processes or a smaller '
-                        'train_dataloader.batch_size.'))
+                    f'{cause}: 0 iterations. Use {fix}.')
             cum += [cum[-1] + n * (k + 1) for k in range(stage.num_epochs)]
         return cum
 
@@ -634,8 +633,10 @@ class MultigridPlan:
         """Raise unless every batch above ``bn_base_size`` clips is a
         multiple of it."""
         base = self.options.bn_base_size
+        if not base:
+            return
         clips = [[b * self.clips_per_sample for b in self.batch_sizes(stage)]
-                 for stage in self.stages] if base else []
+                 for stage in self.stages]
         for stage, batches in zip(self.stages, clips):
             bad = [b for b in batches if b > base and b % base]
             if bad:

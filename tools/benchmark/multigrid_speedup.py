@@ -175,20 +175,26 @@ class _Baseline(Hook):
         prepare_run(runner, self.keep_cpu_memory)
 
 
-def evaluate_at(runner, cfg, clip_lens):
+def evaluate_at(runner, cfg, clip_lens, top1=None):
     """Top-1 on the val clips at each of ``clip_lens`` (the pipeline
-    scaled as the hook scales it); None where the backbone refuses one."""
+    scaled as the hook scales it); None where the backbone refuses one.
+    ``top1``, the run's evaluation at the val pipeline's own T, is reused
+    there instead of evaluated again."""
+    pipeline = cfg.val_dataloader.dataset.pipeline
+    own_clip_len, _, crop_size = parse_grid_shape(pipeline)
     out = {}
     for clip_len in clip_lens:
+        if clip_len == own_clip_len and top1 is not None:
+            out[clip_len] = top1
+            continue
         try:
             check_clip_lengths(runner.model.backbone, [clip_len])
         except ValueError:
             out[clip_len] = None
             continue
         loader = copy.deepcopy(cfg.val_dataloader)
-        pipeline = loader.dataset.pipeline
-        loader.dataset.pipeline = resize_pipeline(
-            pipeline, clip_len, parse_grid_shape(pipeline)[2])
+        loader.dataset.pipeline = resize_pipeline(pipeline, clip_len,
+                                                  crop_size)
         runner.val_loop.dataloader = runner.build_dataloader(loader)
         out[clip_len] = runner.val_loop.run()['acc/top1']
     return out
@@ -218,7 +224,7 @@ def train_arm(args, multigrid, clip_lens=()):
         runner.train()
         seconds = time.perf_counter() - start
     top1 = None if args.synthetic else runner.val_loop.run()['acc/top1']
-    top1_at = evaluate_at(runner, cfg, clip_lens)
+    top1_at = evaluate_at(runner, cfg, clip_lens, top1)
     samples = len(runner.train_dataloader.sampler)
     # The hook's plan holds the FLOPs it counted on the model.
     plan = next((h.plan for h in runner.hooks
