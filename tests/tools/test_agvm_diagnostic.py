@@ -58,13 +58,12 @@ def test_variance_ratio_and_factors_match_hand_computation():
     layout = module_layout(model, ['a', 'b', 'c'])
     result = measure_gradient_variance(model, HALF_A, HALF_B, layout,
                                        ratio_range=(0.5, 10.0))
-    assert result.module_names == ['a', 'b', 'c']
-    assert result.d.tolist() == pytest.approx([D_A, D_B, D_C], abs=1e-7)
-    assert result.valid.tolist() == [True, True, True]
-    assert result.ratio.tolist() == pytest.approx(
+    assert result['d'].tolist() == pytest.approx([D_A, D_B, D_C], abs=1e-7)
+    assert result['valid'].tolist() == [True, True, True]
+    assert result['ratio'].tolist() == pytest.approx(
         [1.0, D_A / D_B, D_A / D_C], rel=1e-6)
     # b: ratio 0.29 is clamped to 0.5; c: sqrt(7.32) = 2.71.
-    assert result.mu.tolist() == pytest.approx(
+    assert result['mu'].tolist() == pytest.approx(
         [1.0, SQRT_HALF, math.sqrt(D_A / D_C)], rel=1e-6)
 
 
@@ -73,19 +72,19 @@ def test_a_float64_model_gives_the_same_variances():
     result = measure_gradient_variance(
         model, HALF_A, HALF_B, module_layout(model, ['a', 'b', 'c']),
         loss_fn=lambda m, data: m(data['inputs'].double())['loss'])
-    assert result.d.tolist() == pytest.approx([D_A, D_B, D_C], abs=1e-12)
+    assert result['d'].tolist() == pytest.approx([D_A, D_B, D_C], abs=1e-12)
 
 
 def test_default_modules_are_the_top_level_children_anchor_first():
     # 'extra' is identical in both halves: d = 0, ratio undefined, mu = hi.
     model = LinearToy()
-    result = measure_gradient_variance(model, HALF_A, HALF_B,
-                                       module_layout(model),
+    layout = module_layout(model)
+    assert layout.module_names == ['a', 'b', 'c', 'extra']
+    result = measure_gradient_variance(model, HALF_A, HALF_B, layout,
                                        ratio_range=(0.5, 4.0))
-    assert result.module_names == ['a', 'b', 'c', 'extra']
-    assert result.d[3].item() == pytest.approx(0.0, abs=1e-12)
-    assert math.isnan(result.ratio[3].item())
-    assert result.mu[3].item() == pytest.approx(2.0)
+    assert result['d'][3].item() == pytest.approx(0.0, abs=1e-12)
+    assert math.isnan(result['ratio'][3].item())
+    assert result['mu'][3].item() == pytest.approx(2.0)
 
 
 def test_anchor_without_gradient_invalidates_every_factor():
@@ -93,9 +92,9 @@ def test_anchor_without_gradient_invalidates_every_factor():
     model = LinearToy()
     result = measure_gradient_variance(model, half, HALF_B,
                                        module_layout(model))
-    assert result.valid.tolist() == [False, True, True, True]
-    assert all(math.isnan(v) for v in result.mu.tolist())
-    assert all(math.isnan(v) for v in result.ratio.tolist())
+    assert result['valid'].tolist() == [False, True, True, True]
+    assert all(math.isnan(v) for v in result['mu'].tolist())
+    assert all(math.isnan(v) for v in result['ratio'].tolist())
 
 
 def test_model_state_is_unchanged():
@@ -134,11 +133,12 @@ def test_module_names_are_checked_as_the_constructor_does():
 
 
 def test_summarize_ignores_nan():
-    assert summarize([1.0, 3.0, math.nan]) == pytest.approx(
-        (2.0, math.sqrt(2.0)))
-    mean, std = summarize([5.0])
-    assert mean == 5.0 and math.isnan(std)
-    assert all(math.isnan(v) for v in summarize([math.nan]))
+    out = summarize([1.0, 3.0, math.nan])
+    assert (out['mean'], out['std']) == pytest.approx((2.0, math.sqrt(2.0)))
+    assert len(out['values']) == 3
+    out = summarize([5.0])
+    assert out['mean'] == 5.0 and math.isnan(out['std'])
+    assert math.isnan(summarize([math.nan])['mean'])
 
 
 def test_variance_by_batch_size_draws_fresh_halves_per_repeat():

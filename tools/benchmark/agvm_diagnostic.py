@@ -1,14 +1,15 @@
-"""AGVM's gradient variances of a model for two halves of a batch, without
-training it (paper Sec. 3, Fig. 1).
+"""AGVM's gradient variance d_i of a model for two halves of a batch,
+without training it (paper Sec. 3, Fig. 1): the code of
+``tools/analysis/agvm_variance.py`` and ``agvm_large_batch.py``.
 
-The code of ``tools/analysis/agvm_variance.py`` and
-``tools/benchmark/agvm_large_batch.py``: the constructor's grouping, the
-wrapper's flat layout and its statistics (:mod:`mmext.agvm`), so d_i is what
-``AGVMOptimWrapper`` would see. Callers check the batch sizes and repeats.
+It uses the constructor's grouping, the wrapper's flat layout, norms and
+statistics (:mod:`mmext.agvm`), so d_i is what ``AGVMOptimWrapper`` would
+see. Callers check the batch sizes and repeats.
 """
 import math
+import statistics
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterable, List, NamedTuple, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -25,32 +26,11 @@ from mmext.agvm.statistics import (DEFAULT_RATIO_RANGE, HalfStatistics,
 LossFn = Callable[[nn.Module, object], Tensor]
 
 
-class VarianceMeasurement(NamedTuple):
-    """Per-module results of one pair of halves, shape (M,) each.
-
-    ``d`` = 1 - cos(G_A, G_B) (float64); ``valid`` False where a half's
-    gradient is zero or non-finite; ``ratio`` = d_anchor / d_i (NaN where
-    undefined); ``mu`` = sqrt(clamp(ratio, lo, hi)).
-    """
-    module_names: list
-    d: Tensor
-    valid: Tensor
-    ratio: Tensor
-    mu: Tensor
-
-
 def module_layout(model: nn.Module,
                   module_names: Sequence[str] = None) -> GradientLayout:
-    """The wrapper's flat layout of ``model``'s trainable parameters.
-
-    Args:
-        model (nn.Module): The unwrapped model.
-        module_names (Sequence[str], optional): Modules, anchor first; None
-            for the model's top-level children with trainable parameters.
-
-    Raises:
-        ValueError: On a wrong ``module_names`` (the constructor's check).
-    """
+    """The wrapper's flat layout of ``model``'s trainable parameters;
+    ``module_names`` (anchor first; None: the top-level modules) checked as
+    the constructor checks them."""
     names = resolve_module_names(model, module_names)
     groups = split_groups_by_module(
         [dict(params=[p for p in model.parameters() if p.requires_grad])],
@@ -100,78 +80,60 @@ def _accumulate_half(model: nn.Module, layout: GradientLayout,
     return flat
 
 
-def measure_gradient_variance(
-        model: nn.Module, half_a: Sequence, half_b: Sequence,
-        layout: GradientLayout,
-        ratio_range: Tuple[float, float] = DEFAULT_RATIO_RANGE,
-        loss_fn: LossFn = mmengine_loss) -> VarianceMeasurement:
-    """d_i between the mean gradients of two halves of a batch, per module.
+def measure_gradient_variance(model: nn.Module, half_a: Sequence,
+                              half_b: Sequence, layout: GradientLayout,
+                              ratio_range=DEFAULT_RATIO_RANGE,
+                              loss_fn: LossFn = mmengine_loss
+                              ) -> Dict[str, Tensor]:
+    """d_i between the mean gradients of two halves (lists of micro-batches,
+    other images in each) of a batch, in training mode; the model's state
+    is restored and its weights never written.
 
-    Forwards run in training mode; buffers, modes and ``.grad`` are restored
-    afterwards and the weights are never written.
-
-    Args:
-        model (nn.Module): The unwrapped model.
-        half_a (Sequence): Micro-batches of half A (one backward each).
-        half_b (Sequence): Micro-batches of half B, other images than A.
-        layout (GradientLayout): From :func:`module_layout`.
-        ratio_range (tuple[float, float]): The wrapper's ``ratio_range``.
-            Defaults to (0.5, 10.0).
-        loss_fn (callable): ``loss_fn(model, micro_batch) -> loss``.
-            Defaults to :func:`mmengine_loss`.
+    Returns:
+        dict[str, Tensor]: Shape (M,) each: ``d`` = 1 - cos(G_A, G_B);
+        ``valid``, False where a half's gradient is zero or non-finite;
+        ``ratio`` = d_anchor / d_i (NaN where undefined); ``mu`` =
+        sqrt(clamp(ratio, *ratio_range)).
     """
     with _preserved_state(model):
         model.train()
         grad_a = _accumulate_half(model, layout, half_a, loss_fn)
         grad_b = _accumulate_half(model, layout, half_b, loss_fn)
-        # The wrapper's exchange: the dot product from three norms.
+        # As the wrapper's exchange: the dot product from three norms.
         sq_a, sq_b = map(layout.module_sq_norm, (grad_a, grad_b))
         sq_sum = layout.module_sq_norm(grad_a.add_(grad_b))
-        stats = HalfStatistics(half_dot_from_norms(sq_sum, sq_a, sq_b), sq_a,
-                               sq_b)
-    d, valid = gradient_variance(stats)
-    mu = modulation_factors(d, valid, 0, ratio_range)
+    d, valid = gradient_variance(
+        HalfStatistics(half_dot_from_norms(sq_sum, sq_a, sq_b), sq_a, sq_b))
     ok = valid & valid[0] & (d > 0)
-    ratio = torch.where(ok, d[0] / torch.where(ok, d, 1.0),
-                        torch.full_like(d, math.nan))
-    return VarianceMeasurement(layout.module_names, d, valid, ratio, mu)
+    ratio = torch.where(ok, d[0] / torch.where(ok, d, 1.0), math.nan)
+    return dict(d=d, valid=valid, ratio=ratio,
+                mu=modulation_factors(d, valid, 0, ratio_range))
 
 
-def summarize(values: Iterable[float]) -> Tuple[float, float]:
-    """Mean and sample standard deviation of the finite values; the std of
-    one value is NaN (no spread to show), both are NaN for none."""
+def summarize(values: Sequence[float]) -> Dict[str, object]:
+    """``mean``, sample ``std`` (NaN for one value) of the finite values
+    (both NaN for none), and the ``values``."""
     finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return math.nan, math.nan
-    mean = sum(finite) / len(finite)
-    if len(finite) == 1:
-        return mean, math.nan
-    var = sum((v - mean)**2 for v in finite) / (len(finite) - 1)
-    return mean, math.sqrt(var)
+    return dict(mean=statistics.fmean(finite) if finite else math.nan,
+                std=statistics.stdev(finite) if len(finite) > 1 else math.nan,
+                values=list(values))
 
 
-def variance_by_batch_size(
-        model: nn.Module, draw_half: Callable[[int], Sequence],
-        batch_sizes: Sequence[int], repeats: int, layout: GradientLayout,
-        ratio_range: Tuple[float, float] = DEFAULT_RATIO_RANGE,
-        loss_fn: LossFn = mmengine_loss) -> List[Dict]:
-    """d_i, d_anchor / d_i and mu_i against the total batch size N.
+def variance_by_batch_size(model: nn.Module,
+                           draw_half: Callable[[int], Sequence],
+                           batch_sizes: Sequence[int], repeats: int,
+                           layout: GradientLayout,
+                           ratio_range=DEFAULT_RATIO_RANGE,
+                           loss_fn: LossFn = mmengine_loss) -> List[Dict]:
+    """d_i, d_anchor / d_i and mu_i against the total batch size N (even).
 
-    Args:
-        model (nn.Module): The unwrapped model, state kept as is.
-        draw_half (callable): ``draw_half(images) -> micro-batches`` holding
-            that many fresh images; called twice per N and repeat.
-        batch_sizes (Sequence[int]): Total batch sizes N, even, >= 2.
-        repeats (int): R >= 1 pairs of halves per N.
-        layout (GradientLayout): From :func:`module_layout`.
-        ratio_range (tuple[float, float]): The wrapper's ``ratio_range``.
-            Defaults to (0.5, 10.0).
-        loss_fn (callable): As in :func:`measure_gradient_variance`.
+    ``draw_half(images)`` returns micro-batches of that many fresh images;
+    it is called twice per N and repeat.
 
     Returns:
-        list[dict]: One per N, in order: ``batch_size``, ``repeats`` and, for
-        each of ``'d'``, ``'ratio'``, ``'mu'``, a dict module name ->
-        ``{'mean', 'std', 'values'}`` (values: R floats, NaN where invalid).
+        list[dict]: One per N: ``batch_size``, ``repeats`` and, for each of
+        ``'d'``, ``'ratio'``, ``'mu'``, module name -> :func:`summarize` of
+        the R values (NaN where a measurement is not valid).
     """
     rows = []
     for size in batch_sizes:
@@ -183,11 +145,12 @@ def variance_by_batch_size(
         ]
         row = dict(batch_size=size, repeats=repeats)
         for key in ('d', 'ratio', 'mu'):
-            row[key] = {}
-            for i, name in enumerate(layout.module_names):
-                values = [getattr(run, key)[i].item() if run.valid[i] else
-                          math.nan for run in runs]
-                mean, std = summarize(values)
-                row[key][name] = dict(mean=mean, std=std, values=values)
+            row[key] = {
+                name: summarize([
+                    run[key][i].item() if run['valid'][i] else math.nan
+                    for run in runs
+                ])
+                for i, name in enumerate(layout.module_names)
+            }
         rows.append(row)
     return rows
