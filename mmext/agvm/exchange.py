@@ -121,10 +121,6 @@ class GradientLayout:
             else:
                 param.grad.copy_(chunk)
 
-    def module_sq_norm(self, flat: Tensor) -> Tensor:
-        """Per-module squared norms of a flat buffer, float64, shape (M,)."""
-        return self.segment_sq_norms(self.params, flat)
-
     def segment_sq_norms(self, params: Sequence[Tensor],
                          flat: Tensor) -> Tensor:
         """Per-module squared norms of the gradients of some parameters.

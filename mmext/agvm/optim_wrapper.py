@@ -484,8 +484,16 @@ class AGVMOptimWrapper(OptimWrapper):
 
     def update_factors(self, step: int) -> None:
         """Measure the halves of optimizer step ``step``, update the EMA."""
-        stats = self._collect(step)
+        stats = self.halves.measure(step)
         if stats is None:
+            # DDP already averaged the grads (no optim_context around the
+            # forward): both halves would look identical.
+            if self.distributed and not self._warned_no_takeover:
+                print_log(
+                    'AGVM skipped a re-estimate: its forward ran outside '
+                    'optim_wrapper.optim_context(model)', logger='current',
+                    level=logging.WARNING)
+                self._warned_no_takeover = True
             return
         # The one device-to-host transfer of a re-estimate: 3M float64.
         stats = HalfStatistics(*torch.stack(tuple(stats)).cpu())
@@ -512,19 +520,6 @@ class AGVMOptimWrapper(OptimWrapper):
         except RuntimeError:  # no runner built a visualizer: nowhere to log
             return
         visualizer.add_scalars(scalars, step=(step + 1) * self._counts[1])
-
-    def _collect(self, step: int) -> Optional[HalfStatistics]:
-        stats = self.halves.measure(step)
-        if stats is None and self.distributed:
-            # DDP already averaged the grads (no optim_context around the
-            # forward): both halves would look identical.
-            if not self._warned_no_takeover:
-                print_log(
-                    'AGVM skipped a re-estimate: its forward ran outside '
-                    'optim_wrapper.optim_context(model)', logger='current',
-                    level=logging.WARNING)
-                self._warned_no_takeover = True
-        return stats
 
     def state_dict(self) -> dict:
         """The optimizer's state dict plus ``'agvm'``.

@@ -39,7 +39,7 @@ def test_layout_buffers_follow_the_parameters():
     assert (flat.device, flat.dtype, flat.shape) == (
         META, torch.float32, (layout.numel + 3, ))
     assert (used.device, used.shape) == (META, (len(layout.params), ))
-    norms = layout.module_sq_norm(flat[:layout.numel])
+    norms = layout.segment_sq_norms(layout.params, flat[:layout.numel])
     assert (norms.device, norms.dtype, norms.shape) == (
         META, torch.float64, (3, ))
 
@@ -71,7 +71,7 @@ def test_segments_are_per_module_and_others_last():
     flat, used = layout.flatten()
     assert flat.tolist() == [0, 0, 0, 1, 2, 3, 4, 0, 0, 0]
     assert used.tolist() == [0, 1, 0]
-    assert layout.module_sq_norm(flat).tolist() == [0.0, 30.0]
+    assert layout.segment_sq_norms(layout.params, flat).tolist() == [0.0, 30.0]
 
 
 def test_sums_are_float64_accurate_for_float32_gradients():
@@ -83,8 +83,8 @@ def test_sums_are_float64_accurate_for_float32_gradients():
     a = torch.randn(layout.numel, generator=gen)
     exact_sq = a[:n].double().square().sum().item()
     assert torch.dot(a[:n], a[:n]).item() != pytest.approx(exact_sq, rel=1e-6)
-    assert layout.module_sq_norm(a).item() == pytest.approx(exact_sq,
-                                                            rel=1e-8)
+    norm = layout.segment_sq_norms(layout.params, a).item()
+    assert norm == pytest.approx(exact_sq, rel=1e-8)
 
 
 class FakeDDP(nn.Module):
@@ -188,7 +188,7 @@ def test_accumulation_halves_stay_on_the_device(statistic):
         wrapper.backward(loss)
     assert all(p.grad.device == META for p in wrapper.layout.params
                if p.grad is not None)
-    _assert_statistics_on_meta(wrapper._collect(0))
+    _assert_statistics_on_meta(wrapper.halves.measure(0))
 
 
 @pytest.mark.parametrize('world_size,rank', [(2, 0), (2, 1), (4, 1), (3, 2)])
@@ -218,7 +218,7 @@ def test_flat_exchange_collectives_get_device_tensors(
     with wrapper.optim_context(model):
         loss = model(*_meta_batch())
     wrapper.backward(loss)
-    stats = wrapper._collect(0)
+    stats = wrapper.halves.measure(0)
 
     _assert_statistics_on_meta(stats)
     assert written == [(META, META)]

@@ -100,8 +100,9 @@ def measure_gradient_variance(model: nn.Module, half_a: Sequence,
         grad_a = _accumulate_half(model, layout, half_a, loss_fn)
         grad_b = _accumulate_half(model, layout, half_b, loss_fn)
         # As the wrapper's exchange: the dot product from three norms.
-        sq_a, sq_b = map(layout.module_sq_norm, (grad_a, grad_b))
-        sq_sum = layout.module_sq_norm(grad_a.add_(grad_b))
+        sq_a = layout.segment_sq_norms(layout.params, grad_a)
+        sq_b = layout.segment_sq_norms(layout.params, grad_b)
+        sq_sum = layout.segment_sq_norms(layout.params, grad_a.add_(grad_b))
     d, valid = gradient_variance(
         HalfStatistics(half_dot_from_norms(sq_sum, sq_a, sq_b), sq_a, sq_b))
     ok = valid & valid[0] & (d > 0)
