@@ -144,27 +144,21 @@ def test_resume_agvm_checkpoint_into_plain_config(tmp_path):
     with pytest.raises(ValueError) as err:
         runner.train()
     msg = str(err.value)
-    assert f"{ckpt} comes from an AGVM run (module_names ['backbone', " \
-        "'head'])" in msg
-    assert "config's OptimWrapper cannot map" in msg
-    assert f'load_from={ckpt} (no --resume)' in msg
+    assert f'{ckpt} has AGVM state' in msg
+    assert "type='mmext.AGVMOptimWrapper'" in msg
 
 
 def test_resume_plain_checkpoint_into_agvm_config(tmp_path):
     ckpt = _train_and_checkpoint(tmp_path, optim_wrapper=dict(
         optimizer=dict(type='SGD', lr=0.1)))
-    with pytest.raises(ValueError, match=re.escape(
-            'the checkpoint has no AGVM state: it comes from a run without '
-            'AGVM')):
+    with pytest.raises(ValueError, match='no AGVM state'):
         _resume(tmp_path, ckpt).train()
 
 
 def test_resume_with_other_module_names(tmp_path):
     ckpt = _train_and_checkpoint(tmp_path)
     with pytest.raises(ValueError, match=re.escape(
-            "checkpoint AGVM modules ['backbone', 'head'] differ from "
-            "module_names ['head', 'backbone']. Resume with "
-            "optim_wrapper.module_names=['backbone', 'head']")):
+            "checkpoint has module_names=['backbone', 'head']")):
         _resume(tmp_path, ckpt, optim_wrapper=dict(
             AGVM_WRAPPER, module_names=['head', 'backbone'])).train()
 
@@ -174,10 +168,9 @@ def test_resume_with_other_param_groups(tmp_path):
     wrapper = dict(AGVM_WRAPPER, paramwise_cfg=dict(bias_lr_mult=2.))
     with pytest.raises(ValueError) as err:
         _resume(tmp_path, ckpt, optim_wrapper=wrapper).train()
-    assert ("the checkpoint's optimizer has 2 param groups (module, size) "
-            "[('backbone', 2), ('head', 2)], this run 4: [('backbone', 1), "
-            "('backbone', 1), ('head', 1), ('head', 1)]") in str(err.value)
-    assert 'base_constructor, paramwise_cfg' in str(err.value)
+    saved = "[('backbone', 2), ('head', 2)]"
+    now = "[('backbone', 1), ('backbone', 1), ('head', 1), ('head', 1)]"
+    assert f'{saved} in the checkpoint, {now} now' in str(err.value)
 
 
 def test_mmext_runner_resumes_without_the_tools(tmp_path):

@@ -1,17 +1,13 @@
 """AGVM (Xue et al., NeurIPS 2022, arXiv 2210.11078) for mmdet and mmseg.
 
 Importing it registers ``mmext.AGVMOptimWrapper``, ``AGVMAmpOptimWrapper``
-and ``AGVMOptimWrapperConstructor``; docs/en/design.md lists its modules.
+and ``AGVMOptimWrapperConstructor``.
 """
 from .constructor import AGVMOptimWrapperConstructor
-from .diagnostic import (VarianceMeasurement, measure_gradient_variance,
-                         variance_by_batch_size)
 from .optim_wrapper import (SCALAR_ESTIMATE, SCALAR_FACTOR, SCALAR_VARIANCE,
                             AGVMAmpOptimWrapper, AGVMOptimWrapper)
 
 __all__ = [
     'AGVMOptimWrapper', 'AGVMAmpOptimWrapper', 'AGVMOptimWrapperConstructor',
-    'SCALAR_FACTOR', 'SCALAR_VARIANCE', 'SCALAR_ESTIMATE',
-    'measure_gradient_variance', 'variance_by_batch_size',
-    'VarianceMeasurement'
+    'SCALAR_FACTOR', 'SCALAR_VARIANCE', 'SCALAR_ESTIMATE'
 ]

@@ -14,7 +14,7 @@ from torch.optim import Optimizer
 
 from mmext.log import warn
 from mmext.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
-from .optim_wrapper import check_option, is_agvm_type
+from .optim_wrapper import is_agvm_type
 
 __all__ = [
     'OTHERS', 'default_module_names', 'resolve_module_names',
@@ -66,9 +66,8 @@ def _warn_if_anchor_moved(model: nn.Module, names: Sequence[str]) -> None:
                   if next(m.parameters(), None) is not None), None)
     if first is None or not names or names[0].split('.')[0] == first:
         return
-    warn(f"AGVM's anchor (module 0) is {names[0]!r}: the model's first module "
-         f'{first!r} has no trainable parameters. Unfreeze {first!r}, or set '
-         f'optim_wrapper.module_names with the anchor first.')
+    warn(f'AGVM anchor (module 0) is {names[0]!r}, not the frozen {first!r}: '
+         'unfreeze it or set module_names')
 
 
 def resolve_module_names(model: nn.Module,
@@ -87,13 +86,17 @@ def resolve_module_names(model: nn.Module,
         ValueError: If ``module_names`` is not None or a list of names, if
             a name is not a submodule, is listed twice or is ``'others'``,
             if the list is empty, or if the anchor has no trainable
-            parameters.
+            parameters. The one check of the option: the wrapper trusts it.
 
     Warns:
         UserWarning: With the default names, if the model's first module has
         no trainable parameters (the anchor is then the next one).
     """
-    check_option('module_names', module_names)
+    if module_names is not None and not (
+            isinstance(module_names, (list, tuple))
+            and all(isinstance(name, str) for name in module_names)):
+        raise ValueError(f'module_names={module_names!r}: expected a list of '
+                         'submodule names')
     if module_names is None:
         names = default_module_names(model)
         _warn_if_anchor_moved(model, names)
@@ -102,30 +105,25 @@ def resolve_module_names(model: nn.Module,
     available = [n for n, m in model.named_children() if _has_trainable(m)]
     if not names:
         if module_names is not None:
-            raise ValueError('module_names is empty; list the modules to '
-                             f'modulate, anchor first (e.g. {available}), or '
-                             'leave it out for the default')
-        raise ValueError(f'{type(model).__name__} has no module with '
-                         'trainable parameters for AGVM to modulate')
+            raise ValueError(f'module_names is empty: list modules, anchor '
+                             f'first, e.g. {available}')
+        raise ValueError(f'{type(model).__name__} has no trainable module '
+                         'for AGVM')
     if len(set(names)) != len(names) or OTHERS in names:
         raise ValueError(f'module_names must be distinct and not '
                          f'{OTHERS!r}, got {names}')
     for name in names:
         if not name:
-            raise ValueError("module_names: '' would name the whole model; "
-                             f'list its submodules (e.g. {available})')
+            raise ValueError("module_names: '' names the whole model; list "
+                             f'submodules, e.g. {available}')
         try:
             model.get_submodule(name)
         except AttributeError:
-            raise ValueError(
-                f'module_names: {name!r} is not a submodule of '
-                f'{type(model).__name__}; its top-level modules with '
-                f'trainable parameters are {available}') from None
+            raise ValueError(f'module_names: {name!r} is not a submodule; '
+                             f'trainable ones: {available}') from None
     if not _has_trainable(model.get_submodule(names[0])):
-        raise ValueError(
-            f'module_names: the anchor module {names[0]!r} (the first name) '
-            f'has no trainable parameters; put a trainable one first (one of '
-            f'{available})')
+        raise ValueError(f'module_names: the anchor {names[0]!r} has no '
+                         f'trainable parameters; put one of {available} first')
     return names
 
 
@@ -196,10 +194,8 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
     tags = {group['agvm_module'] for group in tagged}
     empty = [name for name in module_names if name not in tags]
     if empty:
-        raise ValueError(
-            f'module_names {empty} own no trainable parameter in the '
-            f'optimizer (frozen, or claimed by a more specific listed name); '
-            f'remove them from module_names')
+        raise ValueError(f'module_names {empty} own no trainable parameter: '
+                         'remove them')
     return tagged
 
 
@@ -254,8 +250,8 @@ class _ReadKeys(dict):
         return copy.deepcopy(dict(dict.items(self)), memo)
 
 
-def _warn_unmatched_custom_keys(model: nn.Module, paramwise_cfg: dict,
-                                base: str) -> None:
+def _warn_unmatched_custom_keys(model: nn.Module,
+                                paramwise_cfg: dict) -> None:
     """Warn about ``custom_keys`` that match no trainable parameter."""
     names = [
         '.' + name for name, param in model.named_parameters()
@@ -267,8 +263,7 @@ def _warn_unmatched_custom_keys(model: nn.Module, paramwise_cfg: dict,
     ]
     if unmatched:
         warn(f'paramwise_cfg.custom_keys {unmatched} match no trainable '
-             f'parameter of {type(model).__name__}: {base} applies them to '
-             f'nothing.')
+             f'parameter of {type(model).__name__}')
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
@@ -277,13 +272,22 @@ class AGVMOptimWrapperConstructor:
 
     ``base_constructor`` (the recipe's former ``constructor``; mmengine's
     default if unset, looked up in the default scope) builds the groups;
-    each keeps its options. Usage: docs/en/agvm.md.
+    each keeps its options.
 
     Args:
-        optim_wrapper_cfg (dict): The ``optim_wrapper`` config: ``optimizer``,
-            ``base_constructor`` (str, optional) and the wrapper's options;
-            ``type`` defaults to ``mmext.AGVMOptimWrapper``.
+        optim_wrapper_cfg (dict): The ``optim_wrapper`` config (mmengine's
+            constructor protocol), with these keys:
+
+            - ``optimizer`` (dict): The optimizer config.
+            - ``base_constructor`` (str | type): The recipe's constructor.
+              Defaults to ``'DefaultOptimWrapperConstructor'``.
+            - ``type`` (str): An AGVM wrapper. Defaults to
+              ``'mmext.AGVMOptimWrapper'``.
+            - ``module_names`` (list[str], optional): Checked here
+              (:func:`resolve_module_names`). Defaults to None.
+            - the other options of :class:`mmext.agvm.AGVMOptimWrapper`.
         paramwise_cfg (dict, optional): Read by ``base_constructor`` only.
+            Defaults to None.
 
     Raises:
         ValueError: At construction if ``optim_wrapper.type`` is not an AGVM
@@ -305,16 +309,12 @@ class AGVMOptimWrapperConstructor:
         if self.base_constructor in ('AGVMOptimWrapperConstructor',
                                      'mmext.AGVMOptimWrapperConstructor',
                                      type(self)):
-            raise ValueError(
-                'optim_wrapper.base_constructor names the constructor that '
-                "builds the recipe's param groups (e.g. "
-                f"'{DEFAULT_BASE_CONSTRUCTOR}'), not AGVM's own")
+            raise ValueError("base_constructor is AGVM's own: name the "
+                             f"recipe's, e.g. {DEFAULT_BASE_CONSTRUCTOR!r}")
         wrapper_cfg.setdefault('type', 'mmext.AGVMOptimWrapper')
         if not is_agvm_type(wrapper_cfg['type']):
-            raise ValueError(
-                f'AGVMOptimWrapperConstructor builds AGVM wrappers only, got '
-                f"optim_wrapper.type={wrapper_cfg['type']!r}; set "
-                f"type='mmext.AGVMOptimWrapper', or drop the constructor")
+            raise ValueError(f"optim_wrapper.type={wrapper_cfg['type']!r} is "
+                             "not AGVM's: set type='mmext.AGVMOptimWrapper'")
         self.wrapper_cfg = wrapper_cfg
         self.paramwise_cfg = paramwise_cfg
 
@@ -340,13 +340,10 @@ class AGVMOptimWrapperConstructor:
         name = self.base_constructor if isinstance(
             self.base_constructor, str) else self.base_constructor.__name__
         if unread:
-            raise ValueError(
-                f'optim_wrapper.paramwise_cfg keys {unread} are not read by '
-                f"{name}: set base_constructor to the recipe's former "
-                f"constructor (e.g. 'LearningRateDecayOptimizerConstructor') "
-                f'or remove them.')
+            raise ValueError(f'{name} reads no paramwise_cfg keys {unread}: '
+                             "set the recipe's base_constructor or drop them")
         if 'custom_keys' in paramwise_cfg.read:
-            _warn_unmatched_custom_keys(model, paramwise_cfg, name)
+            _warn_unmatched_custom_keys(model, paramwise_cfg)
         return optimizer
 
     def __call__(self, model: nn.Module) -> OptimWrapper:

@@ -3,7 +3,7 @@
 Both sources of halves, :class:`DistributedHalves` (ranks) and
 :class:`AccumulationHalves` (micro-batches of one process), measure the
 per-module |S_A|^2, |S_B|^2 and |S_A + S_B|^2 of the half sums, on the
-parameters' device (design.md, "AGVM").
+parameters' device. The wrapper calls them; they call nothing back.
 """
 import logging
 from contextlib import contextmanager
@@ -20,10 +20,7 @@ from torch.optim import Optimizer
 
 from .statistics import HalfStatistics, half_dot_from_norms, split_ranks
 
-__all__ = [
-    'GradientLayout', 'adam_precondition', 'DistributedHalves',
-    'AccumulationHalves'
-]
+__all__ = ['GradientLayout', 'DistributedHalves', 'AccumulationHalves']
 
 
 class GradientLayout:
@@ -67,7 +64,10 @@ class GradientLayout:
         # Float32 as DDP sums; float64 models keep theirs; fp16 is widened.
         self.dtype = (torch.float64 if any(
             p.dtype == torch.float64 for p in self.params) else torch.float32)
-        _device_of(self.params)  # fails before training, not at a step
+        devices = sorted({str(p.device) for p in self.params})
+        if len(devices) > 1:
+            raise ValueError(f'AGVM needs the parameters on one device, '
+                             f'got {devices}')
 
     @property
     def num_modules(self) -> int:
@@ -76,12 +76,8 @@ class GradientLayout:
 
     @property
     def device(self) -> torch.device:
-        """The device of the parameters, where every AGVM buffer lives.
-
-        Raises:
-            ValueError: If the parameters are on several devices.
-        """
-        return _device_of(self.params)
+        """The parameters' device, where every AGVM buffer lives."""
+        return self.params[0].device
 
     def flatten(self, extra: int = 0) -> Tuple[Tensor, Tensor]:
         """Copy the gradients into one buffer on the parameters' device.
@@ -125,17 +121,6 @@ class GradientLayout:
             else:
                 param.grad.copy_(chunk)
 
-    def module_dot(self, a: Tensor, b: Tensor) -> Tensor:
-        """Per-module dot products of two flat buffers, float64, shape (M,)."""
-        return torch.stack([
-            _dot64(a[lo:hi], b[lo:hi])
-            for lo, hi in self.bounds[:self.num_modules]
-        ])
-
-    def module_sq_norm(self, flat: Tensor) -> Tensor:
-        """Per-module squared norms of a flat buffer, float64, shape (M,)."""
-        return self.segment_sq_norms(self.params, flat)
-
     def segment_sq_norms(self, params: Sequence[Tensor],
                          flat: Tensor) -> Tensor:
         """Per-module squared norms of the gradients of some parameters.
@@ -169,29 +154,11 @@ class GradientLayout:
         return norms
 
 
-def _device_of(params: Sequence[Tensor]) -> torch.device:
-    devices = {p.device for p in params}
-    if len(devices) != 1:
-        raise ValueError(
-            f"AGVM's parameters must share one device; found "
-            f'{sorted(str(d) for d in devices)}. Put the model on one device '
-            f'(model parallelism is not supported).')
-    return next(iter(devices))
-
-
-def _dot64(a: Tensor, b: Tensor, chunk: int = 4096) -> Tensor:
-    """Dot product of float32 vectors, chunks summed in float64.
-
-    Within 1e-7 relative on 10^7 elements (one float32 dot: ~1e-5).
-    """
-    main = a.numel() // chunk * chunk
-    head = torch.bmm(a[:main].view(-1, 1, chunk),
-                     b[:main].view(-1, chunk, 1)).double().sum()
-    return head + torch.dot(a[main:].double(), b[main:].double())
-
-
 def _sq_norm64(x: Tensor, chunk: int = 4096) -> Tensor:
-    """Squared norm, chunks' norms squared and summed in float64 (1e-8)."""
+    """Squared norm, chunks' norms squared and summed in float64.
+
+    Within 1e-8 relative on 10^7 elements (one float32 sum: ~1e-5).
+    """
     main = x.numel() // chunk * chunk
     head = torch.linalg.vector_norm(
         x[:main].view(-1, chunk), dim=1,
@@ -200,38 +167,8 @@ def _sq_norm64(x: Tensor, chunk: int = 4096) -> Tensor:
     return head.double().square().sum() + tail.dot(tail)
 
 
-def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
-                      flat: Tensor) -> Tensor:
-    """Adam-preconditioned gradients g / (sqrt(v) + eps), AGVM's AdamW mode.
-
-    v is the stored ``exp_avg_sq`` (the reference blends in the current g
-    first); parameters without it yet are left as they are.
-
-    Args:
-        optimizer (Optimizer): An Adam-family optimizer.
-        params (Sequence[Tensor]): Parameters whose gradients ``flat``
-            concatenates.
-        flat (Tensor): Their gradients, shape (sum of numels,).
-
-    Returns:
-        Tensor: Same shape, dtype and device as ``flat``.
-    """
-    eps_of = {
-        id(p): group.get('eps', 1e-8)
-        for group in optimizer.param_groups for p in group['params']
-    }
-    weights = []
-    for param in params:
-        state = optimizer.state.get(param, {})
-        if 'exp_avg_sq' in state:
-            weights.append((state['exp_avg_sq'].sqrt() +
-                            eps_of[id(param)]).reciprocal().reshape(-1))
-        else:
-            weights.append(flat.new_ones(param.numel()))
-    return flat * torch.cat(weights).to(flat.dtype)
-
-
-# (params, their flat grads) -> the vector measured; linear, element-wise.
+# (params, their flat grads) -> the vector measured: a row of STATISTICS
+# bound to the optimizer.
 Preconditioner = Callable[[Sequence[Tensor], Tensor], Tensor]
 
 # Row of |S_A + S_B|^2 in the norm table (rows 0 and 1: |S_A|^2, |S_B|^2).
@@ -322,11 +259,9 @@ class DistributedHalves:
                                              self._comm_hook)
                     self._hooked[key] = True
                 except RuntimeError as error:
-                    print_log(
-                        f'AGVM: cannot register its DDP communication hook '
-                        f'({error}); re-estimates reduce the flattened '
-                        f'gradients after the backward instead.',
-                        logger='current', level=logging.WARNING)
+                    print_log(f'AGVM reduces the gradients after the '
+                              f'backward: no DDP comm hook ({error})',
+                              logger='current', level=logging.WARNING)
         return self._hooked[key]
 
     def measure(self, step: int) -> Optional[HalfStatistics]:
@@ -456,13 +391,14 @@ class AccumulationHalves:
         first = self._snapshot.pop(step, None)
         if first is None:
             return None
-        layout, params = self.layout, self.layout.params
-        total = layout.flatten()[0]
-        sq_sum = layout.segment_sq_norms(params,
-                                         self.precondition(params, total))
-        sq_a = layout.segment_sq_norms(params,
-                                       self.precondition(params, first))
-        second = total.sub_(first)
-        sq_b = layout.segment_sq_norms(params,
-                                       self.precondition(params, second))
-        return _statistics(torch.stack([sq_a, sq_b, sq_sum]))
+        params = self.layout.params
+
+        def sq_norms(grads: Tensor) -> Tensor:
+            return self.layout.segment_sq_norms(
+                params, self.precondition(params, grads))
+
+        total = self.layout.flatten()[0]
+        sq_sum, sq_a = sq_norms(total), sq_norms(first)
+        # The second half in place of the total: one buffer less.
+        return _statistics(
+            torch.stack([sq_a, sq_norms(total.sub_(first)), sq_sum]))

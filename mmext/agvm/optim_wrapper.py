@@ -3,12 +3,12 @@
 Their option table, start-of-run summary and checks, and the resume guard
 that needs ``mmext.Runner``.
 """
-import inspect
 import logging
 import math
 import numbers
 from contextlib import ExitStack, contextmanager
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+from functools import partial
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.dist import get_rank, get_world_size
@@ -25,18 +25,18 @@ from mmext.compat import (accumulative_counts, drop_logged_scalar,
 from mmext.log import warn
 from mmext.lr_scaling import check_auto_scale_lr, optim_wrappers, scaled_lrs
 from mmext.registry import OPTIM_WRAPPERS
-from mmext.runner import register_resume_guard, restart_hint
+from mmext.runner import register_resume_guard
 from mmext.scheduler_checks import warmup_ends
-from .exchange import (AccumulationHalves, DistributedHalves, GradientLayout,
-                       adam_precondition)
+from .exchange import AccumulationHalves, DistributedHalves, GradientLayout
 from .schedule import AGVMSchedule
-from .statistics import (DEFAULT_RATIO_RANGE, HalfStatistics, ModulationEMA,
-                         gradient_variance, modulation_factors, split_ranks)
+from .statistics import (DEFAULT_RATIO_RANGE, STATISTICS, HalfStatistics,
+                         ModulationEMA, gradient_variance, modulation_factors,
+                         split_ranks)
 
 __all__ = [
-    'SCALAR_FACTOR', 'SCALAR_VARIANCE', 'SCALAR_ESTIMATE', 'STATISTICS',
-    'check_option', 'is_agvm_type', 'halves_description', 'run_summary',
-    'AGVMOptimWrapper', 'AGVMAmpOptimWrapper'
+    'SCALAR_FACTOR', 'SCALAR_VARIANCE', 'SCALAR_ESTIMATE', 'is_agvm_type',
+    'halves_description', 'run_summary', 'AGVMOptimWrapper',
+    'AGVMAmpOptimWrapper'
 ]
 
 # Logged scalars ``<prefix>/<module name>``: the factor applied at every step
@@ -45,9 +45,6 @@ __all__ = [
 SCALAR_FACTOR = 'agvm_mu'
 SCALAR_VARIANCE = 'agvm_d'
 SCALAR_ESTIMATE = 'agvm_s'
-
-# The cosine of the raw gradient (SGD) or the Adam-preconditioned one.
-STATISTICS = ('grad', 'adam')
 
 
 # ------------------------------------------------------------------ options
@@ -66,85 +63,44 @@ def _is_pair(value) -> bool:
     return isinstance(value, (list, tuple)) and len(value) == 2
 
 
-class _Option(NamedTuple):
-    """One row of the option table.
-
-    Attributes:
-        check (callable): ``check(value, options) -> bool``.
-        expected (str): What is expected; ``{start_iter}`` is filled in.
-        example: A valid value.
-    """
-    check: Callable[[object, dict], bool]
-    expected: str
-    example: object
-
-
-# Every AGVM option, and mmengine's ``accumulative_counts``, in check order.
+# The wrapper's options (module_names is the constructor's), and mmengine's
+# ``accumulative_counts``, which the halves need as an integer. A row:
+# check(value, options) -> bool, what is expected (``{start_iter}`` filled
+# in), a valid example.
 _OPTIONS = {
-    'module_names': _Option(
-        lambda v, _: v is None or (isinstance(v, (list, tuple)) and all(
-            isinstance(n, str) for n in v)),
-        "None (the model's top-level modules) or a list of submodule names, "
-        'anchor first', ['backbone', 'neck', 'rpn_head', 'roi_head']),
-    'statistic': _Option(lambda v, _: v in STATISTICS,
-                         f'one of {list(STATISTICS)}', 'grad'),
-    'accumulative_counts': _Option(lambda v, _: _is_int(v, 1),
-                                   'an integer >= 1', 2),
-    'update_interval': _Option(lambda v, _: _is_int(v, 1), 'an integer >= 1',
-                               10),
-    'start_iter': _Option(lambda v, _: _is_int(v, 0), 'an integer >= 0', 560),
-    'end_iter': _Option(
-        lambda v, o: v is None or _is_int(v, o['start_iter'] + 1),
-        'None (to the end of training) or an integer > start_iter '
-        '({start_iter})', None),
-    'clip_grad_window': _Option(
+    'statistic': (lambda v, _: v in STATISTICS, f'one of {list(STATISTICS)}',
+                  'grad'),
+    'accumulative_counts': (lambda v, _: _is_int(v, 1), 'an integer >= 1',
+                            2),
+    'update_interval': (lambda v, _: _is_int(v, 1), 'an integer >= 1', 10),
+    'start_iter': (lambda v, _: _is_int(v, 0), 'an integer >= 0', 560),
+    'end_iter': (lambda v, o: v is None or _is_int(v, o['start_iter'] + 1),
+                 'None or an integer > start_iter ({start_iter})', None),
+    'clip_grad_window': (
         lambda v, _: v is None or (_is_pair(v) and _is_int(v[0], 0) and
                                    _is_int(v[1], v[0] + 1)),
-        '(begin, end): runner iterations, integers with 0 <= begin < end, or '
-        'None (clip always)', (360, 560)),
-    'ratio_range': _Option(
+        'None or integers (begin, end), 0 <= begin < end', (360, 560)),
+    'ratio_range': (
         lambda v, _: (_is_pair(v) and all(_is_number(x) for x in v)
                       and 0 < v[0] <= v[1]),
         '(lo, hi) with 0 < lo <= hi', DEFAULT_RATIO_RANGE),
-    'ema_momentum': _Option(lambda v, _: _is_number(v) and 0 <= v < 1,
-                            'a number in [0, 1)', 0.97),
+    'ema_momentum': (lambda v, _: _is_number(v) and 0 <= v < 1,
+                     'a number in [0, 1)', 0.97),
 }
 
 
-def check_option(name: str, value, options: Optional[dict] = None) -> None:
-    """Check one AGVM option against the table.
-
-    Args:
-        name (str): A key of the option table.
-        value: The value given.
-        options (dict, optional): Every option (``end_iter`` reads
-            ``start_iter``).
+def _check_options(options: dict) -> None:
+    """Check each option against its row of the table.
 
     Raises:
-        ValueError: If the value is invalid, with the expected form.
+        ValueError: At the first invalid value, with the expected form.
     """
-    option = _OPTIONS[name]
-    options = options or {}
-    if not option.check(value, options):
-        raise ValueError(
-            f'optim_wrapper.{name}={value!r} ({type(value).__name__}): '
-            f'expected {option.expected.format(**options)}, e.g. '
-            f'{name}={option.example!r}')
-
-
-def _check_options(cls: type, options: dict) -> None:
-    """Refuse unknown option names, then check every option of the table."""
-    known = set()
-    for klass in cls.__mro__:
-        if issubclass(klass, OptimWrapper) and '__init__' in vars(klass):
-            known |= set(inspect.signature(klass.__init__).parameters)
-    unknown = sorted(set(options) - known)
-    if unknown:
-        valid = sorted(known - {'self', 'kwargs', 'optimizer'})
-        raise ValueError(f'{cls.__name__} got unknown options {unknown}; '
-                         f'its options are {valid}')
-    for name in _OPTIONS:
-        check_option(name, options[name], options)
+    for name, (check, expected, example) in _OPTIONS.items():
+        value = options[name]
+        if not check(value, options):
+            raise ValueError(
+                f'optim_wrapper.{name}={value!r}: expected '
+                f'{expected.format(**options)}, e.g. {name}={example!r}')
 
 
 # ------------------------------------------------------------------ summary
@@ -273,10 +229,9 @@ def ema_interval_messages(hook_cfgs: Sequence[dict],
         interval = hook.get('interval', 1)
         if accumulative_counts > 1 and interval % accumulative_counts:
             messages.append(
-                f'{hook_type.__name__} interval={interval} counts runner '
-                f'iterations, but with optim_wrapper.accumulative_counts='
-                f'{accumulative_counts} the weights change every '
-                f'{accumulative_counts}: set interval={accumulative_counts}.')
+                f'{hook_type.__name__} interval={interval} averages the same '
+                f'weights (accumulative_counts={accumulative_counts}): set '
+                f'interval={accumulative_counts}')
     return messages
 
 
@@ -290,12 +245,13 @@ class AGVMOptimWrapper(OptimWrapper):
     window multiplies the LR of module i's param groups by s_i
     (:mod:`mmext.agvm.statistics`) around ``optimizer.step()``. Halves: the
     ranks, or in one process the accumulated micro-batches. Build it with
-    :class:`mmext.agvm.AGVMOptimWrapperConstructor`.
+    :class:`mmext.agvm.AGVMOptimWrapperConstructor`, which checks
+    ``module_names`` and tags the param groups by module.
 
     Args:
         optimizer (Optimizer): Optimizer with param groups tagged by module.
-        module_names (Sequence[str]): Modulated modules, anchor first.
-            Filled in by the constructor.
+        module_names (Sequence[str], optional): Modulated modules, anchor
+            first. Filled in by the constructor. Defaults to None.
         update_interval (int): tau, optimizer steps between re-estimates.
             Defaults to 10.
         ema_momentum (float): alpha of the EMA, in [0, 1). Defaults to 0.97.
@@ -304,17 +260,24 @@ class AGVMOptimWrapper(OptimWrapper):
         start_iter (int): First runner iteration with AGVM. Defaults to 0.
         end_iter (int, optional): First iteration without AGVM again; None
             for the end of training. Defaults to None.
-        statistic (str): ``'grad'`` (raw gradient) or ``'adam'`` (g /
-            (sqrt(v) + eps), AdamW mode). Defaults to ``'grad'``.
+        statistic (str): A key of :data:`mmext.agvm.statistics.STATISTICS`:
+            ``'grad'`` (raw gradient) or ``'adam'`` (g / (sqrt(v) + eps),
+            AdamW mode, needs an Adam-family optimizer). Defaults to
+            ``'grad'``.
         clip_grad_window (tuple[int, int], optional): Runner iterations
             ``[begin, end]`` (both included) in which ``clip_grad`` applies;
             None for all. Defaults to None.
-        **kwargs: As in mmengine's wrappers (``accumulative_counts``,
-            ``clip_grad``, AMP's ``loss_scale``/``dtype``).
+        accumulative_counts (int): Micro-batches per optimizer step, as in
+            ``OptimWrapper``; in one process even and >= 2 (the halves).
+            Defaults to 1.
+        clip_grad (dict, optional): As in ``OptimWrapper``. Defaults to None.
+        **kwargs: Options of the next wrapper in the MRO (``AmpOptimWrapper``
+            for :class:`AGVMAmpOptimWrapper`); an unknown name raises
+            ``TypeError`` there.
 
     Raises:
-        ValueError: On an unknown or invalid option, untagged param groups,
-            or one process with an odd or < 2 ``accumulative_counts``.
+        ValueError: On an invalid option, untagged param groups, or one
+            process with an odd or < 2 ``accumulative_counts``.
     """
 
     def __init__(self,
@@ -327,56 +290,51 @@ class AGVMOptimWrapper(OptimWrapper):
                  end_iter: Optional[int] = None,
                  statistic: str = 'grad',
                  clip_grad_window: Optional[Tuple[int, int]] = None,
+                 accumulative_counts: int = 1,
+                 clip_grad: Optional[dict] = None,
                  **kwargs):
-        _check_options(type(self), dict(
-            kwargs, accumulative_counts=kwargs.get('accumulative_counts', 1),
-            module_names=module_names, update_interval=update_interval,
-            ema_momentum=ema_momentum, ratio_range=ratio_range,
-            start_iter=start_iter, end_iter=end_iter, statistic=statistic,
-            clip_grad_window=clip_grad_window))
-        super().__init__(optimizer=optimizer, **kwargs)
+        _check_options(dict(
+            statistic=statistic, accumulative_counts=accumulative_counts,
+            update_interval=update_interval, start_iter=start_iter,
+            end_iter=end_iter, clip_grad_window=clip_grad_window,
+            ratio_range=ratio_range, ema_momentum=ema_momentum))
+        super().__init__(optimizer=optimizer,
+                         accumulative_counts=accumulative_counts,
+                         clip_grad=clip_grad, **kwargs)
         if not module_names or any('agvm_module' not in group
                                    for group in optimizer.param_groups):
-            raise ValueError(
-                'AGVMOptimWrapper needs param groups tagged by module: set '
-                "constructor='mmext.AGVMOptimWrapperConstructor' in "
-                "optim_wrapper (the recipe's own constructor goes to "
-                'base_constructor)')
-        if statistic == 'adam' and 'betas' not in optimizer.defaults:
-            raise ValueError(
-                f"statistic='adam' needs Adam's second moment, which "
-                f'{type(optimizer).__name__} does not keep; use '
-                f"statistic='grad' or an Adam-family optimizer (AdamW)")
-        if clip_grad_window is not None and not kwargs.get('clip_grad'):
-            raise ValueError(
-                f'clip_grad_window={tuple(clip_grad_window)} limits '
-                'clip_grad, which is not set; add optim_wrapper.clip_grad '
-                '(e.g. dict(max_norm=1.0)) or remove clip_grad_window')
+            raise ValueError('untagged param groups: set constructor='
+                             "'mmext.AGVMOptimWrapperConstructor'")
+        row = STATISTICS[statistic]
+        if row.optimizer_key and row.optimizer_key not in optimizer.defaults:
+            raise ValueError(f'statistic={statistic!r} needs '
+                             f'{row.optimizer_kind}, got '
+                             f'{type(optimizer).__name__}')
+        if clip_grad_window is not None and not clip_grad:
+            raise ValueError(f'clip_grad_window={tuple(clip_grad_window)} '
+                             'needs clip_grad, e.g. dict(max_norm=1.0)')
         self.ratio_range = tuple(ratio_range)
         self.schedule = AGVMSchedule(update_interval, start_iter, end_iter,
-                                     self._counts[1], clip_grad_window)
+                                     accumulative_counts, clip_grad_window)
         self.statistic = statistic
-        self._clipping = bool(kwargs.get('clip_grad'))
+        self._clipping = bool(clip_grad)
         self.layout = GradientLayout(optimizer, module_names)
         self.module_names = self.layout.module_names
         self.ema = ModulationEMA(len(self.module_names), ema_momentum)
         self.last_variance = torch.full((len(self.module_names), ),
                                         float('nan'), dtype=torch.float64)
-        self.halves = self._build_halves()
+        # The statistic's preconditioner, bound to the optimizer's state.
+        self.precondition = partial(row.precondition, optimizer)
+        if get_world_size() >= 2:
+            self.halves = DistributedHalves(self.layout, get_world_size(),
+                                            get_rank(), self.precondition)
+        elif accumulative_counts < 2 or accumulative_counts % 2:
+            raise ValueError('one process needs an even accumulative_counts '
+                             f'>= 2, got {accumulative_counts}')
+        else:
+            self.halves = AccumulationHalves(
+                self.layout, accumulative_counts, self.precondition)
         self._warned_no_takeover = False
-
-    def _build_halves(self):
-        world_size = get_world_size()
-        if world_size >= 2:
-            return DistributedHalves(self.layout, world_size, get_rank(),
-                                     self._precondition)
-        counts = self._counts[1]
-        if counts < 2 or counts % 2:
-            raise ValueError(
-                'AGVM in one process compares accumulated micro-batches: set '
-                'optim_wrapper.accumulative_counts to an even number >= 2 '
-                f'(got {counts}), or train with >= 2 processes')
-        return AccumulationHalves(self.layout, counts, self._precondition)
 
     def initialize_count_status(self, model: nn.Module, init_counts: int,
                                 max_counts: int) -> None:
@@ -526,8 +484,16 @@ class AGVMOptimWrapper(OptimWrapper):
 
     def update_factors(self, step: int) -> None:
         """Measure the halves of optimizer step ``step``, update the EMA."""
-        stats = self._collect(step)
+        stats = self.halves.measure(step)
         if stats is None:
+            # DDP already averaged the grads (no optim_context around the
+            # forward): both halves would look identical.
+            if self.distributed and not self._warned_no_takeover:
+                print_log(
+                    'AGVM skipped a re-estimate: its forward ran outside '
+                    'optim_wrapper.optim_context(model)', logger='current',
+                    level=logging.WARNING)
+                self._warned_no_takeover = True
             return
         # The one device-to-host transfer of a re-estimate: 3M float64.
         stats = HalfStatistics(*torch.stack(tuple(stats)).cpu())
@@ -555,26 +521,6 @@ class AGVMOptimWrapper(OptimWrapper):
             return
         visualizer.add_scalars(scalars, step=(step + 1) * self._counts[1])
 
-    def _collect(self, step: int) -> Optional[HalfStatistics]:
-        stats = self.halves.measure(step)
-        if stats is None and self.distributed:
-            # DDP already averaged the grads (no optim_context around the
-            # forward): both halves would look identical.
-            if not self._warned_no_takeover:
-                print_log(
-                    'AGVM: a re-estimation step ran its forward outside '
-                    'optim_wrapper.optim_context(model), so DDP already '
-                    "averaged the halves; skipped. Use the model wrapper's "
-                    'train_step.', logger='current', level=logging.WARNING)
-                self._warned_no_takeover = True
-        return stats
-
-    def _precondition(self, params: Sequence[Tensor], flat: Tensor) -> Tensor:
-        """The vector whose cosine the statistic measures."""
-        if self.statistic == 'grad':
-            return flat
-        return adam_precondition(self.optimizer, params, flat)
-
     def state_dict(self) -> dict:
         """The optimizer's state dict plus ``'agvm'``.
 
@@ -597,31 +543,27 @@ class AGVMOptimWrapper(OptimWrapper):
         state_dict = dict(state_dict)
         agvm = state_dict.pop('agvm', None)
         if agvm is None:
-            raise ValueError(
-                'the checkpoint has no AGVM state: it comes from a run '
-                "without AGVM; resume with that run's optim_wrapper, " +
-                restart_hint('CKPT'))
+            raise ValueError('the checkpoint has no AGVM state: use '
+                             'load_from=CKPT (no --resume)')
         saved_names = list(agvm['module_names'])
         if saved_names != self.module_names:
-            raise ValueError(
-                f'checkpoint AGVM modules {saved_names} differ from '
-                f'module_names {self.module_names}. Resume with '
-                f'optim_wrapper.module_names={saved_names}, '
-                + restart_hint('CKPT'))
-        saved = [(g.get('agvm_module'), len(g['params']))
-                 for g in state_dict['param_groups']]
-        current = [(g['agvm_module'], len(g['params']))
-                   for g in self.optimizer.param_groups]
+            raise ValueError(f'the checkpoint has module_names={saved_names}:'
+                             ' set those, or use load_from=CKPT (no --resume)')
+        saved = _group_sizes(state_dict['param_groups'])
+        current = _group_sizes(self.optimizer.param_groups)
         if saved != current:
-            raise ValueError(
-                f"the checkpoint's optimizer has {len(saved)} param groups "
-                f'(module, size) {saved}, this run {len(current)}: {current}. '
-                f'Resume with its optim_wrapper.base_constructor, '
-                f'paramwise_cfg and frozen layers, ' + restart_hint('CKPT'))
+            raise ValueError(f'param groups (module, size) {saved} in the '
+                             f'checkpoint, {current} now: use load_from=CKPT'
+                             ' (no --resume)')
         self.ema.load_state_dict(agvm['ema'])
         self.last_variance = torch.as_tensor(
             agvm['last_variance'], dtype=torch.float64, device='cpu').clone()
         super().load_state_dict(state_dict)
+
+
+def _group_sizes(param_groups: List[dict]) -> list:
+    """(module, number of parameters) of each param group."""
+    return [(g.get('agvm_module'), len(g['params'])) for g in param_groups]
 
 
 @OPTIM_WRAPPERS.register_module()
@@ -632,13 +574,21 @@ class AGVMAmpOptimWrapper(AGVMOptimWrapper, AmpOptimWrapper):
     depend on the loss scale).
 
     Args:
+        optimizer (Optimizer): As in :class:`AGVMOptimWrapper`.
         loss_scale (str | float | dict): As in ``AmpOptimWrapper``.
+            Defaults to ``'dynamic'``.
         dtype (str | torch.dtype, optional): As in ``AmpOptimWrapper``.
+            Defaults to None.
         **kwargs: The options of :class:`AGVMOptimWrapper`.
 
     Raises:
         AssertionError: Without CUDA (raised by ``AmpOptimWrapper``).
     """
+
+    def __init__(self, optimizer: Optimizer, loss_scale='dynamic',
+                 dtype=None, **kwargs):
+        super().__init__(optimizer, loss_scale=loss_scale, dtype=dtype,
+                         **kwargs)
 
 
 # ------------------------------------------------- needs mmext.Runner
@@ -658,10 +608,5 @@ def agvm_checkpoint_needs_the_wrapper(runner, checkpoint: dict,
         agvm = (saved.get(name) or {}).get('agvm')
         if (agvm is not None and isinstance(wrapper, BaseOptimWrapper)
                 and not isinstance(wrapper, AGVMOptimWrapper)):
-            raise ValueError(
-                f'{filename} comes from an AGVM run (module_names '
-                f"{list(agvm['module_names'])}): the config's "
-                f'{type(wrapper).__name__} cannot map its param groups. '
-                f"Resume with type='mmext.AGVMOptimWrapper', constructor="
-                f"'mmext.AGVMOptimWrapperConstructor', "
-                + restart_hint(filename))
+            raise ValueError(f'{filename} has AGVM state: set type='
+                             "'mmext.AGVMOptimWrapper', or use load_from")

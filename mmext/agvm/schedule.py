@@ -86,28 +86,19 @@ class AGVMSchedule:
         """A message per window value a run of ``max_iters`` cannot honour."""
         messages = []
         start, end = self.start_iter, self.end_iter
+        window = self.clip_grad_window
         if start >= max_iters:
-            messages.append(
-                f'AGVM start_iter={start} is not before the end of training '
-                f'(max_iters={max_iters}): AGVM never applies. Lower '
-                f'start_iter or train longer.')
+            messages.append(f'AGVM never applies: start_iter={start} >= '
+                            f'max_iters={max_iters}; lower start_iter')
         elif end != math.inf and end > max_iters:
-            messages.append(
-                f'AGVM end_iter={end} lies after the end of training '
-                f'(max_iters={max_iters}): AGVM runs to the end, as with '
-                f'end_iter=None.')
-        if self.clip_grad_window is not None:
-            begin, stop = self.clip_grad_window
-            if begin >= max_iters:
-                messages.append(
-                    f'clip_grad_window={self.clip_grad_window} begins after '
-                    f'the end of training (max_iters={max_iters}): gradients '
-                    f'are never clipped.')
-            elif stop >= max_iters:
-                messages.append(
-                    f'clip_grad_window={self.clip_grad_window} ends after the '
-                    f'end of training (max_iters={max_iters}): gradients are '
-                    f'clipped to the end.')
+            messages.append(f'AGVM end_iter={end} > max_iters={max_iters}: '
+                            'AGVM runs to the end')
+        if window is not None and window[0] >= max_iters:
+            messages.append(f'clip_grad_window={window} begins after '
+                            f'max_iters={max_iters}: no clipping')
+        elif window is not None and window[1] >= max_iters:
+            messages.append(f'clip_grad_window={window} ends after '
+                            f'max_iters={max_iters}: clips to the end')
         return messages
 
     def inside_warmup(self, warmups: Sequence[Tuple[str, int, int]]
@@ -123,8 +114,7 @@ class AGVMSchedule:
                 (:func:`mmext.scheduler_checks.warmup_ends`).
         """
         return [
-            f'AGVM start_iter={self.start_iter} lies inside the LR warm-up '
-            f'({kind}, iterations [{begin}, {end})): set '
-            f'optim_wrapper.start_iter to {end} or later.'
+            f'AGVM start_iter={self.start_iter} is inside the {kind} warm-up '
+            f'[{begin}, {end}): set start_iter >= {end}'
             for kind, begin, end in warmups if begin <= self.start_iter < end
         ]

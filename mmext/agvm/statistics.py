@@ -3,18 +3,21 @@
 Source: Xue et al., NeurIPS 2022 (arXiv 2210.11078), Sec. 3, and Sense-X/AGVM
 ``agvm/optim/agvm_optimizer_hook.py`` (``_agvm_update``):
 d_i = 1 - cos(G_A^(i), G_B^(i)), mu_i = sqrt(clamp(d_0 / d_i, lo, hi)),
-s_i <- alpha * s_i + (1 - alpha) * mu_i with s_i = 1 at the start.
+s_i <- alpha * s_i + (1 - alpha) * mu_i with s_i = 1 at the start; and
+:data:`STATISTICS`, what the cosine is taken of.
 Arguments are trusted: the wrapper validates its options when it is built.
 """
 import math
-from typing import Dict, NamedTuple, Sequence, Tuple
+from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
+from torch.optim import Optimizer
 
 __all__ = [
     'DEFAULT_RATIO_RANGE', 'HalfStatistics', 'half_dot_from_norms',
-    'gradient_variance', 'modulation_factors', 'ModulationEMA', 'split_ranks'
+    'gradient_variance', 'modulation_factors', 'ModulationEMA', 'split_ranks',
+    'Statistic', 'STATISTICS', 'raw_gradient', 'adam_precondition'
 ]
 
 # Clamp of d_anchor / d_i (reference ``_agvm_update``: ``clamp(0.5, 10)``).
@@ -143,19 +146,11 @@ class ModulationEMA:
                     num_updates=self.num_updates)
 
     def load_state_dict(self, state: Dict) -> None:
-        """Restore :meth:`state_dict` output.
-
-        Raises:
-            ValueError: If the saved number of modules differs.
-        """
+        """Restore :meth:`state_dict` output (of as many modules: the
+        wrapper compares the module names first)."""
         # mmengine's resume may map the checkpoint to the GPU.
-        factors = torch.as_tensor(state['factors'], dtype=torch.float64,
-                                  device='cpu')
-        if factors.shape != self.factors.shape:
-            raise ValueError(
-                f'the AGVM state has {factors.numel()} factors, the wrapper '
-                f'modulates {self.factors.numel()} modules')
-        self.factors = factors.clone()
+        self.factors = torch.as_tensor(state['factors'], dtype=torch.float64,
+                                       device='cpu').clone()
         self.num_updates = int(state['num_updates'])
 
 
@@ -177,3 +172,65 @@ def split_ranks(world_size: int) -> Tuple[Sequence[int], Sequence[int]]:
         raise ValueError(f'two halves need world_size >= 2, got {world_size}')
     half = world_size // 2
     return list(range(half)), list(range(half, 2 * half))
+
+
+def raw_gradient(optimizer: Optimizer, params: Sequence[Tensor],
+                 flat: Tensor) -> Tensor:
+    """The gradients as they are (the paper's SGD statistic)."""
+    return flat
+
+
+def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
+                      flat: Tensor) -> Tensor:
+    """Adam-preconditioned gradients g / (sqrt(v) + eps), AGVM's AdamW mode.
+
+    v is the stored ``exp_avg_sq`` (the reference blends in the current g
+    first, which would differ between ranks); parameters without it yet
+    are left as they are.
+
+    Args:
+        optimizer (Optimizer): An Adam-family optimizer.
+        params (Sequence[Tensor]): Parameters whose gradients ``flat``
+            concatenates.
+        flat (Tensor): Their gradients, shape (sum of numels,).
+
+    Returns:
+        Tensor: Same shape, dtype and device as ``flat``.
+    """
+    eps_of = {
+        id(p): group.get('eps', 1e-8)
+        for group in optimizer.param_groups for p in group['params']
+    }
+    weights = []
+    for param in params:
+        state = optimizer.state.get(param, {})
+        if 'exp_avg_sq' in state:
+            weights.append((state['exp_avg_sq'].sqrt() +
+                            eps_of[id(param)]).reciprocal().reshape(-1))
+        else:
+            weights.append(flat.new_ones(param.numel()))
+    return flat * torch.cat(weights).to(flat.dtype)
+
+
+class Statistic(NamedTuple):
+    """One row of :data:`STATISTICS`.
+
+    Attributes:
+        precondition (callable): ``(optimizer, params, flat) -> Tensor``, the
+            vector whose cosine is measured, from the gradients ``flat`` of
+            ``params``: linear and the same on every rank, so the halves'
+            norms give its dot product (:func:`half_dot_from_norms`).
+        optimizer_key (str, optional): A key of ``optimizer.defaults`` the
+            optimizer must have (checked by the wrapper); None for any.
+        optimizer_kind (str): Those optimizers, for the error message.
+    """
+    precondition: Callable[[Optimizer, Sequence[Tensor], Tensor], Tensor]
+    optimizer_key: Optional[str] = None
+    optimizer_kind: str = 'any optimizer'
+
+
+# The wrapper's ``statistic`` option: name -> what AGVM takes the cosine of.
+STATISTICS = {
+    'grad': Statistic(raw_gradient),
+    'adam': Statistic(adam_precondition, 'betas', 'an Adam-family optimizer'),
+}

@@ -77,9 +77,7 @@ def test_frozen_first_module_moves_the_default_anchor_with_a_warning():
     model = _detector()
     model.backbone.requires_grad_(False)
     with pytest.warns(UserWarning, match=(
-            r"anchor \(module 0\) is 'neck': the model's first module "
-            r"'backbone' has no trainable parameters\. Unfreeze 'backbone', "
-            r'or set optim_wrapper.module_names')):
+            r"anchor \(module 0\) is 'neck', not the frozen 'backbone'")):
         names = resolve_module_names(model, None)
     assert names[0] == 'neck'
 
@@ -110,16 +108,13 @@ def test_longest_listed_prefix_owns_a_parameter():
 @pytest.mark.parametrize('names, message', [
     (['backbone', 'backbone'], 'must be distinct'),
     (['backbone', 'others'], "must be distinct and not 'others'"),
-    (['backbon'], r"'backbon' is not a submodule of Module; its top-level "
-     r"modules with trainable parameters are \['backbone', 'neck', "
-     r"'roi_head'\]"),
-    (['frozen', 'neck'], "the anchor module 'frozen'"),
-    ('backbone', re.escape(
-        "optim_wrapper.module_names='backbone' (str): expected None (the "
-        "model's top-level modules) or a list of submodule names")),
-    (['backbone', 3], r"module_names=\['backbone', 3\] \(list\)"),
+    (['backbon'], r"'backbon' is not a submodule"),
+    (['backbon'], re.escape("['backbone', 'neck', 'roi_head']")),
+    (['frozen', 'neck'], "the anchor 'frozen'"),
+    ('backbone', "module_names='backbone'"),
+    (['backbone', 3], re.escape("module_names=['backbone', 3]")),
     ([], 'module_names is empty'),
-    ([''], "'' would name the whole model"),
+    ([''], "'' names the whole model"),
 ])
 def test_wrong_names_say_what_to_write(names, message):
     with pytest.raises(ValueError, match=message):
@@ -342,8 +337,7 @@ def test_decay_keys_without_their_constructor_raise():
         build_optim_wrapper(ConvNeXtDetector(), cfg)
     msg = str(err.value)
     assert "['decay_rate', 'decay_type', 'num_layers']" in msg
-    assert 'DefaultOptimWrapperConstructor' in msg
-    assert "'LearningRateDecayOptimizerConstructor'" in msg
+    assert 'DefaultOptimWrapperConstructor reads no paramwise_cfg' in msg
 
 
 @pytest.mark.parametrize('paramwise_cfg,base,unread', [
@@ -360,7 +354,7 @@ def test_unread_paramwise_keys_raise(paramwise_cfg, base, unread):
                                     weight_decay=0.05),
                base_constructor=base, paramwise_cfg=paramwise_cfg)
     with pytest.raises(ValueError,
-                       match=re.escape(f'keys {unread} are not read by')):
+                       match=re.escape(f'paramwise_cfg keys {unread}')):
         build_optim_wrapper(ConvNeXtDetector(), cfg)
 
 
@@ -369,9 +363,8 @@ def test_custom_key_matching_nothing_warns():
                paramwise_cfg=dict(custom_keys={
                    'neck': dict(lr_mult=0.5),
                    'absolute_pos_embed': dict(decay_mult=0.)}))
-    with pytest.warns(UserWarning, match=r"custom_keys "
-                      r"\['absolute_pos_embed'\] match no trainable "
-                      'parameter'):
+    with pytest.warns(UserWarning,
+                      match=r"custom_keys \['absolute_pos_embed'\] match"):
         wrapper = build_optim_wrapper(ConvNeXtDetector(), cfg)
     lrs = {g['agvm_module']: g['lr'] for g in wrapper.optimizer.param_groups}
     assert lrs['neck'] == 0.05
@@ -380,7 +373,7 @@ def test_custom_key_matching_nothing_warns():
 def test_base_constructor_cannot_be_agvm():
     cfg = dict(AGVM, optimizer=dict(type='SGD', lr=0.1),
                base_constructor='mmext.AGVMOptimWrapperConstructor')
-    with pytest.raises(ValueError, match="not AGVM's own"):
+    with pytest.raises(ValueError, match="base_constructor is AGVM's own"):
         build_optim_wrapper(ConvNeXtDetector(), cfg)
 
 

@@ -2,6 +2,7 @@
 halves); its options, checked by name, type and range when it is built; its
 start-of-run summary; the checks it makes when training starts, with
 mmengine's Runner as with mmext.Runner; the AMP variant."""
+import inspect
 import math
 import os.path as osp
 import re
@@ -20,6 +21,7 @@ from mmengine.registry import DATASETS, MODELS
 from mmengine.runner import Runner as MMEngineRunner
 from torch import nn
 
+from mmext.agvm import AGVMOptimWrapper
 from mmext.agvm.optim_wrapper import (ema_interval_messages,
                                       halves_description, run_summary)
 from mmext.agvm.schedule import AGVMSchedule
@@ -217,7 +219,8 @@ def test_checkpoint_of_other_modules_is_rejected():
     _, wrapper, _ = train_accumulated(toy_batches(1, 2))
     other = build_wrapper(ToyModel(), accumulative_counts=2,
                           module_names=['neck', 'head'])
-    with pytest.raises(ValueError, match='differ'):
+    with pytest.raises(ValueError, match=re.escape(
+            "module_names=['backbone', 'neck', 'head']")):
         other.load_state_dict(wrapper.state_dict())
 
 
@@ -246,7 +249,7 @@ def test_adam_statistic_uses_preconditioned_gradient(device):
         optimizer=dict(type='AdamW', lr=0.01, eps=1e-8), statistic='adam'))
     _known_step(wrapper, model, device)
     flat = torch.ones(wrapper.layout.numel, device=device)
-    weights = wrapper._precondition(wrapper.layout.params, flat)
+    weights = wrapper.precondition(wrapper.layout.params, flat)
     assert weights.device == torch.device(device)
     v = wrapper.optimizer.state[model.backbone.w]['exp_avg_sq']
     torch.testing.assert_close(weights[:2], 1 / (v.sqrt() + 1e-8))
@@ -256,10 +259,10 @@ def test_adam_statistic_uses_preconditioned_gradient(device):
 
 
 @pytest.mark.parametrize('kwargs,match', [
-    (dict(accumulative_counts=1), 'even number >= 2'),
-    (dict(accumulative_counts=3), 'even number >= 2'),
+    (dict(accumulative_counts=1), 'accumulative_counts >= 2, got 1'),
+    (dict(accumulative_counts=3), 'accumulative_counts >= 2, got 3'),
     (dict(module_names=['backbone', 'nope']), "'nope' is not a submodule"),
-    (dict(module_names=['frozen', 'head']), 'anchor module'),
+    (dict(module_names=['frozen', 'head']), "anchor 'frozen'"),
     (dict(module_names='backbone'), 'a list of submodule names'),
     (dict(start_iter=5, end_iter=5), r'integer > start_iter \(5\)'),
     (dict(ratio_range=(0, 10)), 'ratio_range'),
@@ -268,9 +271,6 @@ def test_adam_statistic_uses_preconditioned_gradient(device):
     (dict(ema_momentum=1.0), 'ema_momentum'),
     (dict(start_iter=10, end_iter=5), 'end_iter'),
     (dict(clip_grad_window=(5, 5)), 'clip_grad_window'),
-    (dict(update_intervall=3),
-     r"unknown options \['update_intervall'\]; its options are .*"
-     r"'update_interval'"),
     (dict(module_names=[]), 'module_names is empty'),
     (dict(module_names=['', 'head']), 'whole model'),
     (dict(module_names=['backbone', 'frozen']), r"\['frozen'\] own no"),
@@ -300,24 +300,19 @@ def test_resume_from_a_run_without_agvm_says_what_to_do():
 
 
 @pytest.mark.parametrize('kwargs,max_iters,expected', [
-    (dict(start_iter=100), 100, [
-        'AGVM start_iter=100 is not before the end of training '
-        '(max_iters=100): AGVM never applies']),
-    (dict(start_iter=10, end_iter=500), 100, [
-        'AGVM end_iter=500 lies after the end of training (max_iters=100): '
-        'AGVM runs to the end']),
-    (dict(clip_grad=dict(max_norm=1.), clip_grad_window=(100, 200)), 50, [
-        'clip_grad_window=(100, 200) begins after the end of training '
-        '(max_iters=50): gradients are never clipped']),
+    (dict(start_iter=100), 100, ['start_iter=100 >= max_iters=100']),
+    (dict(start_iter=10, end_iter=500), 100, ['end_iter=500 > max_iters=100']),
+    (dict(clip_grad=dict(max_norm=1.), clip_grad_window=(100, 200)), 50,
+     ['clip_grad_window=(100, 200) begins after max_iters=50']),
     (dict(start_iter=200, clip_grad=dict(max_norm=1.),
           clip_grad_window=(0, 200)), 150, [
-        'AGVM start_iter=200 is not before the end of training',
-        'clip_grad_window=(0, 200) ends after the end of training '
-        '(max_iters=150): gradients are clipped to the end']),
+        'start_iter=200 >= max_iters=150',
+        'clip_grad_window=(0, 200) ends after max_iters=150']),
     (dict(start_iter=10, end_iter=90, clip_grad=dict(max_norm=1.),
           clip_grad_window=(0, 10)), 100, []),
 ])
 def test_window_outside_the_run_warns(kwargs, max_iters, expected):
+    """Warned when training starts, by any runner's train loop."""
     model = ToyModel()
     wrapper = build_wrapper(model, accumulative_counts=2, **kwargs)
     with warnings.catch_warnings(record=True) as caught:
@@ -325,13 +320,13 @@ def test_window_outside_the_run_warns(kwargs, max_iters, expected):
         wrapper.initialize_count_status(model, 0, max_iters)
     messages = [str(w.message) for w in caught]
     assert len(messages) == len(expected)
-    for message, start in zip(messages, expected):
-        assert message.startswith(start), message
+    for message, fragment in zip(messages, expected):
+        assert fragment in message, message
 
 
 def test_clip_grad_window_without_clip_grad_raises():
-    with pytest.raises(ValueError, match=r'clip_grad_window=\(0, 10\) limits '
-                       'clip_grad, which is not set'):
+    with pytest.raises(ValueError,
+                       match=r'clip_grad_window=\(0, 10\) needs clip_grad'):
         build_wrapper(ToyModel(), accumulative_counts=2,
                       clip_grad_window=(0, 10))
 
@@ -372,75 +367,54 @@ def test_summary_is_logged_when_training_starts(monkeypatch):
     wrapper = build_optim_wrapper(model, _agvm_cfg(start_iter=4))
     wrapper.initialize_count_status(model, 0, 10)
     assert logged == [wrapper.summary(10)]
-    assert logged[0].splitlines()[0] == (
-        "AGVM: 3 modulated modules, anchor (module 0) 'backbone':")
+    first = logged[0].splitlines()[0]
+    assert "3 modulated modules, anchor (module 0) 'backbone'" in first
 
 
 # ------------------------------------------------------------------ options
 BAD = [
-    # (option, value, expected, example): one per option and kind of mistake
-    ('start_iter', '10', 'an integer >= 0', 560),
-    ('start_iter', -1, 'an integer >= 0', 560),
-    ('start_iter', 10.0, 'an integer >= 0', 560),
-    ('end_iter', '100', 'None (to the end of training) or an integer > '
-     'start_iter (0)', None),
-    ('end_iter', 0, 'None (to the end of training) or an integer > '
-     'start_iter (0)', None),
-    ('update_interval', 2.5, 'an integer >= 1', 10),
-    ('update_interval', 0, 'an integer >= 1', 10),
-    ('update_interval', True, 'an integer >= 1', 10),
-    ('accumulative_counts', '2', 'an integer >= 1', 2),
-    ('accumulative_counts', 0, 'an integer >= 1', 2),
-    ('ratio_range', 10, '(lo, hi) with 0 < lo <= hi', (0.5, 10.0)),
-    ('ratio_range', (0, 10), '(lo, hi) with 0 < lo <= hi', (0.5, 10.0)),
-    ('ratio_range', (10, 0.5), '(lo, hi) with 0 < lo <= hi', (0.5, 10.0)),
-    ('ratio_range', ('0.5', 10), '(lo, hi) with 0 < lo <= hi', (0.5, 10.0)),
-    ('ratio_range', (0.5, 5, 10), '(lo, hi) with 0 < lo <= hi', (0.5, 10.0)),
-    ('ema_momentum', 'x', 'a number in [0, 1)', 0.97),
-    ('ema_momentum', 1.0, 'a number in [0, 1)', 0.97),
-    ('ema_momentum', -0.1, 'a number in [0, 1)', 0.97),
-    ('clip_grad_window', 560, '(begin, end): runner iterations, integers '
-     'with 0 <= begin < end, or None (clip always)', (360, 560)),
-    ('clip_grad_window', (560, 360), '(begin, end): runner iterations, '
-     'integers with 0 <= begin < end, or None (clip always)', (360, 560)),
-    ('clip_grad_window', ('360', 560), '(begin, end): runner iterations, '
-     'integers with 0 <= begin < end, or None (clip always)', (360, 560)),
-    ('statistic', 'lamb', "one of ['grad', 'adam']", 'grad'),
-    ('module_names', 'backbone', "None (the model's top-level modules) or a "
-     'list of submodule names, anchor first',
-     ['backbone', 'neck', 'rpn_head', 'roi_head']),
-    ('module_names', ['backbone', 3], "None (the model's top-level modules) "
-     'or a list of submodule names, anchor first',
-     ['backbone', 'neck', 'rpn_head', 'roi_head']),
+    # (option, value): one per option and kind of mistake
+    ('start_iter', '10'), ('start_iter', -1), ('start_iter', 10.0),
+    ('end_iter', '100'), ('end_iter', 0),
+    ('update_interval', 2.5), ('update_interval', 0),
+    ('update_interval', True),
+    ('accumulative_counts', '2'), ('accumulative_counts', 0),
+    ('ratio_range', 10), ('ratio_range', (0, 10)), ('ratio_range', (10, 0.5)),
+    ('ratio_range', ('0.5', 10)), ('ratio_range', (0.5, 5, 10)),
+    ('ema_momentum', 'x'), ('ema_momentum', 1.0), ('ema_momentum', -0.1),
+    ('clip_grad_window', 560), ('clip_grad_window', (560, 360)),
+    ('clip_grad_window', ('360', 560)),
+    ('statistic', 'lamb'),
+    ('module_names', 'backbone'), ('module_names', ['backbone', 3]),
 ]
 
 
-def _message(option, value, expected, example):
-    return (f'optim_wrapper.{option}={value!r} ({type(value).__name__}): '
-            f'expected {expected}, e.g. {option}={example!r}')
-
-
-@pytest.mark.parametrize('option, value, expected, example', BAD,
+@pytest.mark.parametrize('option, value', BAD,
                          ids=[f'{b[0]}={b[1]!r}' for b in BAD])
-def test_each_bad_option_is_named_with_the_fix(option, value, expected,
-                                               example):
+def test_each_bad_option_is_named_with_its_value(option, value):
     """Checked where the wrapper is built (module_names where the
     constructor resolves them, before the wrapper exists)."""
     options = dict(accumulative_counts=2)
     options[option] = value
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError, match=re.escape(f'{option}={value!r}')):
         build_wrapper(ToyModel(), **options)
-    assert str(err.value) == _message(option, value, expected, example)
 
 
-def test_misspelt_option_lists_the_valid_names():
-    with pytest.raises(ValueError) as err:
+@pytest.mark.parametrize('option, value, expected', [
+    ('end_iter', 0, 'None or an integer > start_iter (0), e.g. end_iter=None'),
+    ('statistic', 'lamb', "one of ['grad', 'adam'], e.g. statistic='grad'"),
+])
+def test_a_bad_option_says_what_is_expected(option, value, expected):
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        build_wrapper(ToyModel(), accumulative_counts=2, **{option: value})
+
+
+def test_options_are_the_signature_and_a_misspelt_one_is_a_type_error():
+    assert {'update_interval', 'statistic', 'clip_grad_window',
+            'accumulative_counts', 'clip_grad'} <= set(inspect.signature(
+                AGVMOptimWrapper).parameters)
+    with pytest.raises(TypeError, match="'start_iters'"):
         build_wrapper(ToyModel(), accumulative_counts=2, start_iters=10)
-    assert str(err.value) == (
-        "AGVMOptimWrapper got unknown options ['start_iters']; its options "
-        "are ['accumulative_counts', 'clip_grad', 'clip_grad_window', "
-        "'ema_momentum', 'end_iter', 'module_names', 'ratio_range', "
-        "'start_iter', 'statistic', 'update_interval']")
 
 
 def test_good_options_and_config_keys_pass():
@@ -487,36 +461,35 @@ def test_rescale_iterations_keeps_every_window_non_empty():
 def test_halves_of_ranks_and_of_micro_batches():
     assert halves_description(8, 1) == 'ranks 0-3 vs ranks 4-7 (world size 8)'
     assert halves_description(2, 2) == 'rank 0 vs rank 1 (world size 2)'
-    assert halves_description(5, 1) == (
-        'ranks 0-1 vs ranks 2-3 (world size 5; rank 4 is in neither half, '
-        'its gradient only enters the update)')
-    assert halves_description(1, 2) == (
-        'micro-batch 1 vs micro-batch 2 of the 2 accumulated per optimizer '
-        'step (one process)')
-    assert halves_description(1, 4) == (
-        'micro-batches 1-2 vs micro-batches 3-4 of the 4 accumulated per '
-        'optimizer step (one process)')
+    odd = halves_description(5, 1)
+    assert odd.startswith('ranks 0-1 vs ranks 2-3 (world size 5; rank 4 ')
+    assert 'neither half' in odd
+    assert halves_description(1, 2).startswith(
+        'micro-batch 1 vs micro-batch 2 of the 2 accumulated')
+    assert halves_description(1, 4).startswith(
+        'micro-batches 1-2 vs micro-batches 3-4 of the 4 accumulated')
 
 
 def test_block_of_a_paper_recipe():
     schedule = AGVMSchedule(10, 560, None, 1, (360, 560))
-    text = run_summary(['backbone', 'neck', 'rpn_head', 'roi_head'],
-                       [23508032, 3344384, 593935, 13957970, 0],
-                       halves_description(32, 1), schedule, True, 'grad',
-                       14656)
-    assert text.splitlines() == [
+    lines = run_summary(['backbone', 'neck', 'rpn_head', 'roi_head'],
+                        [23508032, 3344384, 593935, 13957970, 0],
+                        halves_description(32, 1), schedule, True, 'grad',
+                        14656).splitlines()
+    assert lines[:6] == [
         "AGVM: 4 modulated modules, anchor (module 0) 'backbone':",
         'AGVM:   backbone   23,508,032 parameters',
         'AGVM:   neck        3,344,384 parameters',
         'AGVM:   rpn_head      593,935 parameters',
         'AGVM:   roi_head   13,957,970 parameters',
-        'AGVM: halves: ranks 0-15 vs ranks 16-31 (world size 32)',
-        'AGVM: active from iteration 560 to the end of training (runner '
-        'iterations); re-estimates every 10 optimizer step(s) of 1 '
-        "iteration(s) from the first active one; statistic 'grad'",
-        'AGVM: gradient clipping in iterations [360, 560] only '
-        '(clip_grad_window)',
-    ]
+        'AGVM: halves: ranks 0-15 vs ranks 16-31 (world size 32)']
+    assert lines[6].startswith('AGVM: active from iteration 560 to the end ')
+    assert 're-estimates every 10 optimizer step(s) of 1 iteration(s)' in (
+        lines[6])
+    assert "statistic 'grad'" in lines[6]
+    assert lines[7] == ('AGVM: gradient clipping in iterations '
+                        + '[360, 560] only (clip_grad_window)')
+    assert len(lines) == 8
 
 
 def test_block_with_others_an_end_and_no_clipping():
@@ -524,11 +497,11 @@ def test_block_with_others_an_end_and_no_clipping():
     lines = run_summary(['backbone', 'head'], [10, 4, 3],
                         halves_description(1, 2), schedule, False, 'adam',
                         100).splitlines()
-    assert lines[3] == ('AGVM:   others' + ' ' * 14 + '3 parameters '
-                        '(outside module_names: factor 1)')
-    assert lines[5].startswith('AGVM: active from iteration 4 to iteration '
-                               '90 of 100 (runner iterations); re-estimates '
-                               'every 2 optimizer step(s) of 2 iteration(s)')
+    assert lines[3].split() == ['AGVM:', 'others', '3', 'parameters',
+                                '(outside', 'module_names:', 'factor', '1)']
+    assert lines[5].startswith('AGVM: active from iteration 4 to '
+                               + 'iteration 90 of 100 (runner iterations)')
+    assert 'every 2 optimizer step(s) of 2 iteration(s)' in lines[5]
     assert lines[6] == 'AGVM: gradient clipping off (no clip_grad)'
     schedule = AGVMSchedule(accumulative_counts=2)
     assert run_summary(['b'], [1, 0], 'x', schedule, True, 'grad').endswith(
@@ -587,9 +560,9 @@ def _start_warnings(tmp_path, runner, *args, **kwargs):
 
 @pytest.mark.parametrize('runner', RUNNERS)
 @pytest.mark.parametrize('start_iter, by_epoch, warned', [
-    (2, False, '(mmext.ExpWarmupLR, iterations [0, 6))'),
+    (2, False, 'mmext.ExpWarmupLR warm-up [0, 6)'),
     (6, False, None),
-    (4, True, '(LinearLR, iterations [0, 8))'),
+    (4, True, 'LinearLR warm-up [0, 8)'),
     (8, True, None),
 ])
 def test_start_inside_the_warmup_warns(tmp_path, runner, start_iter,
@@ -600,8 +573,7 @@ def test_start_inside_the_warmup_warns(tmp_path, runner, start_iter,
         assert messages == []
     else:
         assert len(messages) == 1 and warned in messages[0], messages
-        assert messages[0].startswith(f'AGVM start_iter={start_iter} lies '
-                                      'inside the LR warm-up')
+        assert f'start_iter={start_iter} is inside' in messages[0]
 
 
 @pytest.mark.parametrize('runner', RUNNERS)
@@ -609,9 +581,8 @@ def test_ema_hook_with_accumulation_warns_with_the_interval(tmp_path,
                                                             runner):
     (message, ) = _start_warnings(tmp_path / 'every', runner, 6,
                                   [dict(type='EMAHook')])
-    assert re.match(r'EMAHook interval=1 counts runner iterations, but with '
-                    r'optim_wrapper.accumulative_counts=2 .*set interval=2',
-                    message), message
+    assert message.startswith('EMAHook interval=1 averages'), message
+    assert message.endswith('set interval=2'), message
     assert _start_warnings(tmp_path / 'per_step', runner, 6,
                            [dict(type='EMAHook', interval=2)]) == []
 
@@ -637,9 +608,7 @@ def test_ema_interval_rule():
 def test_mmengine_auto_scale_lr_with_accumulation_is_refused(tmp_path):
     runner = _runner(_cfg(tmp_path, auto_scale_lr=dict(
         enable=True, base_batch_size=8)), 'mmengine')
-    with pytest.raises(ValueError, match=(
-            r'leaving out optim_wrapper.accumulative_counts=2\. Set '
-            r"runner_type='mmext.Runner'")):
+    with pytest.raises(ValueError, match='accumulative_counts=2'):
         runner.train()
     assert runner.iter == 0
 
@@ -670,11 +639,10 @@ def test_safeguards_with_mmdets_own_train_tool(tmp_path, demo_data):
     assert warned.returncode == 0, warned.stderr[-3000:]
     [log] = glob.glob(str(tmp_path / 'warn' / '*' / '*.log'))
     with open(log) as f:
-        assert 'AGVM start_iter=2 lies inside the LR warm-up' in f.read()
+        assert 'AGVM start_iter=2 is inside' in f.read()
     refused = train(tmp_path / 'refuse', '--auto-scale-lr')
     assert refused.returncode != 0
-    assert ('leaving out optim_wrapper.accumulative_counts=2. Set '
-            "runner_type='mmext.Runner'") in refused.stderr
+    assert 'accumulative_counts=2' in refused.stderr
     assert 'Epoch(train)' not in refused.stdout + refused.stderr
 
 
@@ -683,10 +651,8 @@ def test_a_bad_option_is_refused_before_the_first_step(tmp_path, runner):
     cfg = _cfg(tmp_path)
     cfg.optim_wrapper.accumulative_counts = '2'
     built = _runner(cfg, runner)
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError, match="accumulative_counts='2'"):
         built.train()
-    assert str(err.value) == _message('accumulative_counts', '2',
-                                      'an integer >= 1', 2)
     assert built.iter == 0
 
 
@@ -700,8 +666,7 @@ def test_plain_checkpoint_into_agvm_config_is_refused_by_mmengine(tmp_path):
     cfg.resume, cfg.load_from = True, str(tmp_path / 'plain' / 'epoch_2.pth')
     runner = _runner(cfg, 'mmengine')
     with trusted_checkpoint_loading(), pytest.raises(
-            ValueError, match='the checkpoint has no AGVM state.*'
-            r'load_from=CKPT \(no --resume\)'):
+            ValueError, match='no AGVM state'):
         runner.train()
     assert runner.iter == 16  # the checkpoint's: no step was taken
 
@@ -710,12 +675,24 @@ def test_plain_checkpoint_into_agvm_config_is_refused_by_mmengine(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason='CUDA present')
 def test_amp_variant_runs_mmengine_amp_set_up():
     """AmpOptimWrapper's own construction runs (and refuses a CPU-only
-    machine), after AGVM has named a misspelled option."""
+    machine)."""
     with pytest.raises(AssertionError, match='only available training on '
                        'gpu'):
         build_wrapper(ToyModel(), type='mmext.AGVMAmpOptimWrapper',
                       accumulative_counts=2)
-    with pytest.raises(ValueError, match=r"unknown options \['loss_scal'\]"):
+
+
+def test_amp_variant_passes_its_options_on(monkeypatch):
+    """dtype reaches AmpOptimWrapper; a misspelt option is a TypeError
+    (CUDA faked: AmpOptimWrapper asserts it first)."""
+    from mmengine.optim.optimizer import amp_optimizer_wrapper
+    monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available',
+                        lambda: True)
+    wrapper = build_wrapper(ToyModel(), type='mmext.AGVMAmpOptimWrapper',
+                            accumulative_counts=2, dtype='bfloat16')
+    assert wrapper.cast_dtype == torch.bfloat16
+    assert wrapper.schedule.accumulative_counts == 2
+    with pytest.raises(TypeError, match="'loss_scal'"):
         build_wrapper(ToyModel(), type='mmext.AGVMAmpOptimWrapper',
                       accumulative_counts=2, loss_scal='dynamic')
 

@@ -22,10 +22,13 @@ from mmengine.runner import Runner, load_checkpoint
 from mmengine.runner.utils import set_random_seed
 
 import mmext  # noqa: F401
-from mmext.agvm import variance_by_batch_size
-from mmext.agvm.diagnostic import module_layout
 from mmext.agvm.statistics import DEFAULT_RATIO_RANGE
 from mmext.compat import trusted_checkpoint_loading
+
+# The measurement is shared with tools/benchmark/agvm_large_batch.py.
+sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..',
+                            'benchmark'))
+from agvm_diagnostic import module_layout, variance_by_batch_size  # noqa
 
 KEYS = (('d', 'gradient variance d_i = 1 - cos(G_A, G_B)'),
         ('ratio', 'ratio d_anchor / d_i'),

@@ -47,12 +47,11 @@ import torch
 from mmengine.logging import MMLogger
 from mmengine.optim import OptimWrapper, build_optim_wrapper
 from mmengine.optim.scheduler import PolyLR
+from agvm_diagnostic import module_layout, variance_by_batch_size
 from seed_stats import bootstrap_interval, format_interval, paired, summary
 
 import mmext  # noqa: F401
 import scenes as scenes_module
-from mmext.agvm import variance_by_batch_size
-from mmext.agvm.diagnostic import module_layout
 from mmext.agvm.statistics import DEFAULT_RATIO_RANGE
 from mmext.lr_scaling import scaled_lrs
 from mmext.warmup import ExpWarmupLR

@@ -129,7 +129,7 @@ class SceneSegmentor(nn.Module):
 def segmentation_loss(model: nn.Module, batch: Tuple[Tensor, Tensor]
                       ) -> Tensor:
     """Pixel-wise cross entropy of ``model`` on ``(images, labels)`` (the
-    ``loss_fn`` form of :mod:`mmext.agvm.diagnostic`)."""
+    ``loss_fn`` form of :mod:`agvm_diagnostic`)."""
     images, labels = batch
     return F.cross_entropy(model(images), labels)
 
