@@ -23,7 +23,7 @@ from torch import nn
 from mmext.agvm.optim_wrapper import (ema_interval_messages,
                                       halves_description, run_summary)
 from mmext.agvm.schedule import AGVMSchedule
-from mmext.cli import build_runner
+from bench_utils import build_runner
 from mmext.compat import trusted_checkpoint_loading
 
 
