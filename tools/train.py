@@ -1,21 +1,12 @@
 """Train with the ``tools/train.py`` of the config's toolbox, mmext loaded.
 
 ``tools/train.py CONFIG [options]`` runs ``<package>/.mim/tools/train.py``
-of the config's ``default_scope`` (mmdet, mmaction, mmseg, ...), so the
-options and their meanings are that toolbox's (``tools/train.py CONFIG
--h``). mmext adds (docs/en/get_started.md, "Tool options"):
-
-* its registries and the ``mmext::`` config prefix, before the config is
-  read;
-* ``runner_type='mmext.Runner'`` for a config that names no runner;
-* ``--amp`` on an AGVM wrapper selects ``mmext.AGVMAmpOptimWrapper``;
-* ``--launcher pytorch`` on a machine without CUDA: gloo, and DDP without
-  device ids (mmengine's set-up assumes CUDA);
-* trusted loads of local checkpoints (torch >= 2.6 refuses mmengine's);
-* the process group torn down after a completed run (left to the exit,
-  gloo can abort rank 0, pytorch/pytorch#179291).
-
-``tools/test.py`` runs the toolbox's ``tools/test.py`` the same way.
+of the config's ``default_scope`` (mmdet, mmaction, mmseg), so the options
+are that toolbox's (``tools/train.py CONFIG -h``). mmext adds its
+registries and the ``mmext::`` prefix, ``mmext.Runner`` for a config naming
+no runner, AGVM's ``--amp``, gloo without CUDA, trusted checkpoint loads
+and the process group's tear-down (docs/en/get_started.md, "Tool
+options"). ``tools/test.py`` runs the toolbox's ``tools/test.py`` alike.
 """
 import importlib
 import importlib.util
@@ -99,6 +90,7 @@ def mmext_options(args, cfg: Config) -> List[str]:
 def start_cpu_process_group(launcher: str) -> None:
     """Start gloo for a distributed run on a machine without CUDA
     (mmengine's ``init_dist`` selects a GPU; the runner then skips it).
+    The CPU recipes run AGVM's halves as two processes.
 
     Raises:
         SystemExit: For a launcher other than ``pytorch`` (torchrun).
@@ -159,9 +151,9 @@ def main(name: str = 'train', argv: Optional[Sequence[str]] = None) -> None:
         name, list(sys.argv[1:] if argv is None else argv))
     sys.argv = [tool.__file__, *argv]
     start_cpu_process_group(launcher)
-    with trusted_checkpoint_loading():
+    with trusted_checkpoint_loading():  # torch>=2.6 refuses mmengine's
         tool.main()
-    if dist.is_initialized():
+    if dist.is_initialized():  # gloo may abort at exit (pytorch#179291)
         dist.barrier()
         dist.destroy_process_group()
 
