@@ -25,10 +25,10 @@ demo: $(STAMP) $(DEMO)
 	bash tools/run_demo.sh
 
 test: $(STAMP)
-	$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 test-all: $(STAMP)
-	$(PYTHON) -m pytest tests
+	$(PYTHON) -m pytest
 
 clean-demo:
 	rm -rf data/demo work_dirs/demo

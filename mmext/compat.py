@@ -23,7 +23,7 @@ __all__ = [
     'set_train_loop_length', 'accumulative_counts', 'max_counts',
     'run_config', 'random_other_index',
     'train_loader_batch_size', 'trusted_checkpoint_loading',
-    'trust_runner_checkpoints', 'batch_norm_xd_type', 'drop_logged_scalar',
+    'batch_norm_xd_type', 'drop_logged_scalar',
     'grad_clipping_off', 'reset_to_initial_values',
     'shadow_tensor', 'clear_shadow', 'registered_tensor',
     'dynamo_recompile_limit', 'set_dynamo_recompile_limit',
@@ -202,18 +202,6 @@ def trusted_checkpoint_loading() -> Iterator[None]:
         yield
     finally:
         schemes[''] = previous
-
-
-def trust_runner_checkpoints(runner) -> None:
-    """Wrap the instance's ``load_checkpoint`` (resume, ``load_from``) in
-    :func:`trusted_checkpoint_loading`."""
-    load = runner.load_checkpoint
-
-    def load_checkpoint(*args, **kwargs):
-        with trusted_checkpoint_loading():
-            return load(*args, **kwargs)
-
-    runner.load_checkpoint = load_checkpoint
 
 
 # dynamo internals (checked against torch 2.13): mmengine's runner makes the

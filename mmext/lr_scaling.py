@@ -12,8 +12,8 @@ from mmengine.optim import OptimWrapper, OptimWrapperDict
 from .compat import accumulative_counts
 
 __all__ = [
-    'RUNNER_TYPE', 'EFFECTIVE_BATCH_INFO', 'effective_batch',
-    'optim_wrappers', 'check_auto_scale_lr', 'scale_lrs', 'scaled_lrs'
+    'RUNNER_TYPE', 'EFFECTIVE_BATCH_INFO', 'optim_wrappers',
+    'check_auto_scale_lr', 'scale_lrs', 'scaled_lrs'
 ]
 
 # ``runner_type`` of :class:`mmext.runner.Runner` in configs.
@@ -21,24 +21,6 @@ RUNNER_TYPE = 'mmext.Runner'
 # Message hub runtime info ``{wrapper name ('' for one): effective batch}``,
 # set by :class:`mmext.runner.Runner`.
 EFFECTIVE_BATCH_INFO = 'effective_batch_size'
-
-
-def effective_batch(loader_batch: int, world_size: int,
-                    accumulative_counts: int) -> str:
-    """The batch of one optimizer step, spelt out for logs and tools.
-
-    Args:
-        loader_batch (int): ``train_dataloader.batch_size`` (per process).
-        world_size (int): Number of processes.
-        accumulative_counts (int): Micro-batches per optimizer step.
-
-    Returns:
-        str: e.g. ``'8 (loader batch 2 x world size 2 x accumulative_counts
-        2)'``.
-    """
-    return (f'{loader_batch * world_size * accumulative_counts} (loader '
-            f'batch {loader_batch} x world size {world_size} x '
-            f'accumulative_counts {accumulative_counts})')
 
 
 def optim_wrappers(optim_wrapper) -> Dict[str, OptimWrapper]:
@@ -73,11 +55,9 @@ def check_auto_scale_lr(auto_scale_lr: Optional[dict], optim_wrapper,
         counts = accumulative_counts(wrapper)
         if counts > 1:
             raise ValueError(
-                f"auto_scale_lr: mmengine's Runner scales the LR by loader "
-                f'batch x world size, leaving out optim_wrapper.'
-                f'accumulative_counts={counts}. Set runner_type='
-                f"'{RUNNER_TYPE}' (it counts it), or disable auto_scale_lr "
-                f'and set the LR for the effective batch.')
+                f'auto_scale_lr is leaving out optim_wrapper.'
+                f"accumulative_counts={counts}. Set runner_type='"
+                f"{RUNNER_TYPE}'")
 
 
 def scale_lrs(param_groups: Sequence[dict],

@@ -64,17 +64,9 @@ def degenerate_boxes(data_batch) -> List[str]:
 def _hint(data_batch) -> str:
     boxes = degenerate_boxes(data_batch)
     if boxes:
-        return (f'the batch has boxes of zero width or height, which '
-                f"mmdet's box-regression targets divide by: "
-                f"{'; '.join(boxes)}. Drop them from the annotations, or "
-                f"filter them in the train pipeline (dict(type="
-                f"'FilterAnnotations', min_gt_bbox_wh=(1, 1)) after "
-                f'LoadAnnotations).')
-    return ('no degenerate box in the batch. Usual causes: an LR too high '
-            'for the batch (the loss grows before it breaks: lower the LR, '
-            'lengthen the warm-up or clip gradients with optim_wrapper.'
-            'clip_grad), a log or division of zero in a loss, or corrupt '
-            'input data.')
+        return (f"Boxes of zero size: {'; '.join(boxes)}. Filter them: "
+                f"dict(type='FilterAnnotations', min_gt_bbox_wh=(1, 1)).")
+    return 'Lower the LR or clip gradients (optim_wrapper.clip_grad).'
 
 
 @HOOKS.register_module()
@@ -100,7 +92,7 @@ class NaNGuardHook(Hook):
     def __init__(self, action: str = 'stop', check_grads: bool = True):
         if action not in ACTIONS:
             raise ValueError(f'NaNGuardHook action={action!r}: expected one '
-                             f"of {list(ACTIONS)}, e.g. action='stop'")
+                             f'of {list(ACTIONS)}')
         self.action = action
         self.check_grads = check_grads
         self.skipped = 0
@@ -207,21 +199,15 @@ class NaNGuardHook(Hook):
             what.append(f'gradients of {len(bad_grads)} parameters '
                         f'({", ".join(names)})')
         elif bad_grads is not None and self._norm_overflow:
-            what.append('gradient norm (every gradient finite, their total '
-                        'norm overflows)')
+            what.append('gradient norm (each gradient finite)')
         elif step_dropped and not bad_terms:
-            what.append('loss of an earlier micro-batch of this accumulation '
-                        'window' if self._local_loss else
-                        'loss (on another rank)')
+            what.append('loss of an earlier micro-batch of the window'
+                        if self._local_loss else 'loss (on another rank)')
         values = ', '.join(f'{k}={v:.4g}' for k, v in terms.items())
-        done = ('its optimizer step was not taken' if step_dropped else
-                'the optimizer step of its accumulation window will not be '
-                'taken')
-        verdict = ('Stopped (NaNGuardHook action=\'stop\'; '
-                   "action='skip' drops such steps and goes on)"
-                   if self.action == 'stop' else
-                   f'Skipped ({self.skipped} so far, NaNGuardHook '
-                   f"action='skip')")
+        done = ('its step was not taken' if step_dropped else
+                "its window's step will not be taken")
+        skipped = (f' Skipped ({self.skipped} so far).'
+                   if self.action == 'skip' else '')
         return (f"Non-finite {' and '.join(what)} at iteration {iteration} "
-                f'({done}). Loss terms: {values or "none logged"}. Hint: '
-                f'{_hint(data_batch)} {verdict}.')
+                f'({done}). Loss terms: {values or "none logged"}. '
+                f'{_hint(data_batch)}{skipped}')

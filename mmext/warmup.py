@@ -44,13 +44,12 @@ class ExpWarmupParamScheduler(ExponentialParamScheduler):
                  by_epoch: bool = True, verbose: bool = False):
         if not (isinstance(start_factor, (int, float))
                 and 0 < start_factor <= 1):
-            raise ValueError(f'ExpWarmup start_factor must be in (0, 1], '
-                             f'got {start_factor!r} (e.g. 0.001)')
+            raise ValueError(f'ExpWarmupLR start_factor={start_factor!r}: '
+                             f'expected a number in (0, 1]')
         if (end == SCHEDULER_INF or not isinstance(end, int)
                 or not isinstance(begin, int) or end <= begin):
-            raise ValueError(f'ExpWarmup needs a finite end after begin (the '
-                             f'step at which the warm-up is over), got '
-                             f'begin={begin!r}, end={end!r}')
+            raise ValueError(f'ExpWarmupLR begin={begin!r}, end={end!r}: '
+                             f'expected an integer end after begin')
         self.start_factor = start_factor
         self.warmup_steps = end - begin
         super().__init__(

@@ -44,7 +44,7 @@ def assert_refused_before_training(args, message, timeout=300):
     assert 'Epoch(train)' not in proc.stdout + proc.stderr
 
 # Marks a test that needs CUDA: skipped with the reason without one, selected
-# by `pytest -m cuda` (what tools/gpu_check.sh runs).
+# by `pytest -m cuda` (what .dev_scripts/gpu_check.sh runs).
 CUDA_MARKS = [
     pytest.mark.cuda,
     pytest.mark.skipif(not torch.cuda.is_available(),

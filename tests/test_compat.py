@@ -326,14 +326,15 @@ def test_private_use_scan_finds_each_kind(tmp_path):
 
 
 def test_no_private_api_use_outside_compat():
-    """The package and its tools use private attributes of other objects,
-    private names of other packages and mmengine's undocumented internals in
-    compat only."""
+    """The package, its tools and the maintainers' scripts use private
+    attributes of other objects, private names of other packages and
+    mmengine's undocumented internals in compat only."""
     import pathlib
     root = pathlib.Path(compat.__file__).parent.parent
+    scripts = [*(root / 'mmext').rglob('*.py'), *(root / 'tools').rglob('*.py'),
+               *(root / '.dev_scripts').glob('*.py')]
     offenders = [
-        f'{p.relative_to(root)}:{line}: {text}'
-        for folder in ('mmext', 'tools') for p in (root / folder).rglob('*.py')
+        f'{p.relative_to(root)}:{line}: {text}' for p in scripts
         if p.name != 'compat.py' for line, text in _private_uses(p)
     ]
     assert offenders == []

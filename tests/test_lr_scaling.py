@@ -1,18 +1,12 @@
-"""mmext.lr_scaling: effective batch, the per-step LR scaling of both methods,
-and the check that mmengine's auto_scale_lr did not miss the accumulation."""
+"""mmext.lr_scaling: the per-step LR scaling of both methods, and the check
+that mmengine's auto_scale_lr did not miss the accumulation."""
 import pytest
 import torch
 from mmengine.logging import MessageHub
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 
 from mmext.lr_scaling import (EFFECTIVE_BATCH_INFO, check_auto_scale_lr,
-                              effective_batch, optim_wrappers, scale_lrs,
-                              scaled_lrs)
-
-
-def test_effective_batch_spells_out_its_factors():
-    assert effective_batch(2, 4, 3) == (
-        '24 (loader batch 2 x world size 4 x accumulative_counts 3)')
+                              optim_wrappers, scale_lrs, scaled_lrs)
 
 
 def test_optim_wrappers_by_name():

@@ -13,7 +13,7 @@ from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
 from torch import nn
 
-from mmext.cli import build_runner
+from bench_utils import build_runner
 from mmext.nan_guard import NaNGuardHook, degenerate_boxes
 
 
@@ -112,14 +112,12 @@ def test_stop_at_a_nan_loss_before_its_step(tmp_path):
     with pytest.raises(FloatingPointError) as err:
         runner.train()
     message = str(err.value)
-    assert message.startswith(
-        "Non-finite loss terms ['loss', 'loss_mse'] and gradients of 4 "
-        'parameters (backbone.weight, backbone.bias, head.weight, head.bias) '
-        'at iteration 6 (its optimizer step was not taken). Loss terms: '
-        'loss=nan, loss_mse=nan, loss_const=0.5. Hint: no degenerate box in '
-        'the batch. Usual causes:')
-    assert message.endswith("Stopped (NaNGuardHook action='stop'; "
-                            "action='skip' drops such steps and goes on).")
+    assert message.startswith("Non-finite loss terms ['loss', 'loss_mse'] ")
+    assert 'gradients of 4 parameters (backbone.weight, ' in message
+    assert 'head.weight, head.bias) at iteration 6' in message
+    assert '(its step was not taken)' in message
+    assert 'Loss terms: loss=nan, loss_mse=nan, loss_const=0.5.' in message
+    assert message.endswith('clip gradients (optim_wrapper.clip_grad).')
     # The weights are those before the poisoned iteration.
     now = [p.detach() for p in runner.model.parameters()]
     assert _same(now, weights.before[5])
@@ -144,9 +142,8 @@ def test_a_nan_gradient_with_a_finite_loss_names_the_parameters(tmp_path):
     with pytest.raises(FloatingPointError) as err:
         runner.train()
     assert str(err.value).startswith(
-        'Non-finite gradients of 4 parameters (backbone.weight, '
-        'backbone.bias, head.weight, head.bias) at iteration 6 (its optimizer '
-        'step was not taken). Loss terms: loss=')
+        'Non-finite gradients of 4 parameters (backbone.weight, ')
+    assert 'at iteration 6 (its step was not taken)' in str(err.value)
 
 
 def test_accumulation_stops_at_the_poisoned_micro_batch(tmp_path):
@@ -155,8 +152,8 @@ def test_accumulation_stops_at_the_poisoned_micro_batch(tmp_path):
     runner = _runner(tmp_path, counts=4)
     with pytest.raises(FloatingPointError) as err:
         runner.train()
-    assert ("at iteration 6 (the optimizer step of its accumulation window "
-            'will not be taken)') in str(err.value)
+    assert ("at iteration 6 (its window's step will not be taken)"
+            in str(err.value))
 
 
 def test_a_gradient_norm_overflow_is_named_as_such(tmp_path):
@@ -165,8 +162,8 @@ def test_a_gradient_norm_overflow_is_named_as_such(tmp_path):
     with pytest.raises(FloatingPointError) as err:
         runner.train()
     assert str(err.value).startswith(
-        'Non-finite gradient norm (every gradient finite, their total norm '
-        'overflows) at iteration 6 (its optimizer step was not taken).')
+        'Non-finite gradient norm (each gradient finite) at ')
+    assert 'at iteration 6' in str(err.value)
 
 
 def test_one_process_window_names_the_earlier_micro_batch(tmp_path):
@@ -185,9 +182,11 @@ def test_one_process_window_names_the_earlier_micro_batch(tmp_path):
     lines = [r.getMessage() for r in records
              if r.getMessage().startswith('Non-finite')]
     dropped = [line for line in lines if 'at iteration 8' in line]
-    assert len(lines) == 2 and len(dropped) == 1 and dropped[0].startswith(
-        'Non-finite loss of an earlier micro-batch of this accumulation '
-        'window at iteration 8 (its optimizer step was not taken).')
+    assert len(lines) == 2 and len(dropped) == 1
+    assert dropped[0].startswith('Non-finite loss of an earlier micro-batch')
+    assert 'of the window at iteration 8 (its step was not taken)' in (
+        dropped[0])
+    assert dropped[0].endswith('Skipped (1 so far).')
 
 
 def test_the_guard_leaves_the_wrappers_as_it_found_them(tmp_path):
@@ -229,8 +228,8 @@ def test_ranks_agree_to_drop_a_step_one_of_them_poisoned(tmp_path):
 
 
 def test_bad_action():
-    with pytest.raises(ValueError, match=r"NaNGuardHook action='halt': "
-                       r"expected one of \['stop', 'skip'\]"):
+    with pytest.raises(ValueError, match=r"action='halt': expected one of "
+                       r"\['stop', 'skip'\]"):
         NaNGuardHook(action='halt')
 
 
@@ -283,12 +282,10 @@ def test_bccd_zero_size_box_is_named(tmp_path, shared_data):
     message = str(err.value)
     assert message.startswith("Non-finite loss terms ['loss', 'loss_bbox'] "
                               'at iteration 1')
-    assert ('Hint: the batch has boxes of zero width or height, which '
-            "mmdet's box-regression targets divide by: ") in message
-    assert ('BloodImage_00343.jpg: box [180.0, 328.0, 180.0, 328.0] (label '
-            "0). Drop them from the annotations, or filter them in the train "
-            "pipeline (dict(type='FilterAnnotations', min_gt_bbox_wh=(1, 1)) "
-            'after LoadAnnotations).') in message
+    assert 'Boxes of zero size: ' in message
+    assert 'BloodImage_00343.jpg: box [180.0, 328.0, 180.0, 328.0]' in message
+    assert '(label 0). Filter them' in message
+    assert message.endswith("min_gt_bbox_wh=(1, 1)).")
 
 
 def test_collectives_take_the_model_device_without_gradients(monkeypatch):

@@ -1,21 +1,19 @@
-"""mmext.runner: mmext.Runner (effective batch, auto_scale_lr, scheduler
-warnings, resume guards, trusted checkpoint loads) on toy runs."""
+"""mmext.runner: mmext.Runner (effective batch in auto_scale_lr, resume
+guards, trusted checkpoint loads, ann_file, dropped base hooks) on toy
+runs."""
 import os
 import os.path as osp
 import re
 import warnings
 
 import pytest
-import torch
+from bench_utils import build_runner
 from helpers import ToyRegressionData, ToyRegressor
 from mmengine.config import Config
-from mmengine.hooks import Hook
 from mmengine.registry import DATASETS, MODELS
 from mmengine.runner import Runner as MMEngineRunner
-from torch import nn
 
 from mmext.agvm import AGVMOptimWrapper
-from mmext.cli import build_runner
 from mmext.runner import Runner, register_resume_guard, restart_hint
 
 
@@ -86,8 +84,8 @@ def test_auto_scale_lr_uses_the_effective_batch_with_agvm(tmp_path, build):
     assert runner.message_hub.get_scalar('train/lr').current() == (
         pytest.approx(0.05))
     log = open(glob_log(tmp_path)).read()
-    assert ('effective batch 4 (loader batch 2 x world size 1 x '
-            'accumulative_counts 2); auto_scale_lr: LR x 0.5') in log
+    assert 'effective batch 4 (loader batch 2 x world size 1 x ' in log
+    assert 'accumulative_counts 2); auto_scale_lr: LR x 0.5' in log
 
 
 def glob_log(work_dir):
@@ -113,8 +111,8 @@ def test_mmengine_runner_with_accumulation_is_refused(tmp_path):
     runner = MMEngineRunner.from_cfg(_cfg(tmp_path, auto_scale_lr=AUTO))
     with pytest.raises(ValueError) as err:
         runner.train()
-    assert ("leaving out optim_wrapper.accumulative_counts=2. Set "
-            "runner_type='mmext.Runner'") in str(err.value)
+    assert "accumulative_counts=2. Set runner_type='mmext.Runner'" in str(
+        err.value)
     assert runner.iter == 0
 
 
@@ -146,6 +144,7 @@ def test_resume_agvm_checkpoint_into_plain_config(tmp_path):
     msg = str(err.value)
     assert f'{ckpt} has AGVM state' in msg
     assert "type='mmext.AGVMOptimWrapper'" in msg
+    assert runner.iter == 0
 
 
 def test_resume_plain_checkpoint_into_agvm_config(tmp_path):
@@ -202,26 +201,9 @@ def test_registered_resume_guard_runs_before_any_state(tmp_path):
 
     runner = _resume(tmp_path, ckpt, refuse_resume=True)
     with pytest.raises(ValueError, match=re.escape(
-            f'refused, or start from its weights with load_from={ckpt} (no '
-            f'--resume).')):
+            f'refused, or start from its weights with load_from={ckpt}')):
         runner.train()
     assert seen == [(1, ckpt, True)] and runner.iter == 0
-
-
-def test_a_hook_that_remaps_the_schedulers_silences_the_warning(tmp_path):
-
-    class Remaps(Hook):
-        remaps_param_schedulers = True
-
-    runner = build_runner(_cfg(tmp_path, param_scheduler=[dict(
-        type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
-        end=50)]))
-    runner.register_hook(Remaps())
-    import warnings
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        runner.train()
-    assert not [w for w in caught if 'param_scheduler' in str(w.message)]
 
 
 def test_mmext_method_configs_use_mmext_runner():
@@ -236,204 +218,6 @@ def test_mmext_method_configs_use_mmext_runner():
         assert Config.fromfile(path).runner_type == 'mmext.Runner', path
 
 
-def test_runner_warns_about_a_warm_up_longer_than_the_run(tmp_path):
-    runner = build_runner(_cfg(tmp_path, param_scheduler=[dict(
-        type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
-        end=50)]))
-    with pytest.warns(UserWarning, match='param_scheduler LinearLR ends at '
-                      r'iteration 50, after the end of training \(8 '
-                      r'iterations\)'):
-        runner.train()
-
-
-WARM_UP = [dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0,
-                end=1, convert_to_iter_based=True),
-           dict(type='MultiStepLR', by_epoch=True, milestones=[1])]
-SGD = dict(optimizer=dict(type='SGD', lr=0.1))
-
-
-def test_resume_onto_another_effective_batch_warns(tmp_path):
-    """The warm-up converted to iterations at effective batch 2 (8
-    iterations per epoch) is resumed as is by mmengine; at batch 4 an epoch
-    has 4 iterations, so it would last 2 epochs."""
-    from mmext.runner import EFFECTIVE_BATCH_KEY
-    ckpt = _train_and_checkpoint(tmp_path, optim_wrapper=SGD,
-                                 param_scheduler=WARM_UP)
-    assert torch.load(ckpt, weights_only=False)['meta'][
-        EFFECTIVE_BATCH_KEY] == {'': 2}
-    loader = dict(_cfg(tmp_path).train_dataloader, batch_size=4)
-    runner = _resume(tmp_path, ckpt, optim_wrapper=SGD,
-                     param_scheduler=WARM_UP, train_dataloader=loader)
-    import warnings
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        runner.train()
-    assert [str(w.message) for w in caught if 'effective batch' in str(
-        w.message)] == [
-        f'{ckpt} was trained with effective batch 2 (loader batch x world '
-        'size x accumulative_counts), this run has 4: its iteration-based '
-        'param schedulers keep the bounds computed for that batch (LinearLR '
-        'iterations [0, 8)), so they end elsewhere than the config says. '
-        "Resume with the checkpoint's world size, train_dataloader."
-        'batch_size and accumulative_counts, or start from its weights with '
-        f'load_from={ckpt} (no --resume).']
-    # The same effective batch resumes silently.
-    same = _resume(tmp_path / 'same', ckpt, optim_wrapper=SGD,
-                   param_scheduler=WARM_UP)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        same.train()
-    assert not [w for w in caught if 'effective batch' in str(w.message)]
-
-
-@MODELS.register_module(force=True)
-class RunnerNormEvalToy(ToyRegressor):
-    """RunnerToyModel with a BN in its backbone that ``norm_eval`` keeps in
-    eval mode while training (as mmdet's ResNet does)."""
-
-    def __init__(self, backbone=dict(norm_eval=False)):
-        super().__init__()
-        self.norm_eval = backbone['norm_eval']
-        self.backbone = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4))
-
-    def train(self, mode=True):
-        super().train(mode)
-        if mode and self.norm_eval:
-            self.backbone[1].eval()
-        return self
-
-
-@pytest.mark.parametrize('norm_eval', [True, False])
-def test_runner_warns_about_bn_in_eval_mode_without_weights(tmp_path,
-                                                            norm_eval):
-    runner = build_runner(_cfg(
-        tmp_path, model=dict(type='RunnerNormEvalToy',
-                             backbone=dict(norm_eval=norm_eval)),
-        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1))))
-    import warnings
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        runner.train()
-    frozen = [str(w.message) for w in caught if 'BN layers' in str(w.message)]
-    if not norm_eval:
-        assert frozen == []
-        return
-    assert frozen == [
-        'model.backbone: 1 of 1 BN layers stay in eval mode while training '
-        '(their running mean and variance never update), but no weights are '
-        'loaded into it (no Pretrained init_cfg, no load_from), so they keep '
-        'their random initialisation. Set by model.backbone.norm_eval=True. '
-        'Train them with model.backbone.norm_eval=False, or load pretrained '
-        "weights (init_cfg=dict(type='Pretrained', checkpoint=...) or "
-        'load_from).'
-    ]
-
-
-def _scheduler_bounds(runner):
-    return [(type(s).__name__, s.begin, s.end,
-             sorted(getattr(s, 'milestones', {})))
-            for s in runner.param_schedulers]
-
-
-def test_auto_scale_schedule_on_an_iteration_based_recipe(tmp_path):
-    """Loader batch 4 (K 2: 8 images per step) against a recipe written for
-    1 image per iteration: every iteration count / 4 (warm-up, milestones,
-    end, checkpoints, AGVM's window), as detectron2's REFERENCE_WORLD_SIZE
-    does; the warm-up keeps its images."""
-    cfg = _cfg(
-        tmp_path,
-        train_cfg=dict(type='IterBasedTrainLoop', max_iters=64,
-                       val_interval=32),
-        param_scheduler=[
-            dict(type='LinearLR', start_factor=0.25, by_epoch=False,
-                 begin=0, end=16),
-            dict(type='MultiStepLR', by_epoch=False, milestones=[32, 48],
-                 gamma=0.5)],
-        default_hooks=dict(checkpoint=dict(type='CheckpointHook',
-                                           by_epoch=False, interval=32)),
-        optim_wrapper=dict(AGVM_WRAPPER, start_iter=20,
-                           clip_grad=dict(max_norm=10.0),
-                           clip_grad_window=(4, 20)),
-        auto_scale_schedule=dict(enable=True, base_batch_size=1))
-    cfg.train_dataloader.sampler = dict(type='InfiniteSampler', shuffle=False)
-    cfg.train_dataloader.batch_size = 4
-    runner = build_runner(cfg)
-    lrs = []
-    runner.register_hook(_LrRecorder(lrs))
-    runner.train()
-    assert runner.iter == 16
-    warmup, steps = _scheduler_bounds(runner)
-    assert warmup == ('LinearLR', 0, 4, []) and steps[3] == [8, 12]
-    # LR per iteration: linear warm-up over 4 iterations, halved at 8, 12.
-    expected = ([0.1 * (0.25 + 0.75 * t / 3) for t in range(4)] +
-                [0.1] * 4 + [0.05] * 4 + [0.025] * 4)
-    assert lrs == pytest.approx(expected)
-    schedule = runner.optim_wrapper.schedule
-    assert (schedule.start_iter, schedule.clip_grad_window) == (5, (1, 5))
-    assert sorted(osp.basename(p) for p in glob_ckpts(tmp_path)) == [
-        'iter_16.pth', 'iter_8.pth']
-    log = open(glob_log(tmp_path)).read()
-    assert ('auto_scale_schedule: iteration counts / 4 (4 images per runner '
-            "iteration; the recipe's: base_batch_size 1 / "
-            'base_accumulative_counts 1): train_cfg.max_iters 64 -> 16; '
-            'train_cfg.val_interval [32] -> [8]; CheckpointHook.interval 32 '
-            '-> 8; optim_wrapper.start_iter 20 -> 5; '
-            'optim_wrapper.clip_grad_window (4, 20) -> (1, 5); param '
-            'schedulers when built') in log
-    assert ('auto_scale_schedule: param_scheduler LinearLR.end 16 -> 4; '
-            'MultiStepLR.milestones [32, 48] -> [8, 12]') in log
-    assert ('auto_scale_schedule: warm-up LinearLR: 16 iterations x 1 = 16 '
-            'images in the recipe, 4 x 4 = 16 images in this run') in log
-
-
-def test_auto_scale_schedule_on_an_epoch_based_recipe(tmp_path):
-    """An epoch-based recipe with an iteration-counted warm-up (mmdet's 1x
-    form): the warm-up shrinks, epochs and epoch milestones stay."""
-    runner = build_runner(_cfg(
-        tmp_path, train_cfg=dict(by_epoch=True, max_epochs=2),
-        param_scheduler=[
-            dict(type='LinearLR', start_factor=0.25, by_epoch=False,
-                 begin=0, end=8),
-            dict(type='MultiStepLR', by_epoch=True, milestones=[1],
-                 gamma=0.5)],
-        auto_scale_lr=dict(enable=False, base_batch_size=1),
-        auto_scale_schedule=dict(enable=True)))
-    lrs = []
-    runner.register_hook(_LrRecorder(lrs))
-    runner.train()
-    # 2 images per iteration / the recipe's 1: warm-up 8 -> 4 iterations;
-    # 2 epochs of 8.
-    assert runner.epoch == 2 and runner.iter == 16
-    assert _scheduler_bounds(runner)[0] == ('LinearLR', 0, 4, [])
-    expected = ([0.1 * (0.25 + 0.75 * t / 3) for t in range(4)] +
-                [0.1] * 4 + [0.05] * 8)
-    assert lrs == pytest.approx(expected)
-
-
-def test_auto_scale_schedule_needs_a_base_batch(tmp_path):
-    runner = build_runner(_cfg(tmp_path,
-                               auto_scale_schedule=dict(enable=True)))
-    with pytest.raises(ValueError, match='auto_scale_schedule.enable=True '
-                       'needs auto_scale_schedule.base_batch_size'):
-        runner.train()
-
-
-def glob_ckpts(work_dir):
-    import glob
-    return glob.glob(osp.join(str(work_dir), '*.pth'))
-
-
-class _LrRecorder(Hook):
-    """Records the LR of the first param group at each iteration."""
-    priority = 'LOWEST'
-
-    def __init__(self, lrs):
-        self.lrs = lrs
-
-    def before_train_iter(self, runner, batch_idx, data_batch=None):
-        self.lrs.append(runner.optim_wrapper.optimizer.param_groups[0]['lr'])
-
-
 def _video_loader(ann_file, **dataset):
     return dict(batch_size=1, num_workers=0,
                 sampler=dict(type='DefaultSampler', shuffle=False),
@@ -441,43 +225,44 @@ def _video_loader(ann_file, **dataset):
                              pipeline=[], **dataset))
 
 
-@pytest.mark.parametrize('lines, indices, warned', [
-    (['a.mp4 0', 'b.mp4 0', 'c.mp4 1', 'd.mp4 1'], 2, 'label 0'),
-    (['a.mp4 0', 'b.mp4 0', 'c.mp4 1', 'd.mp4 1'], [0, 2], None),
-    (['a.mp4 0', 'b.mp4 0', 'c.mp4 1', 'd.mp4 1'], None, None),
-])
-def test_a_subset_of_one_class_warns(tmp_path, lines, indices, warned):
-    from mmengine.registry import DefaultScope
-    ann = tmp_path / 'train.txt'
-    ann.write_text('\n'.join(lines) + '\n')
-    with DefaultScope.overwrite_default_scope('mmaction'), \
-            warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        loader = Runner.build_dataloader(_video_loader(ann, indices=indices))
-    messages = [str(w.message) for w in caught if 'indices=' in str(
-        w.message)]
-    assert len(loader.dataset) == (indices if isinstance(indices, int) else
-                                   len(indices or lines))
-    if warned is None:
-        assert messages == []
-    else:
-        assert len(messages) == 1 and warned in messages[0]
-        assert 'Give indices spread over it' in messages[0]
-
-
 def test_a_missing_or_empty_annotation_list_is_named(tmp_path):
     from mmengine.registry import DefaultScope
     with DefaultScope.overwrite_default_scope('mmaction'):
         with pytest.raises(FileNotFoundError, match=re.escape(
-                'ann_file no/such/folder/train.txt does not exist (relative '
-                f'to the current folder {os.getcwd()}')):
+                f'no/such/folder/train.txt does not exist in {os.getcwd()}')):
             Runner.build_dataloader(_video_loader('no/such/folder/train.txt'))
-        with pytest.raises(FileNotFoundError, match=re.escape(
-                "or set MMEXT_DATA_ROOT to mmext's small datasets")):
-            Runner.build_dataloader(
-                _video_loader('../shared/data/no-such-set/train.txt'))
+        with pytest.raises(FileNotFoundError, match='MMEXT_DATA_ROOT'):
+            Runner.build_dataloader(_video_loader('no-such-set/train.txt'))
+        missing = str(tmp_path / 'absent.txt')
+        with pytest.raises(FileNotFoundError,
+                           match=f'^ann_file {re.escape(missing)} does not '
+                           'exist$'):
+            Runner.build_dataloader(_video_loader(missing))
         for text in ('', '\n \n'):
             (tmp_path / 'empty.txt').write_text(text)
             with pytest.raises(ValueError,
                                match='empty.txt lists no samples'):
                 Runner.build_dataloader(_video_loader(tmp_path / 'empty.txt'))
+
+
+def test_a_custom_hooks_override_that_drops_a_base_hook_warns(tmp_path):
+    """On stderr and in the run's log file (the runner's logger exists)."""
+    from bench_utils import load_run_config
+    base = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))),
+                    'configs/demo/recognizer3d_r18_multigrid_demo-video.py')
+    child = tmp_path / 'child.py'
+    child.write_text(f"_base_ = '{base}'\n"
+                     "custom_hooks = [dict(type='mmext.NaNGuardHook')]\n")
+    dropped = 'custom_hooks of child.py drop mmext.MultigridHook of '
+    with pytest.warns(UserWarning, match=dropped):
+        runner = build_runner(load_run_config(str(child), None,
+                                              str(tmp_path / 'work')))
+    with open(osp.join(runner.log_dir, f'{runner.timestamp}.log')) as f:
+        assert dropped in f.read()
+    child.write_text(child.read_text().replace(
+        "[dict(type='mmext.NaNGuardHook')]",
+        "[dict(type='mmext.NaNGuardHook'), dict(type='mmext.MultigridHook')]"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        build_runner(load_run_config(str(child), None, str(tmp_path / 'w2')))
+    assert not [w for w in caught if 'drop' in str(w.message)]

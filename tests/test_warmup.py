@@ -92,12 +92,11 @@ def test_closed_form_and_epoch_conversion():
 
 
 @pytest.mark.parametrize('kwargs, message', [
-    (dict(start_factor=0, end=5), 'start_factor must be in (0, 1], got 0'),
-    (dict(start_factor=2.0, end=5), 'start_factor must be in (0, 1], got 2.0'),
-    (dict(start_factor='0.001', end=5),
-     "start_factor must be in (0, 1], got '0.001' (e.g. 0.001)"),
-    (dict(), 'needs a finite end after begin'),
-    (dict(begin=5, end=5), 'got begin=5, end=5'),
+    (dict(start_factor=0, end=5), 'start_factor=0: expected a number in'),
+    (dict(start_factor=2.0, end=5), 'start_factor=2.0:'),
+    (dict(start_factor='0.001', end=5), "start_factor='0.001':"),
+    (dict(), 'end=1000000000: expected an integer end after begin'),
+    (dict(begin=5, end=5), 'begin=5, end=5:'),
 ])
 def test_bad_options(kwargs, message):
     with pytest.raises(ValueError) as err:

@@ -1,20 +1,161 @@
-"""Train a model with an mm* config, mmext's hooks and wrappers available.
+"""Train with the ``tools/train.py`` of the config's toolbox, mmext loaded.
 
-The options of mmdet 3.3, mmaction2 1.2 and mmseg 1.2 ``tools/train.py``
-(``python tools/train.py -h``; meanings in
-:func:`mmext.cli.config_for_train`). Works for any config the toolboxes
-accept, with ``mmext.Runner`` unless the config names another
-``runner_type``; on a CPU-only machine ``--launcher pytorch`` (what
-``tools/dist_train.sh`` passes) trains with the gloo backend.
+``tools/train.py CONFIG [options]`` runs ``<package>/.mim/tools/train.py``
+of the config's ``default_scope`` (mmdet, mmaction, mmseg), so the options
+are that toolbox's (``tools/train.py CONFIG -h``). mmext adds its
+registries and the ``mmext::`` prefix, ``mmext.Runner`` for a config naming
+no runner, AGVM's ``--amp``, gloo without CUDA, trusted checkpoint loads
+and the process group's tear-down (docs/en/get_started.md, "Tool
+options"). ``tools/test.py`` runs the toolbox's ``tools/test.py`` alike.
 """
-from mmext.cli import build_runner, config_for_train, parser_for_train
-from mmext.dist import finish_distributed
+import importlib
+import importlib.util
+import os.path as osp
+import sys
+from typing import List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+from mmengine.config import Config
+
+import mmext.registry  # noqa: F401  (mmext's scope and mmext:: configs)
+from mmext.compat import trusted_checkpoint_loading
+
+CONFIG_SUFFIXES = ('.py', '.json', '.yaml', '.yml')
+RUNNER_TYPE = 'mmext.Runner'
+# Wrappers whose mixed-precision variant is not mmengine's AmpOptimWrapper.
+AMP_WRAPPERS = {'mmext.AGVMOptimWrapper': 'mmext.AGVMAmpOptimWrapper'}
+USAGE = ('usage: tools/{0}.py CONFIG [options]: the options of the '
+         "tools/{0}.py of the config's toolbox (tools/{0}.py CONFIG -h)")
 
 
-def main(argv=None):
-    args = parser_for_train().parse_args(argv)
-    build_runner(config_for_train(args)).train()
-    finish_distributed()
+def config_argument(argv: Sequence[str]) -> Optional[str]:
+    """The config among a tool's arguments: the first with a config
+    suffix that is neither an option nor a ``key=value``."""
+    return next((a for a in argv if a.endswith(CONFIG_SUFFIXES)
+                 and not a.startswith('-') and '=' not in a), None)
+
+
+def toolbox_tool(cfg: Config, name: str) -> str:
+    """The path of ``tools/<name>.py`` of the config's ``default_scope``.
+
+    Raises:
+        SystemExit: If no installed package of that name ships the tool.
+    """
+    scope = cfg.get('default_scope')
+    try:
+        folder = osp.dirname(importlib.import_module(str(scope)).__file__)
+    except (ImportError, TypeError):  # no such package, or no file
+        folder = ''
+    tools = osp.realpath(osp.join(folder, '.mim', 'tools'))
+    path = osp.join(tools, f'{name}.py')
+    # mmext's own .mim/tools are these tools.
+    if not folder or not osp.isfile(path) or tools == osp.dirname(
+            osp.realpath(__file__)):
+        raise SystemExit(f'default_scope={scope!r} has no tools/{name}.py: '
+                         f'set mmdet, mmaction or mmseg')
+    return path
+
+
+def mmext_options(args, cfg: Config) -> List[str]:
+    """The ``--cfg-options`` pairs mmext adds to the toolbox's.
+
+    Args:
+        args (Namespace): The toolbox tool's parsed arguments.
+        cfg (Config): The config, the user's ``--cfg-options`` merged.
+
+    Returns:
+        list[str]: ``key=value`` pairs.
+    """
+    options = [] if 'runner_type' in cfg else [f'runner_type={RUNNER_TYPE}']
+    wrapper = cfg.get('optim_wrapper') or {}
+    if getattr(args, 'amp', False) and wrapper.get('type') in AMP_WRAPPERS:
+        options.append(f"optim_wrapper.type={AMP_WRAPPERS[wrapper['type']]}")
+        if 'loss_scale' not in wrapper:
+            options.append('optim_wrapper.loss_scale=dynamic')
+    if args.launcher != 'none' and not torch.cuda.is_available():
+        if not cfg.get('model_wrapper_cfg'):  # mmengine's default wrapper
+            if 'model_wrapper_cfg' in cfg:  # None: replace, not merge
+                options.append('model_wrapper_cfg._delete_=True')
+            options += [
+                'model_wrapper_cfg.type=MMDistributedDataParallel',
+                'model_wrapper_cfg.broadcast_buffers=False',
+                'model_wrapper_cfg.find_unused_parameters='
+                f"{cfg.get('find_unused_parameters', False)}"
+            ]
+        options.append('model_wrapper_cfg.device_ids=None')
+    return options
+
+
+def start_cpu_process_group(launcher: str) -> None:
+    """Start gloo for a distributed run on a machine without CUDA
+    (mmengine's ``init_dist`` selects a GPU; the runner then skips it).
+    The CPU recipes run AGVM's halves as two processes.
+
+    Raises:
+        SystemExit: For a launcher other than ``pytorch`` (torchrun).
+    """
+    if launcher == 'none' or torch.cuda.is_available() or (
+            dist.is_initialized()):
+        return
+    if launcher != 'pytorch':
+        raise SystemExit(f'--launcher {launcher} needs CUDA: on CPU use '
+                         f'--launcher pytorch (tools/dist_train.sh)')
+    dist.init_process_group('gloo')
+
+
+def _load(path: str):
+    """The toolbox's tool as a module (its ``main`` not run)."""
+    spec = importlib.util.spec_from_file_location(
+        'toolbox_' + osp.splitext(osp.basename(path))[0], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def toolbox_arguments(name: str, argv: List[str]):
+    """The toolbox's ``tools/<name>.py`` for ``argv`` and its arguments.
+
+    Returns:
+        tuple: The tool (a module), ``argv`` with mmext's additions, and
+        the launcher.
+
+    Raises:
+        SystemExit: As the toolbox's parser (``-h``, a wrong option), or
+            without a config.
+    """
+    config = config_argument(argv)
+    if config is None:
+        print(USAGE.format(name), file=sys.stderr)
+        raise SystemExit(0 if {'-h', '--help'} & set(argv) else 2)
+    cfg = Config.fromfile(config)
+    tool = _load(toolbox_tool(cfg, name))
+    sys.argv = [tool.__file__, *argv]
+    args = tool.parse_args()  # the toolbox's -h and errors
+    if args.config != config:
+        raise SystemExit(USAGE.format(name) + ', the config first')
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    options = mmext_options(args, cfg)
+    if any(o.startswith('optim_wrapper.type=') for o in options):
+        argv = [a for a in argv if a != '--amp']  # not AmpOptimWrapper
+    if options:
+        argv = [*argv, '--cfg-options', *options]
+    return tool, argv, args.launcher
+
+
+def main(name: str = 'train', argv: Optional[Sequence[str]] = None) -> None:
+    """Run the toolbox's ``tools/<name>.py`` with ``argv`` (default: the
+    command line's) and mmext's additions."""
+    tool, argv, launcher = toolbox_arguments(
+        name, list(sys.argv[1:] if argv is None else argv))
+    sys.argv = [tool.__file__, *argv]
+    start_cpu_process_group(launcher)
+    with trusted_checkpoint_loading():  # torch>=2.6 refuses mmengine's
+        tool.main()
+    if dist.is_initialized():  # gloo may abort at exit (pytorch#179291)
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == '__main__':

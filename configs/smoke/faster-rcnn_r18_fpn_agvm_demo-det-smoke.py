@@ -1,4 +1,4 @@
-# AGVM on the demo detector for a few iterations (tools/gpu_check.sh): the demo
+# AGVM on the demo detector for a few iterations (.dev_scripts/gpu_check.sh): the demo
 # AGVM recipe (`make demo-data` first), re-estimating at every optimizer step
 # from the first (2 accumulated micro-batches per step: in one process they are
 # the halves; with several processes the ranks are), clipping in the first 2

@@ -1,4 +1,4 @@
-# Multigrid on the demo video recipe for a few iterations (tools/gpu_check.sh):
+# Multigrid on the demo video recipe for a few iterations (.dev_scripts/gpu_check.sh):
 # 4 recipe epochs become 6 multigrid epochs, 24 iterations, through three
 # long-cycle shapes (batch 16/8/4 per process: sub-batch BN with 4, 2 and 1
 # splits), short-cycle crops, precise BN at the end of each shape and one

@@ -25,7 +25,7 @@ from mmext.agvm import AGVMOptimWrapper
 from mmext.agvm.optim_wrapper import (ema_interval_messages,
                                       halves_description, run_summary)
 from mmext.agvm.schedule import AGVMSchedule
-from mmext.cli import build_runner
+from bench_utils import build_runner
 from mmext.compat import trusted_checkpoint_loading
 
 

@@ -115,7 +115,7 @@ def tiny_runner(work_dir, runner_type=None, **options):
     (runners of one config built in the same second share a message hub)
     and, by default, mmext's runner (``runner_type='Runner'``: mmengine's,
     built with ``mmengine.runner.Runner.from_cfg``)."""
-    from mmext.cli import build_runner, load_run_config
+    from bench_utils import build_runner, load_run_config
     options.setdefault('experiment_name', osp.basename(str(work_dir)))
     cfg = load_run_config(TINY, options, str(work_dir))
     if runner_type == 'Runner':

@@ -46,7 +46,7 @@ print('MMAPPED', mmapped_bytes() - before)
 
 _HOOK = """
 import logging
-from mmext.cli import build_runner, load_run_config
+from bench_utils import build_runner, load_run_config
 cfg = load_run_config({tiny!r}, None, {work_dir!r})
 cfg.custom_hooks[0].update(keep_cpu_memory={keep})
 runner = build_runner(cfg)

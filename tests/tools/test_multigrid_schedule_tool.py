@@ -31,7 +31,7 @@ def _run(config, *args):
 def _tiny_runner(work_dir, **options):
     """The tiny recipe's runner, built as training does, up to the hooks'
     before_run (what Runner.train() builds first)."""
-    from mmext.cli import build_runner, load_run_config
+    from bench_utils import build_runner, load_run_config
     cfg = load_run_config(TINY, dict(options, experiment_name=osp.basename(
         str(work_dir))), str(work_dir))
     runner = build_runner(cfg)

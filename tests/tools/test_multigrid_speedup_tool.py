@@ -154,7 +154,7 @@ def test_stack_options_reach_both_configs(multigrid):
     config alike; the JSON's ``stack`` names them."""
     from argparse import Namespace
 
-    from mmext.cli import load_run_config
+    from bench_utils import load_run_config
     tool = _tool_module()
     cfg = load_run_config(f'{REPO_ROOT}/{tool.DEFAULT_CONFIG}', None)
     if not multigrid:

@@ -120,13 +120,13 @@ def test_dist_train_on_a_busy_port_says_which_and_how(tmp_path):
             env=dict(os.environ, PORT=str(port)), capture_output=True,
             text=True, timeout=60)
     assert proc.returncode == 1
-    assert (f"torchrun's port {port} is in use (another run on this "
-            f'machine?): choose another, e.g. PORT={port + 1} ') in proc.stderr
+    assert f"torchrun's port {port} is in use" in proc.stderr
+    assert f'e.g. PORT={port + 1} ' in proc.stderr
 
 
-def test_amp_without_cuda_is_a_clear_error(tmp_path):
-    import subprocess
-
+def test_amp_without_cuda_is_refused_by_mmengine(tmp_path):
+    """mmaction2's --amp on CPU: mmengine's AmpOptimWrapper refuses before
+    the first iteration."""
     import torch
     if torch.cuda.is_available():
         pytest.skip('CUDA present: --amp is valid here')
@@ -136,4 +136,5 @@ def test_amp_without_cuda_is_a_clear_error(tmp_path):
         cwd=osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))),
         capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
-    assert '--amp needs a CUDA device' in proc.stderr
+    assert 'AmpOptimizerWrapper`` is only available' in proc.stderr
+    assert 'Epoch(train)' not in proc.stdout + proc.stderr

@@ -1,11 +1,13 @@
-"""Helpers of the benchmarks and tests: process groups on one machine,
-timing records of training runs, random in-memory clips (imported as a
-sibling module, through pytest's ``pythonpath`` and by ``custom_imports``).
+"""Helpers of the benchmarks and tests: runners built as ``tools/train.py``
+builds them, process groups on one machine, timing records of training
+runs, random in-memory clips (imported as a sibling module, through pytest's
+``pythonpath`` and by ``custom_imports``).
 """
 import bisect
 import functools
 import math
 import os
+import os.path as osp
 import socket
 import statistics
 import threading
@@ -19,7 +21,35 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from mmaction.registry import TRANSFORMS
 from mmcv.transforms import BaseTransform
+from mmengine.config import Config
 from mmengine.hooks import Hook
+from mmengine.registry import RUNNERS
+
+import mmext.registry  # noqa: F401  (the mmext scope of RUNNERS)
+
+
+# ---------------------------------------------------------------- runners
+def load_run_config(config: str, cfg_options: Optional[dict] = None,
+                    work_dir: Optional[str] = None) -> Config:
+    """``config`` read as the toolboxes' ``tools/train.py`` read it:
+    ``cfg_options`` merged, ``work_dir`` defaulting to
+    ``./work_dirs/<config name>``."""
+    cfg = Config.fromfile(config)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(config))[0])
+    return cfg
+
+
+def build_runner(cfg: Config):
+    """The runner ``tools/train.py`` builds: the config's ``runner_type``,
+    ``mmext.Runner`` if it names none."""
+    cfg.setdefault('runner_type', 'mmext.Runner')
+    return RUNNERS.build(cfg)
 
 
 # ---------------------------------------------------------------- processes

@@ -23,7 +23,7 @@ from multigrid_speedup import (add_run_options, check_run_options,
                                setup_torch, shorten_schedule, train_arm)
 from seed_stats import detectable_difference, format_summary, paired, summary
 
-from mmext.cli import load_run_config
+from bench_utils import load_run_config
 from mmext.multigrid import MultigridPlan
 from mmext.multigrid.data import parse_grid_shape
 

@@ -30,7 +30,7 @@ from mmengine.hooks import Hook
 
 from bench_utils import LoadSampler, RunRecorder
 
-from mmext.cli import build_runner, load_run_config
+from bench_utils import build_runner, load_run_config
 from mmext.multigrid import MultigridHook, MultigridOptions, MultigridPlan
 from mmext.multigrid.checks import check_clip_lengths
 from mmext.multigrid.data import parse_grid_shape, resize_pipeline

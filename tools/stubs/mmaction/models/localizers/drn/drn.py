@@ -1,4 +1,4 @@
-# Stub installed by mmext's tools/setup_env.sh and tools/gpu_check.sh
+# Stub installed by mmext's tools/setup_env.sh and .dev_scripts/gpu_check.sh
 # --bundle (tools/stubs/README.md): the mmaction2 1.2.0 release omits this
 # package (open-mmlab/mmaction2#2714).
 class DRN:

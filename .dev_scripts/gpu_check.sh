@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Usage: tools/gpu_check.sh [--bundle DIR [--target DIR]] [--dry-run] [--lines NAME ...]
+# Usage: .dev_scripts/gpu_check.sh [--bundle DIR [--target DIR]] [--dry-run] [--lines NAME ...]
 #                           [--work-dir DIR] [--budget SECONDS]
 #
-# One-command GPU check of mmext: runs the lines of tools/gpu_check.py with the project's .venv
+# One-command GPU check of mmext: runs the lines of .dev_scripts/gpu_check.py with the project's .venv
 # (or $PYTHON), prints one summary table and exits 1 if a line fails; without CUDA, a dry run.
-# On a bare lent GPU machine, with the bundle of tools/gpu_bundle.sh carried along:
-#     tools/gpu_check.sh --bundle .gpu_bundle
+# On a bare lent GPU machine, with the bundle of .dev_scripts/gpu_bundle.sh carried along:
+#     .dev_scripts/gpu_check.sh --bundle .gpu_bundle
 # installs the bundle with python3 (or $PYTHON) into --target (default /tmp/mmext-gpu-site; a
 # second call reuses it), then runs the check, which builds mmcv's CUDA ops beside the lines.
-# Details: docs/en/get_started.md, "Checking a GPU machine".
+# Details: .dev_scripts/README.md, "Checking a GPU machine".
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"; }
@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --bundle) BUNDLE=$(cd "$2" && pwd); shift 2 ;;
         --target) TARGET=$2; shift 2 ;;
-        -h|--help) usage; echo; exec "${PYTHON:-python3}" "$ROOT/tools/gpu_check.py" --help ;;
+        -h|--help) usage; echo; exec "${PYTHON:-python3}" "$ROOT/.dev_scripts/gpu_check.py" --help ;;
         *) ARGS+=("$1"); shift ;;
     esac
 done
@@ -29,7 +29,7 @@ if [ -z "$BUNDLE" ]; then
     [ -x "$ROOT/.venv/bin/python" ] && PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
     PYTHON=${PYTHON:-python}
     export PYTHON
-    cd "$ROOT" && exec "$PYTHON" tools/gpu_check.py "${ARGS[@]}"
+    cd "$ROOT" && exec "$PYTHON" .dev_scripts/gpu_check.py "${ARGS[@]}"
 fi
 
 # The whole call counts against the budget: the install too.
@@ -38,7 +38,7 @@ PYTHON=${PYTHON:-python3}
 MANIFEST=$BUNDLE/manifest.json
 STAMP=$TARGET/.bundle-manifest.json
 if [ ! -f "$MANIFEST" ]; then
-    echo "gpu_check: no $MANIFEST; make the bundle with tools/gpu_bundle.sh" >&2
+    echo "gpu_check: no $MANIFEST; make the bundle with .dev_scripts/gpu_bundle.sh" >&2
     exit 2
 fi
 # The target is emptied before an install: never a folder of anything else.
@@ -76,5 +76,5 @@ fi
 
 export PYTHON
 export PYTHONPATH=$ROOT:$TARGET${PYTHONPATH:+:$PYTHONPATH}
-cd "$ROOT" && exec "$PYTHON" tools/gpu_check.py --bundle "$BUNDLE" --target "$TARGET" \
+cd "$ROOT" && exec "$PYTHON" .dev_scripts/gpu_check.py --bundle "$BUNDLE" --target "$TARGET" \
     --started-at "$STARTED" "${ARGS[@]}"

@@ -1,4 +1,4 @@
-"""tools/gpu_check.sh --bundle: the mmcv ops build (a stand-in sdist whose
+""".dev_scripts/gpu_check.sh --bundle: the mmcv ops build (a stand-in sdist whose
 setup.py succeeds, fails or hangs) beside stand-in lines, its table row, the
 lines it skips and why; the environment row's parts."""
 import os
@@ -11,7 +11,8 @@ import pytest
 import torch
 from helpers import run_tool
 
-from tools import gpu_check, mmcv_ops
+import gpu_check
+import mmcv_ops
 
 SETUP = '''\
 import os, sys, time
@@ -201,8 +202,8 @@ def test_failure_reason_is_the_first_error():
 
 
 def test_gpu_check_help_names_the_one_command():
-    out = run_tool(['bash', 'tools/gpu_check.sh', '--help']).stdout
-    assert out.startswith('Usage: tools/gpu_check.sh [--bundle DIR')
-    assert '    tools/gpu_check.sh --bundle .gpu_bundle\n' in out
+    out = run_tool(['bash', '.dev_scripts/gpu_check.sh', '--help']).stdout
+    assert out.startswith('Usage: .dev_scripts/gpu_check.sh [--bundle DIR')
+    assert '    .dev_scripts/gpu_check.sh --bundle .gpu_bundle\n' in out
     assert 'usage: gpu_check.py' in out  # then the options
     assert '--budget BUDGET' in out

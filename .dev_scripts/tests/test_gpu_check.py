@@ -1,4 +1,4 @@
-"""tools/gpu_check.sh: the dry run, the checks of each line, the table."""
+""".dev_scripts/gpu_check.sh: the dry run, the checks of each line, the table."""
 import json
 import os
 import sys
@@ -7,11 +7,11 @@ import pytest
 import torch
 from helpers import run_tool
 
-from tools import gpu_check
+import gpu_check
 
 
 def test_without_cuda_one_line_and_exit_0_after_the_dry_run():
-    args = ['bash', 'tools/gpu_check.sh']
+    args = ['bash', '.dev_scripts/gpu_check.sh']
     if torch.cuda.is_available():
         args.append('--dry-run')
     proc = run_tool(args, timeout=300)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Usage: tools/gpu_bundle.sh [--out DIR]
-#        tools/gpu_bundle.sh --proof ENV_DIR [--out DIR] [--with-ops]
+# Usage: .dev_scripts/gpu_bundle.sh [--out DIR]
+#        .dev_scripts/gpu_bundle.sh --proof ENV_DIR [--out DIR] [--with-ops]
 #
 # Run here, with the package registry in reach: writes into DIR (default .gpu_bundle/) the bundle
-# of tools/gpu_bundle.py that `tools/gpu_check.sh --bundle DIR` installs on a bare GPU machine.
+# of .dev_scripts/gpu_bundle.py that `.dev_scripts/gpu_check.sh --bundle DIR` installs on a bare GPU machine.
 # --proof ENV_DIR: the CPU proof. Makes ENV_DIR (outside the checkout) a Python 3.12 ($PYTHON312)
-# environment with stand-ins for the GPU machine's packages (requirements/gpu_proof.txt) and runs
-# `tools/gpu_check.sh --bundle DIR --dry-run` with it; --with-ops then builds mmcv's CPU ops from
-# the bundled sdist (about an hour here) and repeats the dry run. Details: docs/en/get_started.md.
+# environment with stand-ins for the GPU machine's packages (.dev_scripts/requirements/gpu_proof.txt) and runs
+# `.dev_scripts/gpu_check.sh --bundle DIR --dry-run` with it; --with-ops then builds mmcv's CPU ops from
+# the bundled sdist (about an hour here) and repeats the dry run. Details: .dev_scripts/README.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//p}' "$0"; }
@@ -28,7 +28,7 @@ OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 
 if [ -z "$ENV_DIR" ]; then
     [ "$WITH_OPS" = 0 ] || { echo "gpu_bundle: --with-ops needs --proof" >&2; exit 2; }
-    exec "${PYTHON:-python3}" "$ROOT/tools/gpu_bundle.py" --out "$OUT"
+    exec "${PYTHON:-python3}" "$ROOT/.dev_scripts/gpu_bundle.py" --out "$OUT"
 fi
 
 mkdir -p "$ENV_DIR"
@@ -40,19 +40,19 @@ PY=$ENV_DIR/bin/python
 [ -x "$PY" ] || "${PYTHON312:-python3.12}" -m venv "$ENV_DIR"
 # The newest pip, as a recent image would have (the strictest build of mmcv's sdist).
 "$PY" -m pip install -q --disable-pip-version-check --upgrade pip
-"$PY" -m pip install -q --disable-pip-version-check -r "$ROOT/requirements/gpu_proof.txt"
-[ -f "$OUT/manifest.json" ] || "${PYTHON:-python3}" "$ROOT/tools/gpu_bundle.py" --out "$OUT"
+"$PY" -m pip install -q --disable-pip-version-check -r "$ROOT/.dev_scripts/requirements/gpu_proof.txt"
+[ -f "$OUT/manifest.json" ] || "${PYTHON:-python3}" "$ROOT/.dev_scripts/gpu_bundle.py" --out "$OUT"
 
 TARGET=$ENV_DIR/mmext-site
 dry_run() {
-    PYTHON=$PY "$ROOT/tools/gpu_check.sh" --bundle "$OUT" --target "$TARGET" --dry-run \
+    PYTHON=$PY "$ROOT/.dev_scripts/gpu_check.sh" --bundle "$OUT" --target "$TARGET" --dry-run \
         --work-dir "$ENV_DIR/work_dirs"
 }
 dry_run
 if [ "$WITH_OPS" = 1 ]; then
     SDIST=$OUT/$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['mmcv_sdist'])" \
         "$OUT/manifest.json")
-    PYTHONPATH=$TARGET "$PY" "$ROOT/tools/mmcv_ops.py" --cpu --sdist "$SDIST" \
+    PYTHONPATH=$TARGET "$PY" "$ROOT/.dev_scripts/mmcv_ops.py" --cpu --sdist "$SDIST" \
         --target "$TARGET" --work-dir "$ENV_DIR/mmcv-build" --jobs "$(nproc)"
     dry_run
 fi

@@ -3,11 +3,11 @@ was installed without them (``MMCV_WITH_OPS=0``).
 
 The two installs differ by the extension alone: the build runs
 ``setup.py build_ext --inplace`` in an unpacked sdist and copies
-``mmcv/_ext*.so`` into the installed ``mmcv/``. ``tools/gpu_check.sh
+``mmcv/_ext*.so`` into the installed ``mmcv/``. ``.dev_scripts/gpu_check.sh
 --bundle`` runs it beside the lines (:class:`OpsBuild`); alone (the CPU
-proof of ``tools/gpu_bundle.sh --proof --with-ops`` does)::
+proof of ``.dev_scripts/gpu_bundle.sh --proof --with-ops`` does)::
 
-    python tools/mmcv_ops.py --sdist mmcv-2.1.0.tar.gz --target SITE \
+    python .dev_scripts/mmcv_ops.py --sdist mmcv-2.1.0.tar.gz --target SITE \
         [--work-dir DIR] [--jobs N] [--cpu]
 
 Its interpreter must import torch and ``pkg_resources`` (setuptools < 81).

@@ -1,7 +1,7 @@
-"""tools/gpu_bundle.sh: what the bundle must carry, its manifest, the stubs.
+""".dev_scripts/gpu_bundle.sh: what the bundle must carry, its manifest, the stubs.
 
 No network: the manifest logic runs on the committed package lists and on
-fake wheel files; a bundle made by tools/gpu_bundle.sh is checked only if
+fake wheel files; a bundle made by .dev_scripts/gpu_bundle.sh is checked only if
 one is there, and the CPU proof only where its environment is named.
 """
 import importlib
@@ -17,7 +17,7 @@ import warnings
 import pytest
 from helpers import REPO_ROOT, run_tool
 
-from tools import gpu_bundle
+import gpu_bundle
 
 BUNDLE = osp.join(REPO_ROOT, '.gpu_bundle')
 PROOF_ENV = os.environ.get('MMEXT_GPU_PROOF_ENV')
@@ -57,7 +57,8 @@ def probe():
 
 def _imported_distributions():
     """:func:`probe`'s result, in a fresh interpreter of this stack."""
-    path = [REPO_ROOT, osp.join(REPO_ROOT, 'tests'), osp.dirname(__file__)]
+    path = [REPO_ROOT, osp.join(REPO_ROOT, 'tests'), osp.dirname(__file__),
+            osp.dirname(osp.dirname(osp.abspath(__file__)))]
     proc = run_tool(
         [sys.executable, '-c', 'import test_gpu_bundle as t; t.probe()'],
         timeout=600, env=dict(PYTHONPATH=os.pathsep.join(path)))
@@ -75,7 +76,7 @@ def test_every_import_of_the_check_is_on_the_gpu_machine_or_in_the_bundle():
         if not {gpu_bundle.canonical(d) for d in dists} & needs
     }
     assert unlisted == {}, (
-        'imported by the check but not in requirements/gpu_check_needs.txt')
+        'imported by the check but not in .dev_scripts/requirements/gpu_check_needs.txt')
     sources = gpu_bundle.sources(needs, gpu_bundle.machine_packages(),
                                  [*gpu_bundle.read_pins(), 'mmext'])
     assert [name for name, s in sources.items() if s == 'missing'] == []
@@ -170,13 +171,13 @@ def test_manifest_of_a_bundle_and_what_check_bundle_finds(tmp_path):
 
 
 @pytest.mark.skipif(not osp.isfile(osp.join(BUNDLE, 'manifest.json')),
-                    reason='no bundle here (make one: tools/gpu_bundle.sh)')
+                    reason='no bundle here (make one: .dev_scripts/gpu_bundle.sh)')
 def test_the_bundle_made_here_is_complete():
     assert gpu_bundle.check_bundle(BUNDLE) == []
     with open(osp.join(BUNDLE, 'manifest.json')) as f:
         manifest = json.load(f)
     assert manifest['pins'] == gpu_bundle.read_pins(), (
-        'requirements/gpu_bundle.txt changed: rerun tools/gpu_bundle.sh')
+        '.dev_scripts/requirements/gpu_bundle.txt changed: rerun .dev_scripts/gpu_bundle.sh')
     assert manifest['bytes'] + gpu_bundle.working_tree_bytes() < 64 << 20
 
 
@@ -191,21 +192,21 @@ def test_install_stubs_adds_missing_files_only(tmp_path):
 
 
 def test_gpu_bundle_help_names_the_proof():
-    out = run_tool(['bash', 'tools/gpu_bundle.sh', '--help']).stdout
-    assert out.startswith('Usage: tools/gpu_bundle.sh [--out DIR]\n')
+    out = run_tool(['bash', '.dev_scripts/gpu_bundle.sh', '--help']).stdout
+    assert out.startswith('Usage: .dev_scripts/gpu_bundle.sh [--out DIR]\n')
     assert '--proof ENV_DIR' in out and 'set -euo' not in out
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not PROOF_ENV, reason='the CPU proof environment of '
-                    'tools/gpu_bundle.sh --proof ENV_DIR is named by '
+                    '.dev_scripts/gpu_bundle.sh --proof ENV_DIR is named by '
                     'MMEXT_GPU_PROOF_ENV')
 @pytest.mark.skipif(not osp.isfile(osp.join(BUNDLE, 'manifest.json')),
-                    reason='no bundle here (make one: tools/gpu_bundle.sh)')
+                    reason='no bundle here (make one: .dev_scripts/gpu_bundle.sh)')
 def test_bundle_dry_run_in_the_python_312_proof_environment(tmp_path):
     # Not run_tool: it runs the command with this interpreter.
     proc = subprocess.run(
-        ['bash', 'tools/gpu_check.sh', '--bundle', BUNDLE, '--target',
+        ['bash', '.dev_scripts/gpu_check.sh', '--bundle', BUNDLE, '--target',
          str(tmp_path / 'site'), '--dry-run'], cwd=REPO_ROOT,
         env=dict(os.environ, PYTHON=osp.join(PROOF_ENV, 'bin', 'python')),
         capture_output=True, text=True, timeout=1200)

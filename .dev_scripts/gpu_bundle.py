@@ -1,14 +1,14 @@
-"""Make the bundle that ``tools/gpu_check.sh --bundle`` installs on a bare
-GPU machine (run it as ``tools/gpu_bundle.sh``).
+"""Make the bundle that ``.dev_scripts/gpu_check.sh --bundle`` installs on a bare
+GPU machine (run it as ``.dev_scripts/gpu_bundle.sh``).
 
 Writes into ``--out`` (default ``.gpu_bundle/``) the pinned cp312 wheels of
-``requirements/gpu_bundle.txt`` and mmext's wheel (``wheels/``), the sdists
-of :data:`SDISTS` (``sdist/``), ``tools/stubs`` and ``tools/overrides``,
+``.dev_scripts/requirements/gpu_bundle.txt`` and mmext's wheel (``wheels/``), the sdists
+of :data:`SDISTS` (``sdist/``), ``tools/stubs`` and ``.dev_scripts/overrides``,
 Python 3.12's headers if a local Python 3.12 has them, and
 ``manifest.json`` (each file's size and sha256; for each distribution the
 check imports, ``machine`` or ``bundle``); prints the sizes against the
 64 MiB the bundle and the working tree share. What each part is for:
-docs/en/get_started.md, "On a lent GPU machine".
+.dev_scripts/README.md, "On a lent GPU machine".
 """
 import argparse
 import glob
@@ -25,11 +25,11 @@ import tempfile
 from typing import Dict, Iterable, List, Optional
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-PINS = osp.join(ROOT, 'requirements', 'gpu_bundle.txt')
-MACHINE = osp.join(ROOT, 'requirements', 'gpu_machine_packages.txt')
-NEEDS = osp.join(ROOT, 'requirements', 'gpu_check_needs.txt')
+PINS = osp.join(ROOT, '.dev_scripts', 'requirements', 'gpu_bundle.txt')
+MACHINE = osp.join(ROOT, '.dev_scripts', 'requirements', 'gpu_machine_packages.txt')
+NEEDS = osp.join(ROOT, '.dev_scripts', 'requirements', 'gpu_check_needs.txt')
 STUBS = osp.join(ROOT, 'tools', 'stubs')
-OVERRIDES = osp.join(ROOT, 'tools', 'overrides')
+OVERRIDES = osp.join(ROOT, '.dev_scripts', 'overrides')
 LIMIT_MIB = 64  # the working tree and the bundle, together
 PYTHON_VERSION = '3.12'
 # pip matches each manylinux_2_N tag exactly: those the pinned wheels use.

@@ -1,4 +1,4 @@
-"""One-command GPU check of mmext (run it as ``tools/gpu_check.sh``).
+"""One-command GPU check of mmext (run it as ``.dev_scripts/gpu_check.sh``).
 
 Runs each line of :data:`LINES` (the CUDA tests, AGVM and multigrid
 training on the smoke configs, the CUDA modes of the benchmarks) with a
@@ -7,7 +7,7 @@ if a line failed. Without CUDA, or with ``--dry-run``, it checks its
 arguments, the tools and the configs (with ``--bundle`` also the imports)
 and runs nothing. ``--bundle DIR`` builds mmcv's compiled ops beside the
 lines that need none (``needs_ops``). The lines, the table and the bundle:
-docs/en/get_started.md, "Checking a GPU machine".
+.dev_scripts/README.md, "Checking a GPU machine".
 """
 import argparse
 import json
@@ -205,7 +205,7 @@ LINES = [
          _script('tools/train.py', AGVM_CONFIG, '--amp'), check_agvm_scalars,
          90, True),
     Line('agvm-2proc', f'2 processes of {AGVM_CONFIG}',
-         _script('tools/gpu_check.py', '--agvm-ranks', '2'), check_ranks,
+         _script('.dev_scripts/gpu_check.py', '--agvm-ranks', '2'), check_ranks,
          120, True),
     Line('multigrid', f'tools/train.py {MULTIGRID_CONFIG}',
          _script('tools/train.py', MULTIGRID_CONFIG), check_multigrid, 120),
@@ -260,11 +260,12 @@ def agvm_ranks_worker(rank: int, world_size: int, backend: str,
     import torch
     from mmengine.dist import all_gather_object
 
-    from mmext.cli import build_runner, load_run_config
+    from bench_utils import build_runner, load_run_config
     device = (torch.device('cuda', torch.cuda.current_device())
               if torch.cuda.is_available() else torch.device('cpu'))
     os.environ['LOCAL_RANK'] = str(rank)  # as torchrun; mmengine reads it
-    cfg = load_run_config(AGVM_CONFIG, work_dir=work_dir, launcher='pytorch')
+    cfg = load_run_config(AGVM_CONFIG, work_dir=work_dir)
+    cfg.launcher = 'pytorch'
     cfg.model_wrapper_cfg = dict(
         type='MMDistributedDataParallel',
         device_ids=[device.index] if backend == 'nccl' else None,
@@ -287,8 +288,8 @@ def agvm_ranks_worker(rank: int, world_size: int, backend: str,
 
 def run_agvm_ranks(world_size: int, work_dir: str) -> None:
     import torch
-
-    from benchmark.bench_utils import run_processes
+    sys.path.insert(1, osp.join(ROOT, 'tools', 'benchmark'))  # bench_utils
+    from bench_utils import run_processes
     backend = 'nccl' if torch.cuda.device_count() >= world_size else 'gloo'
     os.makedirs(work_dir, exist_ok=True)
     run_processes(agvm_ranks_worker, world_size, (backend, work_dir),
@@ -468,7 +469,7 @@ def import_report(modules: Sequence[str]) -> dict:
 def check_bundle_imports() -> tuple:
     """Import what the check imports; ``(problems, summary)``: an import
     that fails but for mmcv's missing compiled ops is a problem."""
-    from tools.gpu_bundle import check_modules
+    from gpu_bundle import check_modules
     errors = import_report(check_modules())
     waiting = [name for name, error in errors.items() if 'mmcv._ext' in error]
     problems = [f'import {name}: {error}' for name, error in errors.items()
@@ -496,7 +497,7 @@ def finish_ops_build(build, target: str, build_deadline: float) -> tuple:
     """Wait for ``build`` (None: an earlier call built the ops) until
     ``build_deadline``, install its ops and check that they load; the table
     row and why the op lines cannot run (None: they can)."""
-    from tools import mmcv_ops
+    import mmcv_ops
     why = None
     if build is None:
         seconds, detail = 0.0, f'reused {mmcv_ops.installed_ext(target)}'
@@ -524,7 +525,7 @@ def finish_ops_build(build, target: str, build_deadline: float) -> tuple:
 def ops_build(args, work_root: str):
     """The (unstarted) build of mmcv's CUDA ops from the bundle's sdist, or
     None where an earlier call built them."""
-    from tools import mmcv_ops
+    import mmcv_ops
     if mmcv_ops.installed_ext(args.target):
         return None
     # The bundle's Python headers, used only where python3 lacks its own.
@@ -592,7 +593,7 @@ def parse_args(argv=None):
         parser.error(f'--budget must be positive, got {args.budget}')
     if bool(args.bundle) != bool(args.target):
         parser.error('--bundle and --target go together '
-                     '(tools/gpu_check.sh --bundle DIR passes both)')
+                     '(.dev_scripts/gpu_check.sh --bundle DIR passes both)')
     args.install_seconds = time.time() - args.started_at
     return args
 
