@@ -15,6 +15,7 @@ import torch
 from mmengine.dist import all_reduce
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
 from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import DATA_SAMPLERS
 from mmengine.runner import EpochBasedTrainLoop, Runner
@@ -29,15 +30,15 @@ from .checks import check_run
 from .data import MultigridDataset, ShortCycleBatchSampler, resize_pipeline
 from .plan import MultigridOptions, MultigridPlan
 from .schedule import MultigridStage
-from .speed import (CompiledRun, autocasts_to_bf16, compile_enabled,
-                    float32_head_outputs, prepare_run, unwrap_model)
+from .compile import CompiledRun, compile_enabled, run_outside_dynamo
+from .memory import glibc_version, keep_freed_memory
 from .transformers import remove_shape_adapters, shape_adapters
 
 __all__ = [
     'MultigridHook', 'SCALAR_BATCH_SIZE', 'SCALAR_CLIP_LEN',
     'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN', 'CHECKPOINT_KEY',
     'resume_signature', 'check_resume', 'DataWaitWatch',
-    'reads_bn_statistics_after_epoch'
+    'reads_bn_statistics_after_epoch', 'prepare_run'
 ]
 
 # Visualizer scalars: the per-process long-cycle shape at each loader
@@ -52,6 +53,36 @@ CHECKPOINT_KEY = 'mmext_multigrid'
 
 # Seeds of rebuilt loaders differ per stage so augmentations are not replayed.
 _STAGE_SEED_STRIDE = 1009
+
+
+def unwrap_model(model):
+    return model.module if is_model_wrapper(model) else model
+
+
+def prepare_run(runner, keep_cpu_memory: bool = True) -> Callable[[], None]:
+    """Set up what ``MultigridHook`` gives a run besides multigrid (logged;
+    the speed-up tool gives its baseline the same): glibc keeping freed
+    memory when the model trains on the CPU, and :func:`run_outside_dynamo`
+    under mmengine's ``compile``.
+
+    Returns:
+        callable: Undoes the dynamo exclusions (the allocator setting is
+        process-wide and stays).
+    """
+    model = unwrap_model(runner.model)
+    param = next(model.parameters(), None)
+    if (keep_cpu_memory and param is not None and param.device.type == 'cpu'
+            and keep_freed_memory()):
+        print_log(f'glibc {glibc_version()} keeps freed memory for reuse '
+                  f'(mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1); '
+                  f'keep_cpu_memory=False leaves malloc alone',
+                  logger='current')
+    if not compile_enabled(runner.cfg.get('compile')):
+        return lambda: None
+    print_log('torch.compile: the data preprocessor, the message hub and '
+              'the optimizer step run outside dynamo', logger='current')
+    return run_outside_dynamo(model, runner.message_hub,
+                              runner.optim_wrapper)
 
 
 def _check_repeat_collate(loader_cfg, repeats: int) -> None:
@@ -354,10 +385,6 @@ class MultigridHook(Hook):
                       f'video at the shape of its iteration; the batch sizes '
                       f'count videos', logger='current')
         self._undo_prepare = prepare_run(runner, self.options.keep_cpu_memory)
-        if autocasts_to_bf16(runner.optim_wrapper) and float32_head_outputs(
-                model):
-            print_log('Multigrid: bfloat16 autocast: cls_head outputs in '
-                      'float32', logger='current')
         if self.plan.sub_bn_base_size:
             # Once, before mmengine compiles the model.
             enable_sub_bn(model, self.plan.sub_bn_base_size)

@@ -35,7 +35,8 @@ from mmext.multigrid import MultigridHook, MultigridOptions, MultigridPlan
 from mmext.multigrid.checks import check_clip_lengths
 from mmext.multigrid.data import parse_grid_shape, resize_pipeline
 from mmext.multigrid.plan import is_multigrid_hook
-from mmext.multigrid.speed import glibc_version, prepare_run
+from mmext.multigrid.hook import prepare_run
+from mmext.multigrid.memory import glibc_version
 
 DEFAULT_CONFIG = 'configs/multigrid/recognizer3d_r18w64_multigrid_fight.py'
 # The data-wait share above which the hook calls a run data-bound.
@@ -130,7 +131,7 @@ def _apply_stack(cfg, args):
     """The speed options (``--channels-last`` ...) on one run's config."""
     hooks = list(cfg.get('custom_hooks', []))
     if args.channels_last:
-        hooks.insert(0, dict(type='mmext.ChannelsLastHook'))
+        hooks.insert(0, dict(type='ChannelsLastHook'))
     if args.amp:
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.dtype = args.amp
@@ -138,7 +139,7 @@ def _apply_stack(cfg, args):
             cfg.optim_wrapper.loss_scale = 'dynamic'
         else:
             # mmaction2's top-k accuracy is numpy, which has no bfloat16.
-            hooks.insert(0, dict(type='mmext.Float32HeadHook'))
+            hooks.insert(0, dict(type='Float32HeadHook'))
     cfg.custom_hooks = hooks
     if args.compile:
         cfg.compile = dict(backend=args.compile)
