@@ -116,5 +116,4 @@ class CompiledRun:
         return (f'torch.compile: {self.graphs} graphs compiled; frames that '
                 f'hit the recompile limit {self.limit} and ran eagerly: '
                 f'{"; ".join(self.fallbacks)}. Raise '
-                f'torch._dynamo.config.recompile_limit (TORCH_LOGS='
-                f'"recompiles" names the changing guards).')
+                f'torch._dynamo.config.recompile_limit.')

@@ -64,8 +64,8 @@ def test_limit_is_the_shape_count_or_higher(dynamo_state):
         assert message.startswith(
             f'torch.compile: dynamo recompile limit {expected} (was '
             f"{current}) for the plan's 5 train shapes")
-        assert run.stop() == ('torch.compile: 0 graphs compiled; no frame '
-                              'fell back to eager')
+        assert run.stop() == 'torch.compile: ' + (
+            '0 graphs compiled; no frame fell back to eager')
         assert compat.dynamo_recompile_limit() == current
 
 
@@ -84,9 +84,8 @@ def test_stop_names_the_frames_that_fell_back(dynamo_state):
     message = run.stop()
     assert run.graphs == 1 and len(run.fallbacks) == 1
     assert "'per_value' (" in run.fallbacks[0]
-    assert message.startswith(
-        'torch.compile: 1 graphs compiled; frames that hit the recompile '
-        'limit 5 and ran eagerly: ')
+    assert message.startswith('torch.compile: 1 graphs compiled; frames that ')
+    assert 'hit the recompile limit 5 and ran eagerly: ' in message
     assert run.fallbacks[0] in message
     assert compat.dynamo_recompile_limit() == 1
 
@@ -253,8 +252,8 @@ def test_compiled_multigrid_run(tmp_path, dynamo_state, demo_data):
     total = by_epoch[5]
     logged = [r.getMessage() for r in records
               if 'torch.compile:' in r.getMessage()]
-    assert 'torch.compile: dynamo recompile limit 8 (was 8) for the plan\'s '\
-        '5 train shapes' in ' '.join(logged)
+    assert "dynamo recompile limit 8 (was 8) for the plan's 5 train" in (
+        ' '.join(logged))
     assert logged[-1] == (f'Multigrid: torch.compile: {total} graphs '
                           f'compiled; no frame fell back to eager')
     assert osp.isfile(osp.join(tmp_path, 'epoch_6.pth'))

@@ -31,16 +31,17 @@ from mmengine.hooks import Hook
 from bench_utils import LoadSampler, RunRecorder
 
 from mmext.cli import build_runner, load_run_config
-from mmext.multigrid import MultigridHook, MultigridOptions, MultigridPlan
+from mmext.multigrid import MultigridHook, MultigridPlan
 from mmext.multigrid.checks import check_clip_lengths
 from mmext.multigrid.data import parse_grid_shape, resize_pipeline
-from mmext.multigrid.plan import is_multigrid_hook
 from mmext.multigrid.hook import prepare_run
 from mmext.multigrid.memory import glibc_version
+from mmext.multigrid.plan import build_hook, is_multigrid_hook
+from mmext.multigrid.report import describe
 
 DEFAULT_CONFIG = 'configs/multigrid/recognizer3d_r18w64_multigrid_fight.py'
 # The data-wait share above which the hook calls a run data-bound.
-DATA_WAIT_THRESHOLD = MultigridOptions().data_wait_threshold
+DATA_WAIT_THRESHOLD = MultigridHook().watch.threshold
 
 
 class _MallInfo2(ctypes.Structure):
@@ -210,14 +211,13 @@ def train_arm(args, multigrid, clip_lens=()):
     shorten_schedule(cfg, args.epochs)
     if args.synthetic:
         _make_synthetic(cfg, work_dir)
-    options = MultigridOptions.from_hook_config(next(
-        h for h in cfg.custom_hooks if is_multigrid_hook(h)))
+    keep_cpu_memory = build_hook(cfg).keep_cpu_memory
     if not multigrid:
         _drop_multigrid(cfg)
     _apply_stack(cfg, args)
     runner = build_runner(cfg)
     if not multigrid:
-        runner.register_hook(_Baseline(options.keep_cpu_memory))
+        runner.register_hook(_Baseline(keep_cpu_memory))
     recorder = RunRecorder()
     runner.register_hook(recorder)
     with _compile_count(args) as compiled, LoadSampler() as load:
@@ -492,7 +492,7 @@ def _project(args):
         with open(ann) as f:
             samples = sum(1 for ln in f if ln.strip())
     plan = MultigridPlan.from_config(cfg, samples_per_rank=samples)
-    print(plan.describe())
+    print(describe(plan))
     small = _timing_cfg(cfg, args.batch_size, args.crop_size)
     _make_synthetic(small, small.work_dir, clips=samples)
     runner = build_runner(small)
