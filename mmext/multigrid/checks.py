@@ -39,14 +39,11 @@ class PlannedShape(NamedTuple):
         crop_size (int): ``S`` in pixels.
         long_cycle (bool): Whether some stage trains it as its long-cycle
             shape.
-        epochs (tuple[int, int]): ``[first, end)`` multigrid epochs of the
-            stages that train it.
     """
     batch: int
     clip_len: int
     crop_size: int
     long_cycle: bool
-    epochs: Tuple[int, int]
 
     def __str__(self) -> str:
         return f'(B, T, S) = ({self.batch}, {self.clip_len}, {self.crop_size})'
@@ -83,12 +80,9 @@ def planned_shapes(plan) -> List[PlannedShape]:
         for grid in stage.short_cycle:
             key = (plan.base_batch * grid.batch_factor, grid.clip_len,
                    grid.crop_size)
-            long_cycle = grid == stage.shape
             first = found.get(key)
-            found[key] = PlannedShape(
-                *key, long_cycle or bool(first and first.long_cycle),
-                (first.epochs[0] if first else stage.start_epoch,
-                 stage.end_epoch))
+            found[key] = PlannedShape(*key, grid == stage.shape or bool(
+                first and first.long_cycle))
     return list(found.values())
 
 

@@ -14,6 +14,7 @@ import torch
 
 from mmext.compat import (DynamoRecompileLimitWatch, dynamo_graph_count,
                           dynamo_recompile_limit, set_dynamo_recompile_limit)
+from mmext.lr_scaling import optim_wrappers
 
 __all__ = [
     'compile_enabled', 'train_shape_count', 'run_outside_dynamo',
@@ -41,8 +42,8 @@ def run_outside_dynamo(model: torch.nn.Module, message_hub=None,
     """Run the data preprocessor, ``message_hub.update_scalar`` and each
     optimizer's ``step`` outside dynamo (``torch.compiler.disable`` on the
     instances); return the undo."""
-    wrappers = list(getattr(optim_wrapper, 'optim_wrappers', {}).values()
-                    ) or ([optim_wrapper] if optim_wrapper is not None else [])
+    wrappers = ([] if optim_wrapper is None else
+                optim_wrappers(optim_wrapper).values())
     done = []
     for owner, name in ((getattr(model, 'data_preprocessor', None),
                          'forward'), (message_hub, 'update_scalar'),

@@ -22,7 +22,7 @@ from mmengine.runner import Runner
 
 from mmext.compat import reset_to_initial_values, set_train_loop_length
 from mmext.log import warn
-from mmext.lr_scaling import check_auto_scale_lr, scale_lrs
+from mmext.lr_scaling import check_auto_scale_lr, optim_wrappers, scale_lrs
 from mmext.registry import HOOKS
 from mmext.runner import register_resume_guard, restart_hint
 from .bn import (bn_layers_in_training, disable_sub_bn, enable_sub_bn,
@@ -422,11 +422,8 @@ class MultigridHook(Hook):
     @staticmethod
     def _param_groups(runner) -> List[dict]:
         """Param groups of the optimizer(s), without the wrapper's extras."""
-        wrapper = runner.optim_wrapper
-        wrappers = list(getattr(wrapper, 'optim_wrappers', {}).values())
-        return [
-            g for w in wrappers or [wrapper] for g in w.optimizer.param_groups
-        ]
+        return [g for w in optim_wrappers(runner.optim_wrapper).values()
+                for g in w.optimizer.param_groups]
 
     # ------------------------------------------------------------ epochs
     def before_train_epoch(self, runner) -> None:

@@ -204,11 +204,11 @@ def test_planned_shapes_are_the_distinct_short_cycle_shapes():
     # (16, 56) in 3-4 and the fine-tune 4-6; short cycle S = 28, 40.
     plan = MultigridPlan(PIPE, 4, 4, [STEP], options=TWO)
     assert [tuple(s) for s in planned_shapes(plan)] == [
-        (32, 8, 28, False, (0, 3)),  # B x T0 S0^2 / (T S^2), rounded
-        (16, 8, 40, True, (0, 3)),
-        (16, 16, 28, False, (3, 6)),
-        (8, 16, 40, False, (3, 6)),
-        (4, 16, 56, True, (3, 6)),
+        (32, 8, 28, False),  # B x T0 S0^2 / (T S^2), rounded
+        (16, 8, 40, True),
+        (16, 16, 28, False),
+        (8, 16, 40, False),
+        (4, 16, 56, True),
     ]
     assert str(planned_shapes(plan)[0]) == '(B, T, S) = (32, 8, 28)'
 
@@ -228,7 +228,7 @@ def test_meta_copy_leaves_the_model_alone():
     assert {b.device.type for b in ghost.buffers()} == {'meta'}
     assert [n for n, _ in ghost.named_parameters()] == [
         n for n, _ in model.named_parameters()]
-    shape = PlannedShape(8, 8, 112, True, (0, 1))
+    shape = PlannedShape(8, 8, 112, True)
     [result] = probe_shapes(model, [shape])
     assert result.error is None and result.device == 'meta'
     assert all(torch.equal(v, before[k])
@@ -294,13 +294,13 @@ def test_final_feature_map_sizes():
     """ResNet3d (total stride 32): 28 -> 1, 40 -> 2 (ceil), 56 -> 2,
     224 -> 7; SlowFast gives its pathways' map; transformers none."""
     model = build('ResNet3d')
-    shapes = [PlannedShape(4, 16, s, True, (0, 1)) for s in (28, 40, 56, 224)]
+    shapes = [PlannedShape(4, 16, s, True) for s in (28, 40, 56, 224)]
     assert [r.feature_map for r in probe_shapes(model, shapes)] == [
         (1, 1), (2, 2), (2, 2), (7, 7)]
     [slowfast] = probe_shapes(build('SlowFast'), shapes[-1:])
     assert slowfast.feature_map == (7, 7)
     vit = build('VisionTransformer')
-    [tokens] = probe_shapes(vit, [PlannedShape(2, 16, 224, True, (0, 1))])
+    [tokens] = probe_shapes(vit, [PlannedShape(2, 16, 224, True)])
     assert tokens.error is None and tokens.feature_map is None
 
 
@@ -322,8 +322,8 @@ def test_data_dependent_forward_falls_back_to_a_tiny_batch():
     model = _NeedsData().train()
     model.backbone[1].eval()
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    results = probe_shapes(model, [PlannedShape(64, 4, 16, True, (0, 1)),
-                                   PlannedShape(64, 2, 16, True, (0, 1))])
+    results = probe_shapes(model, [PlannedShape(64, 4, 16, True),
+                                   PlannedShape(64, 2, 16, True)])
     assert [r.device for r in results] == ['cpu', 'cpu']
     assert results[0].error is None and results[0].feature_map == (16, 16)
     # Per clip: Conv3d 2 x (3 x 2) x 4 x 16 x 16, Linear 2 x 8 x 3.

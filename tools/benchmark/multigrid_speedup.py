@@ -514,7 +514,7 @@ def _project(args):
             s_per_iter=times[small_key][0],
             forward_s_per_iter=times[small_key][1]))
         row['iters'] += count
-    precise = plan.options.precise_bn_iters
+    precise = build_hook(cfg).precise_bn_iters
     # Precise BN may run at each end of a long-cycle shape, on that shape
     # (the last of its stage's cycle).
     small_of = {(x.stage.start_epoch, x.shape): key for x, key in zip(
