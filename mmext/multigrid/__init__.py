@@ -1,18 +1,14 @@
 """Multigrid training (Wu et al., CVPR 2020) for mmaction2 recipes.
 
-Importing the package registers ``mmext.MultigridHook``,
-``mmext.ChannelsLastHook`` and ``mmext.Float32HeadHook``; the modules are
-described in docs/en/design.md.
+Importing the package registers ``mmext.MultigridHook``.
 """
 from .hook import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN, SCALAR_CROP_SIZE,
                    SCALAR_PRECISE_BN, MultigridHook)
 from .plan import MultigridOptions, MultigridPlan
 from .schedule import GridShape, MultigridStage, build_multigrid_schedule
-from .speed import ChannelsLastHook, Float32HeadHook
 
 __all__ = [
-    'MultigridHook', 'ChannelsLastHook', 'Float32HeadHook',
-    'MultigridOptions', 'MultigridPlan', 'GridShape', 'MultigridStage',
-    'build_multigrid_schedule', 'SCALAR_BATCH_SIZE', 'SCALAR_CLIP_LEN',
-    'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN'
+    'MultigridHook', 'MultigridOptions', 'MultigridPlan', 'GridShape',
+    'MultigridStage', 'build_multigrid_schedule', 'SCALAR_BATCH_SIZE',
+    'SCALAR_CLIP_LEN', 'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN'
 ]

@@ -1,9 +1,10 @@
-"""A recognizer checked against a multigrid plan before training.
+"""A multigrid run checked before training: what the plan cannot honour,
+and the recognizer against the plan.
 
 The shape probe forwards every distinct per-process ``(B, T, S)`` through a
 copy of the model on PyTorch's ``meta`` device; a forward that needs data is
 tried again on the model itself with :data:`FALLBACK_BATCH` clips, in eval
-mode without gradients (docs/en/multigrid.md#model-families).
+mode without gradients. Nothing of the model changes.
 """
 import copy
 from typing import List, NamedTuple, Optional, Sequence, Tuple
@@ -13,17 +14,17 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from mmext.log import warn
-from .bn import (SPLITTABLE_BN_TYPES, bn_layers_in_training,
-                 unsplittable_bn_layers)
-from .transformers import install_shape_adapters
+from .bn import unsplittable_bn_layers
+from .plan import recipe_scheduler_warnings
+from .schedule import short_cycle_shapes
 
 __all__ = [
     'PlannedShape', 'check_clip_lengths', 'check_model', 'check_run',
     'planned_shapes', 'probe_input_size', 'meta_copy', 'probe_shapes'
 ]
 
-# Smallest side of a backbone output that does not warn
-# (docs/en/multigrid.md#small-feature-maps).
+# Smallest side of a backbone output that does not warn (measured: a 1x1
+# map cost the demo 0.12 top-1, see the multigrid docs).
 MIN_FEATURE_MAP_SIDE = 2
 # Clips of the fallback forward on the model's own device.
 FALLBACK_BATCH = 2
@@ -38,14 +39,11 @@ class PlannedShape(NamedTuple):
         crop_size (int): ``S`` in pixels.
         long_cycle (bool): Whether some stage trains it as its long-cycle
             shape.
-        epochs (tuple[int, int]): ``[first, end)`` multigrid epochs of the
-            stages that train it.
     """
     batch: int
     clip_len: int
     crop_size: int
     long_cycle: bool
-    epochs: Tuple[int, int]
 
     def __str__(self) -> str:
         return f'(B, T, S) = ({self.batch}, {self.clip_len}, {self.crop_size})'
@@ -82,12 +80,9 @@ def planned_shapes(plan) -> List[PlannedShape]:
         for grid in stage.short_cycle:
             key = (plan.base_batch * grid.batch_factor, grid.clip_len,
                    grid.crop_size)
-            long_cycle = grid == stage.shape
             first = found.get(key)
-            found[key] = PlannedShape(
-                *key, long_cycle or bool(first and first.long_cycle),
-                (first.epochs[0] if first else stage.start_epoch,
-                 stage.end_epoch))
+            found[key] = PlannedShape(*key, grid == stage.shape or bool(
+                first and first.long_cycle))
     return list(found.values())
 
 
@@ -274,10 +269,8 @@ def check_clip_lengths(backbone, clip_lens: Sequence[int]) -> None:
     if tau:
         bad = [t for t in clip_lens if t % tau]
         if bad:
-            raise ValueError(
-                f'SlowFast needs clip lengths that are multiples of its '
-                f'resample_rate {tau}; the multigrid schedule uses T={bad}. '
-                f'Change long_cycle_factors or SampleFrames.clip_len.')
+            raise ValueError(f'SlowFast needs T divisible by resample_rate='
+                             f'{tau}, got T={bad}; change long_cycle_factors.')
         return
     if hasattr(backbone, 'conv1_stride_t') and hasattr(
             backbone, 'pool1_stride_t'):
@@ -285,25 +278,24 @@ def check_clip_lengths(backbone, clip_lens: Sequence[int]) -> None:
             2 if getattr(backbone, 'with_pool2', False) else 1)
         bad = [t for t in clip_lens if t < min_t]
         if bad:
-            raise ValueError(
-                f'{type(backbone).__name__} needs clip lengths T >= {min_t}; '
-                f'the multigrid schedule uses T={bad}. Use larger t in '
-                f'long_cycle_factors or a longer SampleFrames.clip_len.')
+            raise ValueError(f'{type(backbone).__name__} needs T >= {min_t}, '
+                             f'got T={bad}; change long_cycle_factors.')
 
 
 def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
               ) -> List[str]:
-    """Every check of a run before training, as the hook runs them.
+    """Every check of a run before training, as the hook runs them; nothing
+    of the model changes.
 
-    Warns about what the plan cannot honour; with a model, installs the
-    shape adapters (the hook trains with them), runs :func:`check_model`
-    and warns about small feature maps and precise BN without a BN layer
-    that trains.
+    Warns about what the plan cannot honour; with a model, runs
+    :func:`check_model` and warns about small feature maps.
 
     Args:
         plan (MultigridPlan): The run's plan.
-        model (nn.Module, optional): The unwrapped recognizer; None skips
-            the model checks.
+        model (nn.Module, optional): The unwrapped recognizer as it trains,
+            with its shape adapters
+            (:func:`~mmext.multigrid.transformers.install_shape_adapters`);
+            None skips the model checks.
         pipeline (Sequence[dict], optional): The train pipeline.
 
     Returns:
@@ -312,22 +304,13 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
     Raises:
         ValueError: See :func:`check_model`.
     """
-    messages = plan.dropped_recipe_values() + plan.dropped_shapes() + list(
-        filter(None, [plan.short_cycle_warning()]))
+    messages = recipe_scheduler_warnings(plan) + _dropped_shapes(plan) + [
+        m for m in [_short_cycle_warning(plan)] if m]
+    if model is not None:
+        found = _small_feature_maps(plan, check_model(plan, model, pipeline))
+        messages += [found] if found else []
     for message in messages:
         warn(message)
-    if model is None:
-        return messages
-    install_shape_adapters(model)
-    found = [_small_feature_maps(plan, check_model(plan, model, pipeline))]
-    iters = plan.options.precise_bn_iters
-    if iters and not bn_layers_in_training(model):
-        found.append(f'precise_bn_iters={iters}, but no BN layer of the '
-                     f'model trains (e.g. norm_eval=True): precise BN is '
-                     f'skipped.')
-    for message in filter(None, found):
-        warn(message)
-        messages.append(message)
     return messages
 
 
@@ -353,15 +336,16 @@ def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
     bad = unsplittable_bn_layers(model) if base else []
     if bad:
         raise ValueError(
-            f'Sub-batch BN (bn_base_size={base}) cannot split the BN layers '
-            f'{", ".join(bad)}: only '
-            f'{[t.__name__ for t in SPLITTABLE_BN_TYPES]} are split. Use one '
-            f'of those, keep them in eval mode (norm_eval), or set '
-            f'bn_base_size=None.')
+            f'bn_base_size={base} cannot split {", ".join(bad)} (only '
+            f'BatchNorm3d and SyncBN); set bn_base_size=None.')
     results = probe_shapes(model, planned_shapes(plan), pipeline)
-    refused = _refused_shapes(plan, results)
+    refused = [r for r in results if r.error]
     if refused:
-        raise ValueError(refused)
+        first = refused[0]
+        raise ValueError(
+            f'The model refuses {len(refused)} of {len(results)} shapes, '
+            f'e.g. {first.shape} in {first.module}: {first.error}. Fix: '
+            f'{_refused_shapes_fix(plan, results)}.')
     plan.clip_flops = {(r.shape.clip_len, r.shape.crop_size): r.flops
                        for r in results}
     return results
@@ -389,42 +373,28 @@ def _long_cycle_factors_of(plan, shapes) -> str:
     return '[' + ', '.join(f'({t:g}, {s:g})' for t, s in found) + ']'
 
 
-def _refused_shapes(plan, results: Sequence[ShapeResult]) -> Optional[str]:
-    """The error for planned shapes the model refused, with the fix; None
-    if all passed."""
-    bad = [r for r in results if r.error]
-    if not bad:
-        return None
-    first = bad[0]
+def _refused_shapes_fix(plan, results: Sequence[ShapeResult]) -> str:
+    """What makes the plan fit a model that refused some of its shapes."""
     base_t, base_s = plan.base_clip_len, plan.base_crop_size
-    shapes = [r.shape for r in bad]
-    accepted = [r.shape for r in results if not r.error]
+    shapes = [r.shape for r in results if r.error]
+    accepted = {(r.shape.clip_len, r.shape.crop_size)
+                for r in results if not r.error}
+    if accepted <= {(base_t, base_s)} and any(
+            s.clip_len != base_t for s in shapes) and any(
+                s.crop_size != base_s for s in shapes):
+        return 'train without MultigridHook'
     fixes = []
-    if {(s.clip_len, s.crop_size) for s in accepted} <= {
-            (base_t, base_s)} and any(s.clip_len != base_t for s in shapes) \
-            and any(s.crop_size != base_s for s in shapes):
-        fixes.append('none: the model takes the recipe\'s shape only, so '
-                     'train it without mmext.MultigridHook')
-    else:
-        factors = _long_cycle_factors_of(
-            plan, [s for s in shapes if s.long_cycle])
-        if factors:
-            fixes.append(f'long_cycle_factors without {factors} (or '
-                         f'long_cycle=False)')
-        if any(not s.long_cycle for s in shapes):
-            fixes.append('short_cycle=False (or short_cycle_factors closer '
-                         'to 1)')
-        if all(s.clip_len != base_t for s in shapes):
-            fixes.append(f'(every refused shape has T != {base_t})')
-        elif all(s.crop_size != base_s for s in shapes):
-            fixes.append(f'(every refused shape has S != {base_s})')
-    return (
-        f'The model cannot take {len(bad)} of the {len(results)} planned '
-        f'grid shapes (base T={base_t}, S={base_s}): at {first.shape} the '
-        f'forward fails in {first.module}: {first.error.rstrip(".")}. '
-        f'Refused: {", ".join(str(s) for s in shapes)}. Accepted: '
-        f'{", ".join(str(s) for s in accepted)}. Fix: '
-        f'{" and ".join(fixes)}. See docs/en/multigrid.md#model-families.')
+    factors = _long_cycle_factors_of(
+        plan, [s for s in shapes if s.long_cycle])
+    if factors:
+        fixes.append(f'long_cycle_factors without {factors}')
+    if any(not s.long_cycle for s in shapes):
+        fixes.append('short_cycle=False')
+    if all(s.clip_len != base_t for s in shapes):
+        fixes.append(f'(all refused have T != {base_t})')
+    elif all(s.crop_size != base_s for s in shapes):
+        fixes.append(f'(all refused have S != {base_s})')
+    return ' and '.join(fixes)
 
 
 def _small_feature_maps(plan, results: Sequence[ShapeResult]
@@ -440,13 +410,48 @@ def _small_feature_maps(plan, results: Sequence[ShapeResult]
                        for r in small)
     fixes = []
     if any(not r.shape.long_cycle for r in small):
-        fixes.append('milder short_cycle_factors (e.g. [0.75, 0.875]) or '
-                     'short_cycle=False')
+        fixes.append('short_cycle_factors closer to 1')
     factors = _long_cycle_factors_of(
         plan, [r.shape for r in small if r.shape.long_cycle])
     if factors:
-        fixes.append(f'long_cycle_factors with larger s than {factors}')
-    fixes.append('a larger base crop')
-    return (f'Multigrid shapes with a final feature map below {side}x{side} '
-            f'lose accuracy (docs/en/multigrid.md#small-feature-maps): '
-            f'{shapes}. Fix: {"; or ".join(fixes)}.')
+        fixes.append(f'larger s than {factors} in long_cycle_factors')
+    return (f'Final feature maps below {side}x{side} lose accuracy: '
+            f'{shapes}. Use {" and ".join(fixes)}, or a larger crop.')
+
+
+def _dropped_shapes(plan) -> List[str]:
+    """One warning per LR stage whose long-cycle shapes were rounded to 0
+    epochs."""
+    options = plan.options
+    if not options.long_cycle:
+        return []
+    # The fine-tune's first half shares the last long cycle's LR stage
+    # and base shape: it must not hide that stage's own base shape.
+    present = {(s.lr_stage, s.shape) for s in plan.stages if not s.fine_tune}
+    planned = [
+        short_cycle_shapes(plan.base_clip_len, plan.base_crop_size,
+                           int(round(plan.base_clip_len * t)),
+                           int(round(plan.base_crop_size * s)),
+                           options.short_cycle_factors,
+                           options.short_cycle_mode)[-1]
+        for t, s in options.long_cycle_factors
+    ]
+    messages = []
+    for lr_stage in range(len(plan.lr_steps) - 1):
+        lost = [(plan.base_batch * x.batch_factor, x.clip_len, x.crop_size)
+                for x in planned if (lr_stage, x) not in present]
+        if lost:
+            messages.append(
+                f'LR stage {lr_stage} trains the long-cycle shapes {lost} '
+                f'(B, T, S) for 0 epochs; raise max_epochs or epoch_factor.')
+    return messages
+
+
+def _short_cycle_warning(plan) -> Optional[str]:
+    """The warning for a short cycle of other than the paper's 3 crop
+    sizes; None for 3."""
+    factors = list(plan.options.short_cycle_factors)
+    if not plan.options.short_cycle or len(factors) == 2:
+        return None
+    return (f'short_cycle_factors={factors} cycle {len(factors) + 1} crop '
+            f'sizes; the paper\'s 2 factors cycle 3.')

@@ -70,10 +70,8 @@ def _final_crop_index(pipeline: List[dict]) -> Tuple[int, int]:
         if side is None:
             break
         return i, side
-    raise ValueError(
-        'Multigrid needs a final fixed-size square crop in the train '
-        'pipeline to set the crop size S; add e.g. Resize(scale=(224, 224), '
-        'keep_ratio=False) after the random crop.')
+    raise ValueError('The train pipeline needs a final square crop, e.g. '
+                     'Resize(scale=(224, 224), keep_ratio=False).')
 
 
 def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
@@ -88,14 +86,12 @@ def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
             or without a final fixed-size square crop.
     """
     samplers = [t for t in pipeline if _type(t) in _SAMPLERS]
-    if len(samplers) != 1:
-        raise ValueError(
-            f'Multigrid needs exactly one SampleFrames or UniformSample in '
-            f'the train pipeline to set the clip length T, found '
-            f'{len(samplers)}; use one (e.g. instead of DenseSampleFrames).'
-            if samplers else
-            'No SampleFrames or UniformSample in the train pipeline: '
-            'MultigridHook trains video recognizers (mmaction2 recipes).')
+    if not samplers:
+        raise ValueError('MultigridHook needs a SampleFrames or UniformSample '
+                         'in the train pipeline.')
+    if len(samplers) > 1:
+        raise ValueError(f'The train pipeline has {len(samplers)} frame '
+                         f'samplers; MultigridHook needs one.')
     _, side = _final_crop_index(pipeline)
     return (int(samplers[0]['clip_len']),
             int(samplers[0].get('frame_interval', 1)), side)
@@ -267,9 +263,8 @@ class MultigridDataset(Dataset):
                 return out
             idx = self._other_index(idx)
         raise RuntimeError(
-            f'Cannot find a valid sample after {self.max_refetch} retries '
-            f'(last: dataset index {idx}, '
-            f'{_clip_path(self.dataset.get_data_info(idx))}).')
+            f'No valid sample after {self.max_refetch} retries (last: index '
+            f'{idx}, {_clip_path(self.dataset.get_data_info(idx))}).')
 
     def _other_index(self, idx: int) -> int:
         """A random index other than ``idx`` (unless it is the only one)."""
@@ -280,15 +275,14 @@ class MultigridDataset(Dataset):
 
     def _broken(self, idx: int, info: dict, error: Exception) -> None:
         """Raise for a clip whose pipeline failed, or warn and count it."""
-        message = (f'Cannot load clip {_clip_path(info)} (dataset index '
-                   f'{idx}): {type(error).__name__}: {error}')
+        message = (f'Cannot load clip {_clip_path(info)} (index {idx}): '
+                   f'{type(error).__name__}: {error}')
         if not self.skip_broken_clips:
-            raise BrokenClipError(
-                f'{message}. Fix or remove the file, or set MultigridHook('
-                f'skip_broken_clips=True) to replace broken clips.') from error
+            raise BrokenClipError(f'{message}. Fix the file or set '
+                                  f'skip_broken_clips=True.') from error
         with self._skipped.get_lock():
             self._skipped.value += 1
-        warn(f'{message}; skipped (skip_broken_clips=True).')
+        warn(f'{message}; skipped.')
 
 
 class ShortCycleBatchSampler(Sampler):

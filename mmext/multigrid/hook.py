@@ -9,35 +9,41 @@ import copy
 import itertools
 import logging
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.dist import all_reduce
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
 from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import DATA_SAMPLERS
-from mmengine.runner import EpochBasedTrainLoop, Runner
+from mmengine.runner import Runner
 
 from mmext.compat import reset_to_initial_values, set_train_loop_length
 from mmext.log import warn
-from mmext.lr_scaling import check_auto_scale_lr, scale_lrs
+from mmext.lr_scaling import check_auto_scale_lr, optim_wrappers, scale_lrs
 from mmext.registry import HOOKS
 from mmext.runner import register_resume_guard, restart_hint
-from .bn import disable_sub_bn, enable_sub_bn, update_precise_bn
+from .bn import (bn_layers_in_training, disable_sub_bn, enable_sub_bn,
+                 update_precise_bn)
 from .checks import check_run
-from .data import MultigridDataset, ShortCycleBatchSampler, resize_pipeline
-from .plan import MultigridOptions, MultigridPlan
-from .schedule import MultigridStage
-from .speed import (CompiledRun, autocasts_to_bf16, compile_enabled,
-                    float32_head_outputs, prepare_run, unwrap_model)
-from .transformers import remove_shape_adapters, shape_adapters
+from .compile import CompiledRun, compile_enabled, run_outside_dynamo
+from .data import (MultigridDataset, ShortCycleBatchSampler, clips_per_sample,
+                   resize_pipeline)
+from .memory import glibc_version, keep_freed_memory
+from .plan import (MultigridOptions, MultigridPlan, check_option, is_int,
+                   is_number)
+from .report import describe
+from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
+                       MultigridStage)
+from .transformers import install_shape_adapters, remove_shape_adapters
 
 __all__ = [
     'MultigridHook', 'SCALAR_BATCH_SIZE', 'SCALAR_CLIP_LEN',
     'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN', 'CHECKPOINT_KEY',
     'resume_signature', 'check_resume', 'DataWaitWatch',
-    'reads_bn_statistics_after_epoch'
+    'reads_bn_statistics_after_epoch', 'prepare_run'
 ]
 
 # Visualizer scalars: the per-process long-cycle shape at each loader
@@ -54,17 +60,44 @@ CHECKPOINT_KEY = 'mmext_multigrid'
 _STAGE_SEED_STRIDE = 1009
 
 
-def _check_repeat_collate(loader_cfg, repeats: int) -> None:
+def unwrap_model(model):
+    return model.module if is_model_wrapper(model) else model
+
+
+def prepare_run(runner, keep_cpu_memory: bool = True) -> Callable[[], None]:
+    """Set up what ``MultigridHook`` gives a run besides multigrid (logged;
+    the speed-up tool gives its baseline the same): glibc keeping freed
+    memory when the model trains on the CPU, and :func:`run_outside_dynamo`
+    under mmengine's ``compile``.
+
+    Returns:
+        callable: Undoes the dynamo exclusions (the allocator setting is
+        process-wide and stays).
+    """
+    model = unwrap_model(runner.model)
+    param = next(model.parameters(), None)
+    if (keep_cpu_memory and param is not None and param.device.type == 'cpu'
+            and keep_freed_memory()):
+        print_log(f'glibc {glibc_version()} keeps freed memory for reuse '
+                  f'(mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1); '
+                  f'keep_cpu_memory=False leaves malloc alone',
+                  logger='current')
+    if not compile_enabled(runner.cfg.get('compile')):
+        return lambda: None
+    print_log('torch.compile: the data preprocessor, the message hub and '
+              'the optimizer step run outside dynamo', logger='current')
+    return run_outside_dynamo(model, runner.message_hub,
+                              runner.optim_wrapper)
+
+
+def _check_repeat_collate(loader_cfg) -> None:
     """Raise unless the loader collates with ``repeat_pseudo_collate``."""
     collate = loader_cfg.get('collate_fn', dict(type='pseudo_collate'))
     kind = collate.get('type') if isinstance(collate, dict) else collate
     name = getattr(kind, '__name__', str(kind)).rsplit('.', 1)[-1]
     if name != 'repeat_pseudo_collate':
-        raise ValueError(
-            f'train_dataloader.dataset is a RepeatAugDataset ({repeats} clips '
-            f'per video) that collate_fn {name!r} cannot batch. Set '
-            f"train_dataloader.collate_fn = dict(type='repeat_pseudo_collate')"
-            f'.')
+        raise ValueError(f'A RepeatAugDataset needs collate_fn=dict(type='
+                         f"'repeat_pseudo_collate'), got {name!r}.")
 
 
 def reads_bn_statistics_after_epoch(runner) -> bool:
@@ -91,14 +124,9 @@ def reads_bn_statistics_after_epoch(runner) -> bool:
 
 # ---------------------------------------------------------------- resume
 # Signature keys (as earlier checkpoints saved them) as messages name them.
-_LABELS = {'max_epochs': 'multigrid epochs',
-           'recipe_epochs': 'recipe epochs (train_cfg.max_epochs)'}
-
-
-def _iteration_axis(plan) -> dict:
-    return dict(world_size=plan.world_size, batch_size=plan.base_batch,
-                samples_per_rank=plan.samples_per_rank,
-                max_iters=plan.max_iters if plan.exact else None)
+_LABELS = {'max_epochs': 'multigrid epochs', 'recipe_epochs': 'recipe epochs'}
+# The iteration axis: what the iterations per epoch follow.
+_AXIS = ('world_size', 'batch_size', 'samples_per_rank', 'max_iters')
 
 
 def resume_signature(plan) -> dict:
@@ -117,8 +145,9 @@ def resume_signature(plan) -> dict:
         long_cycle_factors=[tuple(f) for f in options.long_cycle_factors],
         short_cycle_factors=list(options.short_cycle_factors),
         lr_steps=list(plan.lr_steps), recipe_epochs=plan.recipe_epochs,
-        max_epochs=plan.max_epochs)
-    signature.update(_iteration_axis(plan))
+        max_epochs=plan.max_epochs, world_size=plan.world_size,
+        batch_size=plan.base_batch, samples_per_rank=plan.samples_per_rank,
+        max_iters=plan.max_iters if plan.exact else None)
     return signature
 
 
@@ -126,9 +155,10 @@ def check_resume(plan, saved: Optional[dict], epoch: Optional[int] = None,
                  iteration: Optional[int] = None) -> None:
     """Raise unless a resumed checkpoint trained this very schedule.
 
-    Both axes of :func:`resume_signature` must match; a checkpoint without
-    an iteration record must have ``iteration`` inside this plan's
-    ``epoch``.
+    The schedule of :func:`resume_signature` must match, and the iteration
+    axis where both runs count it exactly (another world size, batch or
+    dataset changes the iterations of every epoch); a checkpoint without an
+    iteration record must have ``iteration`` inside this plan's ``epoch``.
 
     Args:
         plan (MultigridPlan): The run's plan.
@@ -139,57 +169,28 @@ def check_resume(plan, saved: Optional[dict], epoch: Optional[int] = None,
     Raises:
         ValueError: Naming the differences and the fix.
     """
-    restart = 'or start from its weights with load_from=CKPT (no --resume).'
     if saved is None:
-        raise ValueError(
-            f'The checkpoint comes from a run without multigrid: its epochs '
-            f'are not on this config\'s multigrid schedule ({plan.max_epochs} '
-            f'epochs). Resume without mmext.MultigridHook, {restart}')
-    axis = _iteration_axis(plan)
-    differ = [f'{_LABELS.get(k, k)}: checkpoint {saved.get(k)!r}, config '
-              f'{v!r}' for k, v in resume_signature(plan).items()
-              if k not in axis and saved.get(k) != v]
+        raise ValueError('Not a multigrid checkpoint: use load_from=CKPT '
+                         'without --resume.')
+    ours = resume_signature(plan)
+    axis = plan.exact and 'max_iters' in saved and (
+        saved['max_iters'] != ours['max_iters'])
+    differ = [f'{_LABELS.get(k, k)} {saved.get(k)!r} (config {v!r})'
+              for k, v in ours.items()
+              if (axis or k not in _AXIS) and saved.get(k) != v]
     if differ:
-        raise ValueError(
-            f'The checkpoint was trained on another multigrid schedule '
-            f'({"; ".join(differ)}). Resume with its MultigridHook options '
-            f'and recipe epochs, {restart}')
-    if 'max_iters' in saved:
-        if plan.exact and saved['max_iters'] != axis['max_iters']:
-            _refuse_iteration_axis(plan, saved, axis, restart)
-    elif plan.exact and epoch is not None and iteration is not None:
-        first, end = _epoch_span(plan, epoch)
-        if not first <= iteration < end:
-            _refuse_iteration_axis(plan, dict(iteration=iteration,
-                                              epoch=epoch), axis, restart)
-
-
-def _epoch_span(plan, epoch: int) -> Tuple[int, int]:
-    """``[first, end)`` iterations of ``epoch`` (past the last: the end)."""
+        raise ValueError(f'Checkpoint of another multigrid schedule: '
+                         f'{", ".join(differ)}. Resume with those or use '
+                         f'load_from=CKPT.')
+    if 'max_iters' in saved or not plan.exact or None in (epoch, iteration):
+        return
     cum = plan.cum_iters
-    if epoch + 1 < len(cum):
-        return cum[epoch], cum[epoch + 1]
-    return cum[-1], cum[-1] + 1
-
-
-def _refuse_iteration_axis(plan, saved: dict, axis: dict,
-                           restart: str) -> None:
-    if 'max_iters' in saved:
-        then = (f"{saved['world_size']} process(es), {saved['batch_size']} "
-                f"clips per process and batch, {saved['samples_per_rank']} "
-                f"clips per process and epoch: {saved['max_iters']} "
-                f'iterations')
-    else:
-        first, end = _epoch_span(plan, saved['epoch'])
-        then = (f"iteration {saved['iteration']} in epoch {saved['epoch']}, "
-                f'which this run trains in iterations [{first}, {end})')
-    raise ValueError(
-        f'The checkpoint was trained on another multigrid iteration axis '
-        f'({then}; this run: {axis["world_size"]} process(es), '
-        f'{axis["batch_size"]} clips per process and batch, '
-        f'{axis["samples_per_rank"]} clips per process and epoch: '
-        f'{axis["max_iters"]} iterations). Resume with its processes, '
-        f'train_dataloader.batch_size and dataset, {restart}')
+    first, end = (cum[epoch], cum[epoch + 1]) if epoch + 1 < len(cum) else (
+        cum[-1], cum[-1] + 1)
+    if not first <= iteration < end:
+        raise ValueError(f'Checkpoint iteration {iteration} is outside epoch '
+                         f'{epoch} [{first}, {end}): resume with its world '
+                         f'size, batch and data.')
 
 
 # ---------------------------------------------------------------- data wait
@@ -251,12 +252,10 @@ class DataWaitWatch:
         if self.threshold and not self.warned and share > self.threshold:
             self.warned = True
             out.append((logging.WARNING, (
-                f'Multigrid: waiting for data took {share:.0%} of the '
-                f'iteration time at {self.where} (data_wait_threshold '
-                f'{self.threshold:.0%}): the run is data-bound, which '
-                f'multigrid cannot speed up. Use more '
-                f'train_dataloader.num_workers or cheaper decoding (see '
-                f'docs/en/multigrid.md#data-bound-runs).')))
+                f'Multigrid: data wait is {share:.0%} of the iteration time '
+                f'at {self.where} (data_wait_threshold '
+                f'{self.threshold:.0%}): the run is data-bound. Add '
+                f'train_dataloader.num_workers or decode faster.')))
         return out
 
 
@@ -266,39 +265,53 @@ class MultigridHook(Hook):
     """Multigrid training (Wu et al., CVPR 2020) for an mmaction2 recipe.
 
     Add it to ``custom_hooks`` of an epoch-based recipe; base ``(B, T, S)``
-    and LR stages come from the recipe (docs/en/multigrid.md). The stage
-    follows ``runner.epoch``, so resuming is exact.
+    and LR stages come from the recipe. The stage follows ``runner.epoch``,
+    so resuming is exact. The schedule options are checked by
+    :class:`MultigridOptions`, the runtime ones here, when the hook is
+    built.
 
     Args:
-        long_cycle (bool): Cycle through ``long_cycle_factors``.
+        long_cycle (bool): Cycle through ``long_cycle_factors`` inside every
+            LR stage. Defaults to True.
         short_cycle (bool): Cycle crop sizes iteration by iteration.
+            Defaults to True.
         epoch_factor (float): Total epochs = recipe ``max_epochs`` x this.
+            Defaults to 1.5.
         long_cycle_factors (Sequence[tuple]): ``(t, s)`` factors of the base
-            clip length and crop size, coarse to fine, last ``(1, 1)``.
-        short_cycle_factors (Sequence[float]): Crop factors of the short
-            cycle.
-        short_cycle_mode (str): ``'absolute'`` (factors of the base ``S``,
-            PySlowFast) or ``'relative'`` (of the current ``S``, the paper).
-        bn_base_size (int, optional): Clips per BN split; None or 0
-            disables sub-batch BN.
+            clip length and crop size, each in (0, 1], coarse to fine, last
+            ``(1, 1)``; batch factor ``round(1 / (t s^2))``. Defaults to
+            ``((1/4, 1/sqrt2), (1/2, 1/sqrt2), (1/2, 1), (1, 1))``.
+        short_cycle_factors (Sequence[float]): Crop factors of the two small
+            short-cycle sizes; the third is the long-cycle S. Defaults to
+            ``(1/2, 1/sqrt2)``.
+        short_cycle_mode (str): ``'absolute'`` (factors of the base S,
+            PySlowFast) or ``'relative'`` (of the current S, the paper's
+            text). Defaults to ``'absolute'``.
+        bn_base_size (int, optional): Clips per BN split: larger per-device
+            batches are normalised in splits of this many clips; None or 0
+            disables sub-batch BN. Defaults to 8.
         precise_bn_iters (int): Batches of precise BN at the end of a
             long-cycle shape whose statistics are read next (validation, a
-            checkpoint, the end); 0 disables it.
+            checkpoint, the end); 0 disables it. Defaults to 200.
         lr_steps (Sequence[int], optional): LR stage starts in recipe epochs
-            (``[0, ...]``); default from the recipe's ``MultiStepLR``, else
-            ``[0, max_epochs]``.
+            (``[0, ...]``); None: the recipe's ``MultiStepLR`` milestones,
+            else ``[0, max_epochs]``. Defaults to None.
         skip_broken_clips (bool): Replace a training clip that fails to load
-            by a random other one; False stops with an error naming the file.
-        data_wait_threshold (float, optional): Data-wait share after a shape
-            change above which the hook warns once; 0 or None: no warning.
+            by a random other one (warned, counted per epoch); False stops
+            with an error naming the file. Defaults to False.
+        data_wait_threshold (float, optional): Share of the iteration time
+            spent waiting for data, after a shape change, above which the
+            hook warns once that the run is data-bound; 0 or None: figures
+            only. Defaults to 0.2.
         data_wait_iters (int): Iterations measured after each shape change.
-        keep_cpu_memory (bool): Make glibc keep freed memory when the model
-            trains on the CPU.
+            Defaults to 10.
+        keep_cpu_memory (bool): When the model trains on the CPU with glibc,
+            make glibc keep freed memory for reuse. Defaults to True.
 
     Raises:
-        ValueError: At construction for a bad option; in ``before_run`` for
-            a recipe the plan or the model checks refuse.
-        TypeError: In ``before_run`` if the train loop is not epoch based.
+        ValueError: At construction for a bad option value; in
+            ``before_run`` for a recipe the plan or the model checks refuse.
+        TypeError: For an unknown option.
         BrokenClipError: During training, for a clip that fails to load
             (unless ``skip_broken_clips``).
     """
@@ -310,11 +323,45 @@ class MultigridHook(Hook):
     # schedulers onto the multigrid axis and checks them there.
     remaps_param_schedulers = True
 
-    def __init__(self, **options):
-        self.options = MultigridOptions.from_dict(options)
+    def __init__(self,
+                 long_cycle: bool = True,
+                 short_cycle: bool = True,
+                 epoch_factor: float = 1.5,
+                 long_cycle_factors: Sequence[Tuple[float, float]] = (
+                     DEFAULT_LONG_CYCLE_FACTORS),
+                 short_cycle_factors: Sequence[float] = (
+                     DEFAULT_SHORT_CYCLE_FACTORS),
+                 short_cycle_mode: str = 'absolute',
+                 bn_base_size: Optional[int] = 8,
+                 precise_bn_iters: int = 200,
+                 lr_steps: Optional[Sequence[int]] = None,
+                 skip_broken_clips: bool = False,
+                 data_wait_threshold: Optional[float] = 0.2,
+                 data_wait_iters: int = 10,
+                 keep_cpu_memory: bool = True):
+        self.options = MultigridOptions(
+            long_cycle=long_cycle, short_cycle=short_cycle,
+            epoch_factor=epoch_factor, long_cycle_factors=long_cycle_factors,
+            short_cycle_factors=short_cycle_factors,
+            short_cycle_mode=short_cycle_mode, bn_base_size=bn_base_size,
+            lr_steps=lr_steps)
+        check_option(is_int(precise_bn_iters) and precise_bn_iters >= 0,
+                     'precise_bn_iters', precise_bn_iters, 'an int >= 0')
+        for name, value in (('skip_broken_clips', skip_broken_clips),
+                            ('keep_cpu_memory', keep_cpu_memory)):
+            check_option(isinstance(value, bool), name, value, 'a bool')
+        threshold = data_wait_threshold
+        check_option(
+            threshold is None or (is_number(threshold) and 0 <= threshold
+                                  <= 1), 'data_wait_threshold', threshold,
+            'None or a share in [0, 1]')
+        check_option(is_int(data_wait_iters) and data_wait_iters >= 1,
+                     'data_wait_iters', data_wait_iters, 'an int >= 1')
+        self.precise_bn_iters = precise_bn_iters
+        self.skip_broken_clips = skip_broken_clips
+        self.keep_cpu_memory = keep_cpu_memory
+        self.watch = DataWaitWatch(threshold, data_wait_iters)
         self.plan: Optional[MultigridPlan] = None
-        self.watch = DataWaitWatch(self.options.data_wait_threshold,
-                                   self.options.data_wait_iters)
         self._loaded_schedule: Optional[dict] = None
         self._loader_stage: Optional[MultigridStage] = None
         self._restore_lrs: Optional[Callable[[], None]] = None
@@ -329,35 +376,32 @@ class MultigridHook(Hook):
             return
         count = sum(isinstance(h, MultigridHook) for h in runner.hooks)
         if count > 1:
-            raise ValueError(
-                f'The run has {count} MultigridHooks (custom_hooks), each '
-                f'with its own schedule; keep one.')
+            raise ValueError(f'{count} MultigridHooks in custom_hooks; keep '
+                             f'one.')
         check_auto_scale_lr(runner.auto_scale_lr, runner.optim_wrapper,
                             runner.message_hub)
         loop = runner.train_loop
-        if not isinstance(loop, EpochBasedTrainLoop):
-            raise TypeError(
-                f'MultigridHook needs an epoch-based train loop, got '
-                f'{type(loop).__name__}. Use train_cfg = dict('
-                f'type="EpochBasedTrainLoop", max_epochs=...).')
-        self.plan = MultigridPlan.for_runner(runner, self.options)
+        loader = loop.dataloader
+        self.plan = MultigridPlan.from_config(
+            runner.cfg, len(loader.sampler), runner.world_size, len(loader),
+            options=self.options,
+            clips_per_sample=clips_per_sample(loader.dataset))
         self._pipeline = list(runner.cfg.train_dataloader.dataset.pipeline)
-        self._dataset = loop.dataloader.dataset
+        self._dataset = loader.dataset
         model = unwrap_model(runner.model)
-        check_run(self.plan, model, self._pipeline)
-        for line in shape_adapters(model):
+        for line in install_shape_adapters(model):
             print_log(f'Multigrid: shape adapter: {line}', logger='current')
+        check_run(self.plan, model, self._pipeline)
+        if self.precise_bn_iters and not bn_layers_in_training(model):
+            warn(f'precise_bn_iters={self.precise_bn_iters} has no effect: no '
+                 f'BN layer trains (norm_eval=True?).')
         repeats = self.plan.clips_per_sample
         if repeats > 1:
-            _check_repeat_collate(runner.cfg.train_dataloader, repeats)
+            _check_repeat_collate(runner.cfg.train_dataloader)
             print_log(f'Multigrid: RepeatAugDataset: {repeats} clips per '
                       f'video at the shape of its iteration; the batch sizes '
                       f'count videos', logger='current')
-        self._undo_prepare = prepare_run(runner, self.options.keep_cpu_memory)
-        if autocasts_to_bf16(runner.optim_wrapper) and float32_head_outputs(
-                model):
-            print_log('Multigrid: bfloat16 autocast: cls_head outputs in '
-                      'float32', logger='current')
+        self._undo_prepare = prepare_run(runner, self.keep_cpu_memory)
         if self.plan.sub_bn_base_size:
             # Once, before mmengine compiles the model.
             enable_sub_bn(model, self.plan.sub_bn_base_size)
@@ -372,17 +416,14 @@ class MultigridHook(Hook):
             reset_to_initial_values(self._param_groups(runner))
             runner.param_schedulers = runner.build_param_scheduler(
                 self.plan.scheduler_cfgs())
-        print_log('Multigrid plan:\n' + self.plan.describe(),
+        print_log('Multigrid plan:\n' + describe(self.plan),
                   logger='current')
 
     @staticmethod
     def _param_groups(runner) -> List[dict]:
         """Param groups of the optimizer(s), without the wrapper's extras."""
-        wrapper = runner.optim_wrapper
-        wrappers = list(getattr(wrapper, 'optim_wrappers', {}).values())
-        return [
-            g for w in wrappers or [wrapper] for g in w.optimizer.param_groups
-        ]
+        return [g for w in optim_wrappers(runner.optim_wrapper).values()
+                for g in w.optimizer.param_groups]
 
     # ------------------------------------------------------------ epochs
     def before_train_epoch(self, runner) -> None:
@@ -421,7 +462,7 @@ class MultigridHook(Hook):
                 resize_pipeline(self._pipeline, s.clip_len, s.crop_size)
                 for s in shapes
             ],
-            skip_broken_clips=self.options.skip_broken_clips)
+            skip_broken_clips=self.skip_broken_clips)
         cfg = copy.deepcopy(runner.cfg.train_dataloader)
         for key in ('batch_size', 'batch_sampler', 'shuffle', 'drop_last'):
             cfg.pop(key, None)
@@ -441,7 +482,7 @@ class MultigridHook(Hook):
         at the end of a shape whose statistics are read."""
         self._watch_last_iteration(runner)
         self._report_skipped(runner)
-        iters = self.options.precise_bn_iters
+        iters = self.precise_bn_iters
         if not iters or not self.plan.is_shape_end(runner.epoch):
             return
         if not reads_bn_statistics_after_epoch(runner):
@@ -469,7 +510,7 @@ class MultigridHook(Hook):
 
     def _report_skipped(self, runner) -> None:
         """Log the broken clips the epoch skipped (summed over ranks)."""
-        if not self.options.skip_broken_clips:
+        if not self.skip_broken_clips:
             return
         dataset = runner.train_loop.dataloader.dataset
         count = torch.tensor(dataset.skipped_clips)
@@ -477,8 +518,7 @@ class MultigridHook(Hook):
         dataset.reset_skipped()
         if count.item():
             print_log(f'Multigrid: epoch {runner.epoch} skipped '
-                      f'{count.item()} broken clips (skip_broken_clips=True; '
-                      f'the warnings name the files)',
+                      f'{count.item()} broken clips (skip_broken_clips=True)',
                       logger='current', level=logging.WARNING)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
@@ -551,7 +591,5 @@ def _multigrid_checkpoint_needs_the_hook(runner, checkpoint: dict,
     schedule = checkpoint.get('meta', {}).get(CHECKPOINT_KEY)
     if schedule is not None and not any(
             isinstance(hook, MultigridHook) for hook in runner.hooks):
-        raise ValueError(
-            f"{filename} comes from a multigrid run ({schedule['max_epochs']} "
-            f'multigrid epochs): resume with its mmext.MultigridHook in '
-            f'custom_hooks, ' + restart_hint(filename))
+        raise ValueError(f'{filename} is a multigrid checkpoint: resume it '
+                         f'with its MultigridHook, ' + restart_hint(filename))

@@ -67,6 +67,14 @@ class MultigridStage:
         """int: Number of epochs of the stage."""
         return self.end_epoch - self.start_epoch
 
+    @property
+    def estimated_iters(self) -> float:
+        """float: Iterations of the stage in recipe iterations per epoch
+        (incomplete batches ignored)."""
+        cycle = self.short_cycle
+        return self.num_epochs * len(cycle) / sum(x.batch_factor
+                                                  for x in cycle)
+
     def to_dict(self) -> dict:
         """Return the stage as a plain dict (the ``--json`` format)."""
         d = asdict(self)
@@ -157,9 +165,8 @@ def build_multigrid_schedule(
     _check_factors(base_t, base_s, long_cycle_factors, short_cycle_factors)
     steps = list(lr_steps)
     if steps[-1] > max_epochs:
-        raise ValueError(f'lr_steps {steps} go past train_cfg.max_epochs='
-                         f'{max_epochs}; every LR stage must start within the '
-                         f'recipe.')
+        raise ValueError(f'lr_steps {steps} must end within '
+                         f'train_cfg.max_epochs={max_epochs}.')
     decay = 1.0 if gamma is None else gamma
 
     def cycle(t: int, s: int) -> Tuple[GridShape, ...]:
@@ -214,8 +221,7 @@ def build_multigrid_schedule(
     if not stages or stages[-1].shape != base_cycle[-1]:
         raise ValueError(
             f'epoch_factor={epoch_factor} with {max_epochs} recipe epochs '
-            f'leaves no epoch at the base shape; raise epoch_factor or '
-            f'train_cfg.max_epochs.')
+            f'leaves no epoch at the base shape; raise either.')
     return stages
 
 
@@ -226,15 +232,13 @@ def _check_factors(base_t: int, base_s: int,
     no frame or pixel."""
     for t, s in long_cycle_factors:
         if round(base_t * t) < 1 or round(base_s * s) < 1:
-            raise ValueError(
-                f'long_cycle_factors entry {(t, s)} gives no frame or pixel '
-                f'of the base (T, S) = ({base_t}, {base_s}); use larger '
-                f'factors.')
+            raise ValueError(f'long_cycle_factors entry {(t, s)} leaves 0 '
+                             f'frames or pixels of (T, S) = ({base_t}, '
+                             f'{base_s}).')
     small = [f for f in short_cycle_factors if round(base_s * f) < 1]
     if small:
-        raise ValueError(f'short_cycle_factors {small} give crops of 0 '
-                         f'pixels of the base crop size {base_s}; use larger '
-                         f'factors.')
+        raise ValueError(f'short_cycle_factors {small} leave 0 pixels of S='
+                         f'{base_s}.')
 
 
 def stage_at_epoch(stages: Sequence[MultigridStage],
@@ -244,8 +248,8 @@ def stage_at_epoch(stages: Sequence[MultigridStage],
     ends = [s.end_epoch for s in stages]
     k = bisect.bisect_right(ends, epoch)
     if epoch < 0 or k >= len(stages):
-        raise IndexError(f'epoch {epoch} is outside the multigrid schedule '
-                         f'[0, {ends[-1]})')
+        raise IndexError(f'epoch {epoch} is outside the schedule [0, '
+                         f'{ends[-1]})')
     return stages[k]
 
 

@@ -5,8 +5,7 @@ Forward hooks make ``TimeSformer``, ``VisionTransformer`` (VideoMAE),
 embeddings resampled from the learned parameter with mmaction2's
 ``resize_pos_embed`` in every pass (shadowing it only while the module runs,
 :func:`mmext.compat.shadow_tensor`), the temporal length set from the input,
-Swin's relative-position index re-selected for a shrunken window
-(docs/en/multigrid.md#model-families).
+Swin's relative-position index re-selected for a shrunken window.
 """
 import weakref
 from typing import Dict, List, Sequence, Tuple
@@ -18,7 +17,7 @@ from mmext.compat import clear_shadow, registered_tensor, shadow_tensor
 
 __all__ = [
     'conv_output_size', 'window_position_index', 'install_shape_adapters',
-    'remove_shape_adapters', 'shape_adapters'
+    'remove_shape_adapters'
 ]
 
 # Adapters installed per model: (description, handles).
@@ -224,11 +223,6 @@ def install_shape_adapters(model: nn.Module) -> List[str]:
                     hooks.after, always_call=True))
     _INSTALLED[model] = (lines, handles)
     return list(lines)
-
-
-def shape_adapters(model: nn.Module) -> List[str]:
-    """The lines :func:`install_shape_adapters` returned for ``model``."""
-    return list(_INSTALLED.get(model, ([], []))[0])
 
 
 def remove_shape_adapters(model: nn.Module) -> None:

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
-from mg_helpers import I3D, PIPE, ROOT, STEP, TINY
+from mg_helpers import I3D, PIPE, ROOT, STEP
 from mg_zoo import FAMILIES, base_shape, build
 
 import mmext  # noqa: F401
@@ -45,10 +45,7 @@ def test_model_check_names_unsplittable_bn_layers():
     plan = MultigridPlan(PIPE, 8, 4, [STEP], options=MultigridOptions(
         bn_base_size=4, long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)]))
     with pytest.raises(ValueError, match=re.escape(
-            'Sub-batch BN (bn_base_size=4) cannot split the BN layers '
-            "cls_head.0 (BatchNorm1d): only ['BatchNorm3d', 'SyncBatchNorm',"
-            " '_BatchNormXd'] are split. Use one of those, keep them in eval "
-            'mode (norm_eval), or set bn_base_size=None.')):
+            'bn_base_size=4 cannot split cls_head.0 (BatchNorm1d)')):
         check_run(plan, model)
     # Short-cycle batches 8 x 4 x 2 = 64 at most: no splits, no error.
     check_run(MultigridPlan(PIPE, 8, 4, [STEP], options=MultigridOptions(
@@ -67,39 +64,14 @@ def test_clip_length_errors():
                           lateral=False, base_channels=8,
                           conv1_kernel=(5, 7, 7)))
     check_clip_lengths(slowfast, [8, 16, 32])
-    with pytest.raises(ValueError, match=r'multiples of its resample_rate '
-                       r'8; the multigrid schedule uses T=\[4\]'):
+    with pytest.raises(ValueError, match=r'resample_rate=8, got T=\[4\]'):
         check_clip_lengths(slowfast, [4, 32])
     i3d = ResNet3d(depth=18, pretrained=None, conv1_stride_t=2,
                    pool1_stride_t=2)
     check_clip_lengths(i3d, [8, 32])
-    with pytest.raises(ValueError, match=r'T >= 8; the multigrid schedule '
-                       r'uses T=\[4\]'):
+    with pytest.raises(ValueError, match=r'ResNet3d needs T >= 8, got '
+                       r'T=\[4\]'):
         check_clip_lengths(i3d, [4, 32])
-
-
-
-
-
-
-def test_plan_check_warns_when_precise_bn_has_nothing_to_update():
-    from mmaction.registry import MODELS
-    from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-
-    init_default_scope('mmaction')
-    cfg = Config.fromfile(TINY)
-    cfg.model.backbone.norm_eval = True
-    # Without the short cycle's S=28 (a 1x1 final map, which warns too).
-    cfg.custom_hooks[0].short_cycle = False
-    plan = MultigridPlan.from_config(cfg)
-    with pytest.warns(UserWarning) as record:
-        messages = check_run(plan, MODELS.build(cfg.model))
-    assert messages == [
-        'precise_bn_iters=2, but no BN layer of the model trains (e.g. '
-        'norm_eval=True): precise BN is skipped.'
-    ]
-    assert [str(w.message) for w in record] == messages
 
 
 C3D_PIPE = [dict(type='SampleFrames', clip_len=16, frame_interval=1),
@@ -114,42 +86,30 @@ def test_a_model_that_cannot_take_the_shapes_is_refused_before_training():
         bn_base_size=None))
     with pytest.raises(ValueError) as info:
         check_run(plan, c3d, C3D_PIPE)
-    assert str(info.value) == (
-        'The model cannot take 7 of the 8 planned grid shapes (base T=16, '
-        'S=112): at (B, T, S) = (128, 4, 56) the forward fails in '
-        'backbone.pool4 (MaxPool3d): RuntimeError: Given input size: '
-        '(512x1x7x7). Calculated output size: (512x0x3x3). Output size is '
-        'too small. Refused: (B, T, S) = (128, 4, 56), (B, T, S) = (64, 4, '
-        '79), (B, T, S) = (64, 8, 56), (B, T, S) = (32, 8, 79), (B, T, S) = '
-        '(16, 8, 112), (B, T, S) = (32, 16, 56), (B, T, S) = (16, 16, 79). '
-        'Accepted: (B, T, S) = (8, 16, 112). Fix: none: the model takes the '
-        "recipe's shape only, so train it without mmext.MultigridHook. See "
-        'docs/en/multigrid.md#model-families.')
+    message = str(info.value)
+    assert message.startswith('The model refuses 7 of 8 shapes, e.g. ')
+    assert '(128, 4, 56) in backbone.pool4 (MaxPool3d): Runtime' in message
+    assert message.endswith('. Fix: train without MultigridHook.')
     temporal = MultigridPlan(C3D_PIPE, 8, 45, options=MultigridOptions(
         bn_base_size=None, short_cycle=False,
         long_cycle_factors=[(0.5, 1), (1, 1)]))
     with pytest.raises(ValueError) as info:
         check_run(temporal, c3d, C3D_PIPE)
-    assert str(info.value).endswith(
-        'Refused: (B, T, S) = (16, 8, 112). Accepted: (B, T, S) = (8, 16, '
-        '112). Fix: long_cycle_factors without [(0.5, 1)] (or '
-        'long_cycle=False) and (every refused shape has T != 16). See '
-        'docs/en/multigrid.md#model-families.')
+    message = str(info.value)
+    assert message.startswith('The model refuses 1 of 2 shapes, e.g. ')
+    assert 'Fix: long_cycle_factors without [(0.5, 1)] and ' in message
+    assert message.endswith('(all refused have T != 16).')
     spatial = MultigridPlan(C3D_PIPE, 8, 45, options=MultigridOptions(
         bn_base_size=None, long_cycle=False))
     with pytest.raises(ValueError) as info:
         check_run(spatial, c3d, C3D_PIPE)
-    assert 'in backbone.fc6 (Linear): RuntimeError: a and b must have same ' \
-        'reduction dim, but got [32, 2048] X [8192, 4096]. Refused' in str(
-            info.value)
-    assert str(info.value).endswith(
-        'Fix: short_cycle=False (or short_cycle_factors closer to 1) and '
-        '(every refused shape has S != 112). See '
-        'docs/en/multigrid.md#model-families.')
+    message = str(info.value)
+    assert 'in backbone.fc6 (Linear): RuntimeError: a and b must ' in message
+    assert message.endswith(
+        'Fix: short_cycle=False and (all refused have S != 112).')
 
 
-SMALL_MAP = ('Multigrid shapes with a final feature map below 2x2 lose '
-             'accuracy (docs/en/multigrid.md#small-feature-maps): ')
+SMALL_MAP = 'Final feature maps below 2x2 lose accuracy: '
 
 
 def _checked(config, options=None, pipeline_edit=None):
@@ -176,20 +136,18 @@ def _checked(config, options=None, pipeline_edit=None):
 def test_final_feature_map_below_2x2_warns_with_the_measured_cost():
     """The demo's old short cycle (S=28: 1x1 after ResNet3d-18's stride 32)
     warns; its milder factors (2x2 at S=42) do not."""
-    old = _checked(DEMO, dict(short_cycle_factors=[0.5, 0.5**0.5]))
-    assert old == [
-        SMALL_MAP + '(B, T, S) = (32, 8, 28): 1x1, (B, T, S) = (16, 16, 28): '
-        '1x1. Fix: milder short_cycle_factors (e.g. [0.75, 0.875]) or '
-        'short_cycle=False; or a larger base crop.']
+    [old] = _checked(DEMO, dict(short_cycle_factors=[0.5, 0.5**0.5]))
+    assert old.startswith(SMALL_MAP + '(B, T, S) = (32, 8, 28): 1x1, ')
+    assert '(16, 16, 28): 1x1. Use short_cycle_factors closer' in old
+    assert old.endswith(' to 1, or a larger crop.')
     assert _checked(DEMO, dict(short_cycle_factors=[0.75, 0.875])) == []
     # The demo as shipped since the study: 0.6/0.707, 2x2 at S=34.
     assert _checked(DEMO) == []
     # A long-cycle shape that small names its long_cycle_factors entry.
     coarse = _checked(DEMO, dict(short_cycle=False, long_cycle_factors=[
         (0.5, 0.5), (1, 1)]))
-    assert coarse[0] == SMALL_MAP + (
-        '(B, T, S) = (32, 8, 28): 1x1. Fix: long_cycle_factors with larger s '
-        'than [(0.5, 0.5)]; or a larger base crop.')
+    assert coarse[0].startswith(SMALL_MAP + '(B, T, S) = (32, 8, 28): 1x1.')
+    assert 'Use larger s than [(0.5, 0.5)] in long_cycle_factors' in coarse[0]
 
 
 def test_feature_map_check_on_the_stock_recipes():
@@ -200,8 +158,8 @@ def test_feature_map_check_on_the_stock_recipes():
 
     small = _checked(I3D, pipeline_edit=crop_56)
     assert len(small) == 1 and small[0].startswith(
-        SMALL_MAP + '(B, T, S) = (128, 8, 28): 1x1, (B, T, S) = (64, 16, '
-        '28): 1x1, (B, T, S) = (32, 32, 28): 1x1. Fix: ')
+        SMALL_MAP + '(B, T, S) = (128, 8, 28): 1x1, ')
+    assert '(64, 16, 28): 1x1, (B, T, S) = (32, 32, 28): 1x1. Use' in small[0]
     assert _checked(I3D) == []
     assert _checked(SLOWFAST) == []
 
@@ -221,9 +179,8 @@ def test_flop_saving_counted_on_the_slowfast_reference():
         model = MODELS.build(cfg.model)
     for short_cycle, saving, estimate in ((True, 3.34, 3.43),
                                           (False, 2.16, 2.18)):
-        plan = MultigridPlan.for_config(
-            cfg, MultigridOptions.from_hook_config(
-                dict(cfg.custom_hooks[0], short_cycle=short_cycle)))
+        cfg.custom_hooks[0].short_cycle = short_cycle
+        plan = MultigridPlan.from_config(cfg)
         assert round(1 / plan.flops_ratio(), 2) == estimate
         results = check_model(plan, model,
                               cfg.train_dataloader.dataset.pipeline)
@@ -247,11 +204,11 @@ def test_planned_shapes_are_the_distinct_short_cycle_shapes():
     # (16, 56) in 3-4 and the fine-tune 4-6; short cycle S = 28, 40.
     plan = MultigridPlan(PIPE, 4, 4, [STEP], options=TWO)
     assert [tuple(s) for s in planned_shapes(plan)] == [
-        (32, 8, 28, False, (0, 3)),  # B x T0 S0^2 / (T S^2), rounded
-        (16, 8, 40, True, (0, 3)),
-        (16, 16, 28, False, (3, 6)),
-        (8, 16, 40, False, (3, 6)),
-        (4, 16, 56, True, (3, 6)),
+        (32, 8, 28, False),  # B x T0 S0^2 / (T S^2), rounded
+        (16, 8, 40, True),
+        (16, 16, 28, False),
+        (8, 16, 40, False),
+        (4, 16, 56, True),
     ]
     assert str(planned_shapes(plan)[0]) == '(B, T, S) = (32, 8, 28)'
 
@@ -271,7 +228,7 @@ def test_meta_copy_leaves_the_model_alone():
     assert {b.device.type for b in ghost.buffers()} == {'meta'}
     assert [n for n, _ in ghost.named_parameters()] == [
         n for n, _ in model.named_parameters()]
-    shape = PlannedShape(8, 8, 112, True, (0, 1))
+    shape = PlannedShape(8, 8, 112, True)
     [result] = probe_shapes(model, [shape])
     assert result.error is None and result.device == 'meta'
     assert all(torch.equal(v, before[k])
@@ -337,13 +294,13 @@ def test_final_feature_map_sizes():
     """ResNet3d (total stride 32): 28 -> 1, 40 -> 2 (ceil), 56 -> 2,
     224 -> 7; SlowFast gives its pathways' map; transformers none."""
     model = build('ResNet3d')
-    shapes = [PlannedShape(4, 16, s, True, (0, 1)) for s in (28, 40, 56, 224)]
+    shapes = [PlannedShape(4, 16, s, True) for s in (28, 40, 56, 224)]
     assert [r.feature_map for r in probe_shapes(model, shapes)] == [
         (1, 1), (2, 2), (2, 2), (7, 7)]
     [slowfast] = probe_shapes(build('SlowFast'), shapes[-1:])
     assert slowfast.feature_map == (7, 7)
     vit = build('VisionTransformer')
-    [tokens] = probe_shapes(vit, [PlannedShape(2, 16, 224, True, (0, 1))])
+    [tokens] = probe_shapes(vit, [PlannedShape(2, 16, 224, True)])
     assert tokens.error is None and tokens.feature_map is None
 
 
@@ -365,8 +322,8 @@ def test_data_dependent_forward_falls_back_to_a_tiny_batch():
     model = _NeedsData().train()
     model.backbone[1].eval()
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    results = probe_shapes(model, [PlannedShape(64, 4, 16, True, (0, 1)),
-                                   PlannedShape(64, 2, 16, True, (0, 1))])
+    results = probe_shapes(model, [PlannedShape(64, 4, 16, True),
+                                   PlannedShape(64, 2, 16, True)])
     assert [r.device for r in results] == ['cpu', 'cpu']
     assert results[0].error is None and results[0].feature_map == (16, 16)
     # Per clip: Conv3d 2 x (3 x 2) x 4 x 16 x 16, Linear 2 x 8 x 3.

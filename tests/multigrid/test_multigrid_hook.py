@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn as nn
+# bench_utils also registers Float32HeadHook (test_amp_multigrid_run).
 from bench_utils import RunRecorder, find_free_port
 from helpers import CUDA_MARKS
 from mg_helpers import (PIPE, ROOT, STATS, STEP, TINY, TINY_HOOK,
@@ -167,13 +168,14 @@ def test_resume_equivalence(full_run, tmp_path):
 
 
 def test_iteration_loop_rejected(tmp_path):
-    with pytest.raises(TypeError, match='epoch-based train loop'):
+    with pytest.raises(ValueError, match='needs an epoch-based loop'):
         _train(tmp_path, train_cfg=dict(
             _delete_=True, type='IterBasedTrainLoop', max_iters=4))
 
 
 def test_unsplittable_batch_rejected(tmp_path):
-    with pytest.raises(ValueError, match='Sub-batch BN cannot split'):
+    with pytest.raises(ValueError, match='bn_base_size=4 cannot split the '
+                       'batch of 6 clips'):
         _train(tmp_path, train_dataloader=dict(batch_size=6))
 
 
@@ -201,14 +203,14 @@ def test_dist_train_two_processes(tmp_path):
 
 
 def test_dataset_smaller_than_a_batch_rejected(tmp_path):
-    with pytest.raises(ValueError, match='are fewer than the first per-process batch'):
+    with pytest.raises(ValueError, match='12 clips per process < batch 32'):
         _train(tmp_path, train_dataloader=dict(dataset=dict(indices=12)))
 
 
 def test_dataset_wrapper_rejected(tmp_path):
     from mmengine.config import Config
     dataset = Config.fromfile(TINY).train_dataloader.dataset
-    with pytest.raises(ValueError, match='dataset wrappers'):
+    with pytest.raises(ValueError, match='got a RepeatDataset'):
         _train(tmp_path, train_dataloader=dict(dataset=dict(
             _delete_=True, type='RepeatDataset', times=2, dataset=dataset)))
 
@@ -217,9 +219,7 @@ def test_two_multigrid_hooks_are_refused(tmp_path):
     from mmengine.config import Config
     hooks = Config.fromfile(TINY).custom_hooks
     mg = next(h for h in hooks if h['type'] == 'mmext.MultigridHook')
-    with pytest.raises(ValueError, match='The run has 2 MultigridHooks '
-                       r'\(custom_hooks\), each with its own schedule; keep '
-                       'one.'):
+    with pytest.raises(ValueError, match='2 MultigridHooks in custom_hooks'):
         _train(tmp_path, custom_hooks=list(hooks) + [dict(mg, epoch_factor=2)])
 
 
@@ -247,14 +247,21 @@ def test_dropped_recipe_values_warn_with_any_runner(runner_type, tmp_path):
     runner = tiny_runner(tmp_path, runner_type,
                          **{'param_scheduler.0.end': 5})
     runner.register_hook(_StopBeforeTraining())
-    with pytest.warns(UserWarning, match='param_scheduler LinearLR ends at '
-                      r'recipe epoch 5, after the end of training \(4 '
-                      r'recipe epochs\)'):
+    with pytest.warns(UserWarning, match='LinearLR.* recipe epoch 5'):
         with pytest.raises(_Stop):
             runner.train()
     [log] = glob.glob(osp.join(tmp_path, '*', '*.log'))
     with open(log) as f:
         assert 'LinearLR ends at recipe epoch 5' in f.read()
+
+
+def test_precise_bn_without_a_bn_layer_that_trains_warns(tmp_path):
+    """norm_eval=True: no BN layer trains, precise BN has nothing to do."""
+    runner = tiny_runner(tmp_path, model=dict(backbone=dict(norm_eval=True)))
+    runner.register_hook(_StopBeforeTraining())
+    with pytest.warns(UserWarning, match='precise_bn_iters=2 has no effect'):
+        with pytest.raises(_Stop):
+            runner.train()
 
 
 @pytest.mark.parametrize('runner_type', RUNNERS)
@@ -283,8 +290,8 @@ def test_plain_checkpoint_into_multigrid_config(checkpoints, tmp_path,
     monkeypatch.setenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
     runner = tiny_runner(tmp_path, runner_type, resume=True,
                          load_from=checkpoints['plain'])
-    with pytest.raises(ValueError, match=r'run without multigrid.*\(6 '
-                       r'epochs\).*load_from=CKPT \(no --resume\)'):
+    with pytest.raises(ValueError, match='Not a multigrid checkpoint: use '
+                       'load_from=CKPT'):
         runner.train()
     # Resumed, then stopped before the first iteration.
     assert runner.iter == checkpoints['iters'] > 0
@@ -297,15 +304,14 @@ def test_multigrid_checkpoint_into_plain_config(checkpoints, tmp_path):
         tiny_runner(tmp_path, resume=True, load_from=ckpt,
                     custom_hooks=[]).train()
     msg = str(err.value)
-    assert f'{ckpt} comes from a multigrid run (6 multigrid epochs)' in msg
-    assert 'mmext.MultigridHook in custom_hooks' in msg
+    assert msg.startswith(f'{ckpt} is a multigrid checkpoint: resume it ')
+    assert 'with its MultigridHook' in msg
     assert f'load_from={ckpt} (no --resume)' in msg
 
 
 def test_multigrid_checkpoint_with_another_schedule(checkpoints, tmp_path):
-    with pytest.raises(ValueError, match=(
-            r'another multigrid schedule \(epoch_factor: checkpoint 1.5, '
-            r'config 2.0; multigrid epochs: checkpoint 6, config 8\)')):
+    with pytest.raises(ValueError, match=re.escape(
+            'epoch_factor 1.5 (config 2.0), multigrid epochs 6 (')):
         tiny_runner(tmp_path, resume=True, load_from=checkpoints['multigrid'],
                     custom_hooks=[dict(TINY_HOOK, epoch_factor=2.0)]).train()
 
@@ -323,9 +329,7 @@ def test_multigrid_checkpoint_into_a_smaller_dataset(checkpoints, tmp_path):
     """Refused before the first iteration (48 clips per process instead of
     64 change every epoch's iterations, as a world size does)."""
     with pytest.raises(ValueError, match=re.escape(
-            '64 clips per process and epoch: 27 iterations; this run: 1 '
-            'process(es), 4 clips per process and batch, 48 clips per '
-            'process and epoch: 18 iterations)')):
+            'samples_per_rank 64 (config 48), max_iters 27 (config 18)')):
         tiny_runner(tmp_path, resume=True, load_from=checkpoints['multigrid'],
                     train_dataloader=dict(dataset=dict(indices=48))).train()
 
@@ -339,11 +343,8 @@ def test_one_process_checkpoint_resumed_on_two(checkpoints, tmp_path):
          str(tmp_path), '--resume', checkpoints['multigrid']],
         cwd=ROOT, env=env, timeout=600, capture_output=True, text=True)
     assert proc.returncode != 0
-    assert ('another multigrid iteration axis (1 process(es), 4 clips per '
-            'process and batch, 64 clips per process and epoch: 27 '
-            'iterations; this run: 2 process(es), 4 clips per process and '
-            'batch, 32 clips per process and epoch: 12 iterations)') in (
-                proc.stderr)
+    assert 'world_size 1 (config 2), samples_per_rank 64 (config 32)' in (
+        proc.stderr)
 
 
 # What earlier releases saved (plain lists and tuples, no iteration axis).
@@ -369,8 +370,7 @@ def test_signature_in_the_format_checkpoints_hold():
         max_iters=plan.max_iters)
     check_resume(plan, OLD_SIGNATURE)
     check_resume(plan, resume_signature(plan))
-    with pytest.raises(ValueError, match=r'epoch_factor: checkpoint 2, '
-                       r'config 1\.5\)'):
+    with pytest.raises(ValueError, match=r'epoch_factor 2 \(config 1\.5\)'):
         check_resume(plan, dict(OLD_SIGNATURE, epoch_factor=2))
 
 
@@ -383,13 +383,11 @@ def test_resume_on_another_world_size_is_refused():
     # of 6 at [16, 8, 4]; 2 x 32 clips: 1 and 3 iterations per epoch.
     assert one.cum_iters == [0, 3, 6, 9, 15, 21, 27]
     assert two.cum_iters == [0, 1, 2, 3, 6, 9, 12]
-    with pytest.raises(ValueError, match=re.escape(
-            'another multigrid iteration axis (1 process(es), 4 clips per '
-            'process and batch, 64 clips per process and epoch: 27 '
-            'iterations; this run: 2 process(es), 4 clips per process and '
-            'batch, 32 clips per process and epoch: 12 iterations). Resume '
-            'with its processes')):
+    with pytest.raises(ValueError) as err:
         check_resume(two, resume_signature(one), 1, one.cum_iters[1])
+    assert str(err.value).split(': ')[1].split('. ')[0].split(', ') == [
+        'world_size 1 (config 2)', 'samples_per_rank 64 (config 32)',
+        'max_iters 27 (config 12)']
     check_resume(one, resume_signature(one), 1, one.cum_iters[1])
 
 
@@ -398,9 +396,7 @@ def test_old_checkpoints_are_checked_by_where_they_stand():
     check_resume(one, OLD_SIGNATURE, 2, one.cum_iters[2])
     check_resume(one, OLD_SIGNATURE, 6, one.max_iters)
     with pytest.raises(ValueError, match=re.escape(
-            'another multigrid iteration axis (iteration 6 in epoch 2, '
-            'which this run trains in iterations [2, 3); this run: 2 '
-            'process(es)')):
+            'iteration 6 is outside epoch 2 [2, 3)')):
         check_resume(two, OLD_SIGNATURE, 2, one.cum_iters[2])
 
 
@@ -478,8 +474,7 @@ def test_hook_logs_skipped_clips_per_epoch(ann_file, tmp_path):
     assert runner.epoch == 3
     assert [r.getMessage() for r in messages] == [
         f'Multigrid: epoch {epoch} skipped 1 broken clips '
-        f'(skip_broken_clips=True; the warnings name the files)'
-        for epoch in range(3)
+        f'(skip_broken_clips=True)' for epoch in range(3)
     ]
     assert {r.levelno for r in messages} == {logging.WARNING}
 
@@ -538,8 +533,7 @@ def test_data_bound_run_warns_once(tmp_path, monkeypatch):
         w.message)]
     assert len(bound) == 1
     # All time on the fake clock is loading.
-    assert 'waiting for data took 100% of the iteration time at epoch 0 ' \
-        '(batches ' in bound[0]
+    assert 'data wait is 100% of the iteration time at epoch 0 (' in bound[0]
     assert 'data_wait_threshold 30%' in bound[0]
     # One stage-change summary per loader rebuild (every stage here has at
     # least 1 + 2 iterations), naming the epoch the new shapes start.
@@ -573,10 +567,11 @@ def test_watch_summary_and_single_warning():
     assert out == []
     out = _feed(watch, [(0.1, 1.0)])
     assert len(out) == 1 and out[0][0] == logging.INFO
-    assert out[0][1] == (
-        'Multigrid: stage change at epoch 0: 2.50 s (loader rebuild 0.50 s, '
-        'first 1 batch(es) 2.00 s) = 2.5 iterations of 1.000 s; data wait '
-        '10% of the next 3 iterations')
+    line = out[0][1]
+    assert line.startswith('Multigrid: stage change at epoch 0: 2.50 s (')
+    assert '(loader rebuild 0.50 s, first 1 batch(es) 2.00 s) = ' in line
+    assert '= 2.5 iterations of 1.000 s; data wait 10% ' in line
+    assert line.endswith('10% of the next 3 iterations')
     # Iterations after the window are not measured.
     assert _feed(watch, [(5.0, 5.1)] * 4) == []
     # Stage 2 data-bound: 1 s wait per 2 s iteration -> 50 %.
@@ -584,9 +579,8 @@ def test_watch_summary_and_single_warning():
     out = _feed(watch, [(0.0, 1.0)] + [(1.0, 2.0)] * 3)
     assert [level for level, _ in out] == [logging.INFO, logging.WARNING]
     assert 'data wait 50% of the next 3' in out[0][1]
-    assert 'took 50% of the iteration time at epoch 4' in out[1][1]
-    for fix in ('data_wait_threshold 20%', 'num_workers',
-                'docs/en/multigrid.md#data-bound-runs'):
+    assert 'data wait is 50% of the iteration time at epoch 4' in out[1][1]
+    for fix in ('data_wait_threshold 20%', 'num_workers'):
         assert fix in out[1][1]
     # Stage 3 data-bound again: figures, but no second warning.
     watch.start_stage('epoch 8')
@@ -782,7 +776,9 @@ def test_amp_multigrid_run(device, dtype, full_run, tmp_path, monkeypatch):
         # about 1 call of 4 on CPUs with avx512_bf16 (seen on AMD EPYC; fine
         # without oneDNN and for conv2d): use torch's own kernels.
         monkeypatch.setattr(torch.backends.mkldnn, 'enabled', False)
-    runner = tiny_runner(tmp_path, custom_hooks=recorded(),
+    # mmaction2's top-k accuracy (numpy) takes no bfloat16 class scores.
+    cast = [dict(type='Float32HeadHook')] if dtype == 'bfloat16' else []
+    runner = tiny_runner(tmp_path, custom_hooks=cast + recorded(),
                          optim_wrapper=dict(type='AmpOptimWrapper',
                                             dtype=dtype,
                                             loss_scale='dynamic'))
@@ -810,16 +806,14 @@ def test_repeat_aug_dataset_needs_its_collate(collate):
         batch_size=2, collate_fn=collate)
     name = 'pseudo_collate' if collate is None else collate['type']
     with pytest.raises(ValueError, match=re.escape(
-            f"(2 clips per video) that collate_fn {name!r} cannot batch. Set "
-            f"train_dataloader.collate_fn = dict(type='repeat_pseudo_collate"
-            f"')")):
-        _check_repeat_collate(cfg, 2)
+            f"(type='repeat_pseudo_collate'), got {name!r}.")):
+        _check_repeat_collate(cfg)
     from mmaction.datasets.repeat_aug_dataset import repeat_pseudo_collate
     for ok in ('repeat_pseudo_collate', 'mmaction.repeat_pseudo_collate',
                repeat_pseudo_collate):
-        _check_repeat_collate(dict(collate_fn=dict(type=ok)), 2)
+        _check_repeat_collate(dict(collate_fn=dict(type=ok)))
     # mmengine also takes the function itself.
-    _check_repeat_collate(dict(collate_fn=repeat_pseudo_collate), 2)
-    with pytest.raises(ValueError, match="collate_fn 'pseudo_collate'"):
+    _check_repeat_collate(dict(collate_fn=repeat_pseudo_collate))
+    with pytest.raises(ValueError, match="got 'pseudo_collate'"):
         from mmengine.dataset import pseudo_collate
-        _check_repeat_collate(dict(collate_fn=pseudo_collate), 2)
+        _check_repeat_collate(dict(collate_fn=pseudo_collate))

@@ -1,7 +1,9 @@
-"""mmext.multigrid.plan: MultigridOptions (the one option table), the
-recipe's LR stages and schedulers on the multigrid axis, what the run
-cannot honour, MultigridPlan from configs, its counts and its report."""
+"""mmext.multigrid.plan and .report: the hook's options (the schedule ones
+in MultigridOptions), the recipe's LR stages and schedulers on the
+multigrid axis, what the run cannot honour, MultigridPlan from configs, its
+counts and its report."""
 import dataclasses
+import inspect
 import re
 import warnings
 
@@ -13,36 +15,51 @@ import mmext  # noqa: F401
 from mmext.multigrid import (MultigridHook, MultigridOptions, MultigridPlan,
                              build_multigrid_schedule)
 from mmext.multigrid.checks import check_run
-from mmext.multigrid.plan import find_lr_steps, remap_param_schedulers
+from mmext.multigrid.plan import (build_hook, find_lr_steps,
+                                  remap_param_schedulers)
+from mmext.multigrid.report import describe, summary
 from mmext.multigrid.schedule import (DEFAULT_LONG_CYCLE_FACTORS,
                                       map_recipe_epoch)
 
 
 # ---------------------------------------------------------------- options
-def test_option_defaults():
-    options = MultigridOptions()
-    assert options.keep_cpu_memory is True
-    assert options.data_wait_threshold == 0.2
-    assert options.data_wait_iters == 10
-    assert options.long_cycle_factors == DEFAULT_LONG_CYCLE_FACTORS
-    assert MultigridOptions(
-        data_wait_threshold=None).data_wait_threshold is None
+def test_hook_shows_its_options_and_their_defaults():
+    """Every option is a keyword of MultigridHook.__init__; the schedule
+    ones have MultigridOptions' defaults, the runtime ones the hook's."""
+    params = inspect.signature(MultigridHook).parameters
+    schedule = {f.name: f.default for f in dataclasses.fields(
+        MultigridOptions)}
+    assert len(params) == 13 and set(schedule) < set(params)
+    assert {n: params[n].default for n in schedule} == schedule
+    assert schedule['long_cycle_factors'] == DEFAULT_LONG_CYCLE_FACTORS
+    hook = MultigridHook()
+    assert hook.options == MultigridOptions()
+    assert (hook.precise_bn_iters, hook.skip_broken_clips,
+            hook.keep_cpu_memory) == (200, False, True)
+    assert (hook.watch.threshold, hook.watch.iters) == (0.2, 10)
+    for name in params:
+        assert f'    {name} (' in MultigridHook.__doc__
+    assert MultigridHook.__doc__.count('Defaults to') == 13
 
 
-def test_misspelt_option_lists_the_valid_names():
-    with pytest.raises(ValueError) as err:
+def test_misspelt_option_is_a_type_error():
+    with pytest.raises(TypeError, match='short_cycles'):
         MultigridHook(short_cycles=False)
-    assert str(err.value) == (
-        "unknown MultigridHook options ['short_cycles']; known: "
-        f'{sorted(MultigridOptions.names())}')
-    assert 'short_cycle' in MultigridOptions.names()
+    # Through the config, as the runner builds it.
+    cfg = Config(dict(custom_hooks=[dict(type='mmext.MultigridHook',
+                                         short_cycles=False)]))
+    with pytest.raises(TypeError, match='short_cycles'):
+        build_hook(cfg)
 
 
 def test_hook_config_keys_are_not_options():
-    options = MultigridOptions.from_hook_config(dict(
-        type='mmext.MultigridHook', priority='HIGHEST', _scope_='mmaction',
-        short_cycle=False))
-    assert options == MultigridOptions(short_cycle=False)
+    cfg = Config(dict(custom_hooks=[
+        dict(type='mmext.NaNGuardHook'),
+        dict(type='mmext.MultigridHook', priority='HIGHEST',
+             _scope_='mmaction', short_cycle=False)]))
+    assert build_hook(cfg).options == MultigridOptions(short_cycle=False)
+    with pytest.raises(ValueError, match='no mmext.MultigridHook'):
+        build_hook(Config(dict(custom_hooks=[])))
 
 
 def test_sequences_are_tuples_and_the_schedule_gets_its_fields():
@@ -59,70 +76,60 @@ def test_sequences_are_tuples_and_the_schedule_gets_its_fields():
         options.short_cycle = False
 
 
-@pytest.mark.parametrize('options, message', [
-    (dict(long_cycle=1), 'long_cycle=1 (int): expected True or False'),
-    (dict(short_cycle='no'), "short_cycle='no' (str): expected True or "
-     'False'),
-    (dict(skip_broken_clips='yes'), "skip_broken_clips='yes' (str): "
-     'expected True or False'),
-    (dict(skip_broken_clips=None), 'skip_broken_clips=None (NoneType): '
-     'expected True or False'),
-    (dict(keep_cpu_memory=1), 'keep_cpu_memory=1 (int): expected True or '
-     'False'),
-    (dict(epoch_factor='1.5'), "epoch_factor='1.5' (str): expected a "
-     'number > 0 (total epochs = max_epochs x epoch_factor), e.g. '
-     'epoch_factor=1.5'),
-    (dict(epoch_factor=0), 'epoch_factor=0 (int): expected a number > 0'),
-    (dict(long_cycle_factors=[0.25, 0.5, 1]), 'long_cycle_factors=[0.25, '
-     '0.5, 1] (list): expected (t, s) pairs in (0, 1]'),
-    (dict(long_cycle_factors=[(0.5, 1, 1), (1, 1)]), 'long_cycle_factors=['
-     '(0.5, 1, 1), (1, 1)] (list): expected (t, s) pairs'),
-    (dict(long_cycle_factors=[]), 'long_cycle_factors=[] (list)'),
-    (dict(long_cycle_factors=[(2, 1), (1, 1)]), 'long_cycle_factors=[(2, '
-     '1), (1, 1)] (list): expected (t, s) pairs in (0, 1]'),
-    (dict(short_cycle_factors=0.5), 'short_cycle_factors=0.5 (float): '
-     'expected crop factors in (0, 1)'),
-    (dict(short_cycle_factors=[]), 'short_cycle_factors=[] (list): '
-     'expected crop factors'),
-    (dict(short_cycle_factors=[1.5]), 'short_cycle_factors=[1.5] (list): '
-     'expected crop factors in (0, 1)'),
-    (dict(short_cycle_mode=None), 'short_cycle_mode=None'),
-    (dict(short_cycle_mode='paper'), "short_cycle_mode='paper' (str): "
-     "expected one of ('absolute', 'relative')"),
-    (dict(bn_base_size='8'), "bn_base_size='8' (str): expected None, 0 (no "
-     'sub-batch BN) or clips per BN split, e.g. bn_base_size=8'),
-    (dict(bn_base_size=4.0), 'bn_base_size=4.0 (float)'),
-    (dict(bn_base_size=-4), 'bn_base_size=-4 (int)'),
-    (dict(precise_bn_iters=True), 'precise_bn_iters=True (bool)'),
-    (dict(precise_bn_iters=-1), 'precise_bn_iters=-1 (int): expected an int '
-     '>= 0'),
-    (dict(data_wait_threshold='high'), "data_wait_threshold='high' (str)"),
-    (dict(data_wait_threshold=1.5), 'data_wait_threshold=1.5 (float): '
-     'expected a share in [0, 1]'),
-    (dict(data_wait_threshold=-0.1), 'data_wait_threshold=-0.1'),
-    (dict(data_wait_iters=0), 'data_wait_iters=0 (int): expected an int '
-     '>= 1'),
-    (dict(data_wait_iters=2.5), 'data_wait_iters=2.5 (float): expected an '
-     'int >= 1'),
-    (dict(lr_steps='0, 10'), "lr_steps='0, 10' (str): expected None or "
-     'increasing recipe epochs starting at 0'),
-    (dict(lr_steps=[3]), 'lr_steps=[3] (list): expected None or increasing '
-     'recipe epochs starting at 0, e.g. lr_steps=[0, 40, 80]'),
-    (dict(lr_steps=[0, 5, 5]), r'lr_steps=[0, 5, 5]'),
-])
-def test_each_option_is_checked_once_by_its_row(options, message):
-    """One message per option: the value, its type, what is expected and
-    an example; the hook refuses at construction."""
-    for build in (MultigridOptions, MultigridHook):
+SCHEDULE_VALUES = [
+    ('long_cycle', 1, 'a bool'),
+    ('short_cycle', 'no', 'a bool'),
+    ('epoch_factor', '1.5', 'a number > 0'),
+    ('epoch_factor', 0, 'a number > 0'),
+    ('long_cycle_factors', [0.25, 0.5, 1], '(t, s) pairs in (0, 1]'),
+    ('long_cycle_factors', [(0.5, 1, 1), (1, 1)], '(t, s) pairs'),
+    ('long_cycle_factors', [], '(t, s) pairs'),
+    ('long_cycle_factors', [(2, 1), (1, 1)], '(t, s) pairs in (0, 1]'),
+    ('short_cycle_factors', 0.5, 'factors in (0, 1)'),
+    ('short_cycle_factors', [], 'factors in (0, 1)'),
+    ('short_cycle_factors', [1.5], 'factors in (0, 1)'),
+    ('short_cycle_mode', None, "'absolute' or 'relative'"),
+    ('short_cycle_mode', 'paper', "'absolute' or 'relative'"),
+    ('bn_base_size', '8', 'None or an int >= 0'),
+    ('bn_base_size', 4.0, 'None or an int >= 0'),
+    ('bn_base_size', -4, 'None or an int >= 0'),
+    ('lr_steps', '0, 10', 'None or increasing epochs from 0'),
+    ('lr_steps', [3], 'None or increasing epochs from 0'),
+    ('lr_steps', [0, 5, 5], 'None or increasing epochs from 0'),
+]
+RUNTIME_VALUES = [
+    ('skip_broken_clips', 'yes', 'a bool'),
+    ('skip_broken_clips', None, 'a bool'),
+    ('keep_cpu_memory', 1, 'a bool'),
+    ('precise_bn_iters', True, 'an int >= 0'),
+    ('precise_bn_iters', -1, 'an int >= 0'),
+    ('data_wait_threshold', 'high', 'None or a share in [0, 1]'),
+    ('data_wait_threshold', 1.5, 'None or a share in [0, 1]'),
+    ('data_wait_threshold', -0.1, 'None or a share in [0, 1]'),
+    ('data_wait_iters', 0, 'an int >= 1'),
+    ('data_wait_iters', 2.5, 'an int >= 1'),
+]
+
+
+@pytest.mark.parametrize('name, value, expected',
+                         SCHEDULE_VALUES + RUNTIME_VALUES)
+def test_each_option_is_checked_once_where_it_enters(name, value, expected):
+    """The message names the option, what it must be and the value; the
+    hook refuses at construction, the schedule options through
+    MultigridOptions (which the plan and the tool build too)."""
+    builds = [MultigridHook]
+    if (name, value, expected) in SCHEDULE_VALUES:
+        builds.append(MultigridOptions)
+    for build in builds:
         with pytest.raises(ValueError) as err:
-            build(**options)
-        assert str(err.value).startswith('MultigridHook option ' + message)
-        assert ', e.g. ' in str(err.value)
+            build(**{name: value})
+        message = str(err.value)
+        assert message.startswith(f'{name} must be {expected}')
+        assert message.endswith(f', got {value!r}')
 
 
 def test_nothing_to_cycle():
-    with pytest.raises(ValueError, match='long_cycle=False and '
-                       'short_cycle=False leave nothing to cycle'):
+    with pytest.raises(ValueError, match='both False: nothing to cycle'):
         MultigridOptions(long_cycle=False, short_cycle=False)
 
 
@@ -134,11 +141,8 @@ def test_nothing_to_cycle():
 def test_long_cycle_factors_run_coarse_to_fine_to_the_base_shape(factors):
     """Raising epoch_factor or max_epochs would not fix these: the message
     says what does."""
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError, match='coarse to fine, ending'):
         MultigridOptions(long_cycle_factors=factors)
-    assert 'coarse to fine, ending with (1, 1), e.g. long_cycle_factors=' \
-        in str(err.value)
-    assert 'epoch_factor' not in str(err.value)
 
 
 # ------------------------------------------------ the recipe's schedulers
@@ -196,42 +200,34 @@ def test_stock_i3d_recipe_shortened_warns_about_milestones():
     cfg.custom_hooks[0].long_cycle = False
     plan = MultigridPlan.from_config(cfg)
     with pytest.warns(UserWarning) as record:
-        assert check_run(plan) == [I3D_MILESTONES]
-    assert [str(w.message) for w in record] == [I3D_MILESTONES]
+        [message] = check_run(plan)
+    assert I3D_MILESTONES in message
+    assert [str(w.message) for w in record] == [message]
     assert plan.lr_steps == [0, 2] and plan.max_epochs == 3
 
 
-@pytest.mark.parametrize('scheduler, message', [
+@pytest.mark.parametrize('scheduler, fragments', [
     (dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0, end=5),
-     'param_scheduler LinearLR ends at recipe epoch 5, after the end of '
-     'training (4 recipe epochs): it is cut short (the warm-up never '
-     'reaches its target LR). Shorten it or train longer.'),
+     ['LinearLR', 'recipe epoch 5', '4 recipe epochs']),
     (dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0, end=3,
           convert_to_iter_based=True),
-     'param_scheduler LinearLR (warm-up) ends at recipe epoch 3, after the '
-     'first LR stage [0, 2): the whole first long cycle trains in warm-up. '
-     'Shorten it or move the first milestone.'),
+     ['LinearLR (warm-up) ends at recipe epoch 3', 'LR stage [0, 2)']),
     (dict(type='CosineAnnealingLR', by_epoch=True, begin=0, end=10,
           T_max=10),
-     'param_scheduler CosineAnnealingLR ends at recipe epoch 10, after the '
-     'end of training (4 recipe epochs): it is cut short (it never reaches '
-     'its final value). Shorten it or train longer.'),
+     ['CosineAnnealingLR', 'recipe epoch 10', '4 recipe epochs']),
     (dict(type='ExponentialLR', gamma=0.9, by_epoch=True, begin=4),
-     'param_scheduler ExponentialLR begins at recipe epoch 4, not before '
-     'the end of training (4 recipe epochs): it never applies. Move its '
-     'begin or remove it.'),
+     ['ExponentialLR', 'recipe epoch 4']),
     (dict(type='MultiStepLR', by_epoch=False, milestones=[30, 50]),
-     'param_scheduler MultiStepLR has by_epoch=False: its milestones make '
-     'no multigrid LR stages (one long cycle over the run). Use an '
-     'epoch-based MultiStepLR or MultigridHook(lr_steps=...).'),
-    (dict(STEP, milestones=[0, 2]), 'param_scheduler MultiStepLR milestones '
-     '[0] are no multigrid LR stages (LR stages start at [0, 2]).'),
+     ['MultiStepLR with by_epoch=False', 'lr_steps']),
+    (dict(STEP, milestones=[0, 2]),
+     ['milestones [0] make no', 'start at [0, 2]']),
 ])
-def test_dropped_scheduler_values(scheduler, message):
+def test_dropped_scheduler_values(scheduler, fragments):
     schedulers = [scheduler]
     if scheduler['type'] != 'MultiStepLR':
         schedulers.append(STEP)
-    assert _messages(schedulers) == [message]
+    [message] = _messages(schedulers)
+    assert all(f in message for f in fragments), message
 
 
 def test_dropped_shapes_of_every_lr_stage_are_named():
@@ -246,11 +242,12 @@ def test_dropped_shapes_of_every_lr_stage_are_named():
             for s in plan.stages] == [
         (0, 8, 158, False), (0, 16, 224, False), (1, 8, 158, False),
         (1, 16, 158, False), (1, 32, 224, True), (2, 32, 224, True)]
-    first, second = plan.dropped_shapes()
-    assert 'shapes [(32, 16, 158), (8, 32, 224)]' in first
-    assert 'of LR stage 0 (recipe epochs 0-1)' in first
-    assert 'shapes [(16, 16, 224), (8, 32, 224)]' in second
-    assert 'of LR stage 1 (recipe epochs 1-2)' in second
+    with pytest.warns(UserWarning):
+        first, second = check_run(plan)
+    assert first.startswith('LR stage 0 trains the long-cycle shapes ')
+    assert '[(32, 16, 158), (8, 32, 224)] (B, T, S) for 0 epochs' in first
+    assert second.startswith('LR stage 1 trains the long-cycle shapes ')
+    assert '[(16, 16, 224), (8, 32, 224)] (B, T, S) for 0 epochs' in second
 
 
 def test_extreme_short_cycle_factors_are_named():
@@ -258,22 +255,18 @@ def test_extreme_short_cycle_factors_are_named():
     has batch 32, and crops of 0.1 and 0.2 of S make 50x and 12.5x more:
     1600 and 400 clips per process, more than the 64 there are."""
     with pytest.raises(ValueError, match=re.escape(
-            '64 training clips per process are fewer than the first '
-            'per-process batch, 1600, of [1600, 400, 32] in epochs 0-2 made '
-            'by short_cycle_factors [0.1, 0.2]: 0 iterations. Use factors '
-            'closer to 1')):
+            '[0.1, 0.2] make a batch of 1600 > 64 clips per process')):
         MultigridPlan(PIPE, 4, 4, [STEP], samples_per_rank=64,
                       options=MultigridOptions(short_cycle_factors=[0.1, 0.2],
                                                bn_base_size=None))
     with pytest.raises(ValueError, match=re.escape(
-            'fewer than the first per-process batch, 512, of [512] in epochs '
-            '0-3: 0 iterations. Use more data, fewer processes')):
+            '64 clips per process < batch 512 (epochs 0-3)')):
         MultigridPlan(PIPE, 64, 4, [STEP], samples_per_rank=64,
                       options=MultigridOptions(short_cycle=False))
 
 
 @pytest.mark.parametrize('factors, warned', [
-    ([0.5], 'short_cycle_factors=[0.5] gives a short cycle of 2 crop sizes'),
+    ([0.5], 'short_cycle_factors=[0.5] cycle 2 crop sizes'),
     ([0.5, 0.5**0.5], None)])
 def test_a_short_cycle_of_other_than_3_sizes_warns(factors, warned):
     plan = MultigridPlan(PIPE, 4, 4, [STEP], options=MultigridOptions(
@@ -281,7 +274,7 @@ def test_a_short_cycle_of_other_than_3_sizes_warns(factors, warned):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         check_run(plan)
-    found = [str(w.message) for w in caught if 'short cycle' in str(
+    found = [str(w.message) for w in caught if 'crop sizes' in str(
         w.message)]
     assert found == ([] if warned is None else [found[0]])
     assert warned is None or found[0].startswith(warned)
@@ -303,11 +296,9 @@ def test_iteration_bounds_need_the_epoch_length():
     # Unknown iterations per epoch: nothing can be said.
     assert _messages([warmup, STEP]) == []
     # 64 clips / batch 4 = 16 iterations per recipe epoch, 64 in the recipe.
-    assert _messages([warmup, STEP], samples_per_rank=64) == [
-        'param_scheduler LinearLR ends at recipe iteration 500, after the '
-        'end of training (64 recipe iterations): it is cut short (the '
-        'warm-up never reaches its target LR). Shorten it or train longer.'
-    ]
+    [message] = _messages([warmup, STEP], samples_per_rank=64)
+    assert 'recipe iteration 500' in message
+    assert '64 recipe iterations' in message
 
 
 # ---------------------------------------------------------------- the plan
@@ -316,10 +307,9 @@ def test_stock_i3d_recipe_shortened_error_names_the_milestones():
     cfg.train_cfg.max_epochs = 2
     with pytest.raises(ValueError) as info:
         MultigridPlan.from_config(cfg)
-    assert str(info.value) == (
-        'epoch_factor=1.5 with 2 recipe epochs leaves no epoch at the base '
-        'shape; raise epoch_factor or train_cfg.max_epochs. Recipe values '
-        'the schedule cannot honour: ' + I3D_MILESTONES)
+    message = str(info.value)
+    assert message.startswith('epoch_factor=1.5 with 2 recipe epochs leaves')
+    assert 'cannot honour: ' in message and I3D_MILESTONES in message
 
 
 def test_iteration_based_config_named_by_the_plan():
@@ -329,7 +319,7 @@ def test_iteration_based_config_named_by_the_plan():
         train_cfg=dict(type='IterBasedTrainLoop', max_iters=100),
         train_dataloader=dict(batch_size=8, dataset=dict(pipeline=[])),
         param_scheduler=[]))
-    with pytest.raises(ValueError, match='needs an epoch-based train loop'):
+    with pytest.raises(ValueError, match='needs an epoch-based loop'):
         MultigridPlan.from_config(cfg)
 
 
@@ -337,7 +327,7 @@ def _tiny_plan(**options):
     """Base (B, T, S) = (4, 16, 56), 4 recipe epochs, LR step at 2, long
     cycle (T/2, S/sqrt2) then base, 64 clips per process."""
     options = dict(dict(long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)],
-                        bn_base_size=4, precise_bn_iters=2), **options)
+                        bn_base_size=4), **options)
     return MultigridPlan(PIPE, 4, 4, [STEP], samples_per_rank=64,
                          options=MultigridOptions(**options))
 
@@ -366,10 +356,10 @@ def test_long_cycle_shapes_end_where_the_next_stage_changes_shape():
 
 @pytest.mark.parametrize('edit, message', [
     (dict(train_cfg=dict(type='IterBasedTrainLoop', max_iters=10)),
-     "train_cfg has no max_epochs"),
+     "needs an epoch-based loop, got train_cfg="),
     (dict(train_dataloader=dict(dataset=dict(
         type='RepeatDataset', times=2, dataset=dict(type='VideoDataset')))),
-     r'train dataset \(RepeatDataset\) has none: dataset wrappers'),
+     'train_dataloader.dataset, got a RepeatDataset'),
 ])
 def test_for_config_names_what_the_plan_needs(edit, message):
     cfg = Config.fromfile(I3D)
@@ -397,7 +387,7 @@ def test_sub_bn_splits_count_the_clips_of_repeated_videos():
         1, 1, 1]
     assert max(plan.sub_bn_splits(s) for s in plan.stages) == 4
     assert plan.sub_bn_base_size == 4 and per_video.sub_bn_base_size is None
-    with pytest.raises(ValueError, match=r'batches \[12, 6, 3\] \(3 clips '):
+    with pytest.raises(ValueError, match='split the batch of 6 clips'):
         MultigridPlan(PIPE, 1, 4, [STEP], options=options, clips_per_sample=3)
 
 
@@ -408,14 +398,10 @@ def test_sub_bn_check_of_repeated_clips():
     for clips in (1, 2):
         MultigridPlan(PIPE, 2, 4, [STEP], options=options,
                       clips_per_sample=clips)
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError, match=re.escape(
+            'batch of 6 clips (epochs 4-5); use bn_base_size=3.')):
         MultigridPlan(PIPE, 2, 4, [STEP], options=options,
                       clips_per_sample=3)
-    assert str(info.value) == (
-        'Sub-batch BN cannot split the per-device batches [24, 12, 6] (3 '
-        'clips per video) of epochs 4-5 into bn_base_size=4 clips: 6 is not '
-        'a multiple of it. Use bn_base_size=3 (it splits every batch of the '
-        'run) or None.')
     # The size it names splits every batch of the run.
     MultigridPlan(PIPE, 2, 4, [STEP], options=MultigridOptions(bn_base_size=3),
                   clips_per_sample=3)
@@ -449,7 +435,7 @@ def _plan(samples_per_rank=64):
 def test_summary_by_hand():
     """6 epochs: 3 of 3 iterations, 3 of 6 (see test_shape_iterations_by_
     hand); the recipe trains 4 x ceil(64 / 4) = 64 iterations."""
-    info = _plan().summary(warnings=['w'])
+    info = summary(_plan(), warnings=['w'])
     assert info['base'] == dict(batch_size=4, effective_batch_size=8,
                                 clip_len=16, crop_size=56)
     assert (info['recipe_epochs'], info['epochs'], info['iters'],
@@ -466,17 +452,19 @@ def test_summary_by_hand():
 
 
 def test_table_rows_and_totals():
-    lines = _plan().describe().splitlines()
-    assert lines[0] == (
-        'base (B, T, S) = (4, 16, 56), 4 recipe epochs; batch = per '
-        'process, eff. batch = batch x world size 2 x accumulative_counts 1')
+    lines = describe(_plan()).splitlines()
+    assert lines[0].startswith('base (B, T, S) = (4, 16, 56), 4 recipe '
+                               'epochs; ')
+    assert lines[0].endswith(
+        'eff. batch = batch x world size 2 x accumulative_counts 1')
     assert lines[2].split() == ['0', '16', '32', '8', '40', '0', '3', '9',
                                 '4', '[(32,', '28),', '(16,', '40),',
                                 '(16,', '40)]']
-    assert lines[-1] == (
-        'total: 6 epochs, 27 iterations (exact, 64 clips per process) vs 64 '
-        'of the recipe -> 2.37x fewer iterations; FLOPs x0.466 of the '
-        'recipe (2.15x saving, B*T*S^2 estimate)')
+    total = lines[-1]
+    assert total.startswith('total: 6 epochs, 27 iterations (exact, 64 clips ')
+    assert 'vs 64 of the recipe -> 2.37x fewer iterations; ' in total
+    assert total.endswith('FLOPs x0.466 of the recipe (2.15x saving, B*T*S^2 '
+                          'estimate)')
 
 
 def test_flops_counted_on_the_model_replace_the_estimate():
@@ -486,20 +474,19 @@ def test_flops_counted_on_the_model_replace_the_estimate():
     4 x 10: ratio (4.5 + 78/7) / 40 = 219/560."""
     plan = _plan()
     estimate = plan.flops_ratio()
-    assert not plan.summary()['flops_counted']
-    assert plan.summary()['clip_gflops'] is None
+    assert not summary(plan)['flops_counted']
+    assert summary(plan)['clip_gflops'] is None
     plan.clip_flops = {(16, 56): 10e9, (8, 28): 1e9, (8, 40): 2e9,
                        (16, 28): 2e9, (16, 40): 4e9}
-    info = plan.summary()
+    info = summary(plan)
     assert info['flops_counted']
     assert info['flops_ratio'] == pytest.approx(219 / 560)
     assert info['flop_saving'] == pytest.approx(560 / 219)
     assert [tuple(g.values()) for g in info['clip_gflops']] == [
         (8, 28, 1.0), (8, 40, 2.0), (16, 28, 2.0), (16, 40, 4.0),
         (16, 56, 10.0)]
-    assert plan.describe().splitlines()[-1].endswith(
-        '-> 2.37x fewer iterations; FLOPs x0.391 of the recipe (2.56x '
-        'saving, counted on the model)')
+    assert describe(plan).splitlines()[-1].endswith(
+        'x0.391 of the recipe (2.56x saving, counted on the model)')
     # A shape of the run not counted: the B T S^2 estimate.
     del plan.clip_flops[8, 28]
     assert not plan.flops_counted and plan.flops_ratio() == estimate
@@ -507,12 +494,12 @@ def test_flops_counted_on_the_model_replace_the_estimate():
 
 def test_estimates_without_the_dataset_size():
     plan = _plan(samples_per_rank=None)
-    info = plan.summary()
+    info = summary(plan)
     assert info['iters'] is None and not info['exact']
     # In recipe iterations per epoch: 3 epochs x 3 shapes / batch factors
     # (8 + 4 + 4).
     assert info['stages'][0]['estimated_iters'] == pytest.approx(3 * 3 / 16)
-    assert plan.describe().splitlines()[-1].startswith(
+    assert describe(plan).splitlines()[-1].startswith(
         'total: 6 epochs, 1.8 x recipe iters/epoch vs 4 -> ')
 
 
@@ -520,7 +507,7 @@ def test_report_counts_videos_and_their_clips():
     options = MultigridOptions(long_cycle=False, bn_base_size=4)
     plan = MultigridPlan(PIPE, 1, 4, [STEP], samples_per_rank=8,
                          options=options, clips_per_sample=4)
-    assert '(exact, 8 videos x 4 clips per process)' in plan.describe()
+    assert '(exact, 8 videos x 4 clips per process)' in describe(plan)
     plain = MultigridPlan(PIPE, 1, 4, [STEP], samples_per_rank=8,
                           options=options)
-    assert '(exact, 8 clips per process)' in plain.describe()
+    assert '(exact, 8 clips per process)' in describe(plain)

@@ -118,7 +118,7 @@ def test_cosine_steps_and_epoch_map(reference):
 def test_lr_steps_past_the_recipe():
     """Their start and order are MultigridOptions' (test_multigrid_plan);
     the schedule checks them against the recipe's epochs."""
-    with pytest.raises(ValueError, match=r'lr_steps \[0, 300\] go past '
+    with pytest.raises(ValueError, match=r'\[0, 300\] must end within '
                        'train_cfg.max_epochs=239'):
         build_multigrid_schedule(32, 224, [0, 300], MAX_EPOCHS)
 
@@ -129,21 +129,17 @@ def test_iterations_per_epoch():
     assert iterations_per_epoch(10, [4]) == 2
 
 
-
-
 @pytest.mark.parametrize('options, match', [
     (dict(long_cycle_factors=[(0.01, 1), (1, 1)]),
-     r'entry \(0.01, 1\) gives no frame or pixel of the base \(T, S\) = '
+     r'entry \(0.01, 1\) leaves 0 frames or pixels of \(T, S\) = '
      r'\(16, 56\)'),
     (dict(short_cycle_factors=[0.001]), r'short_cycle_factors \[0.001\] '
-     'give crops of 0 pixels of the base crop size 56'),
+     'leave 0 pixels of S=56'),
     (dict(epoch_factor=0.3), 'epoch_factor=0.3 with 4 recipe epochs leaves '
-     'no epoch at the base shape'),
+     'no epoch'),
 ])
 def test_what_the_recipe_cannot_take_names_the_option(options, match):
     """Types and ranges are MultigridOptions' (test_multigrid_plan); the
     schedule checks what depends on the recipe's base shape."""
     with pytest.raises(ValueError, match=match):
         build_multigrid_schedule(16, 56, [0, 2], 4, **options)
-
-

@@ -12,7 +12,6 @@ from mmext.multigrid.checks import meta_copy
 from mmext.multigrid.transformers import (conv_output_size,
                                           install_shape_adapters,
                                           remove_shape_adapters,
-                                          shape_adapters,
                                           window_position_index)
 
 
@@ -48,8 +47,7 @@ def test_recipe_shape_is_bit_identical_and_coarse_shapes_train(family):
     with pytest.raises(RuntimeError):
         _scores(model, coarse)
     lines = install_shape_adapters(model)
-    assert lines == shape_adapters(model) and lines[0].startswith(
-        f'backbone ({family}): ')
+    assert lines[0].startswith(f'backbone ({family}): ')
     assert torch.equal(_scores(model, base), plain)
     model.train()
     _scores(model, coarse).sum().backward()
@@ -59,7 +57,7 @@ def test_recipe_shape_is_bit_identical_and_coarse_shapes_train(family):
         assert embed.grad is not None and embed.grad.abs().sum() > 0
     assert {k: v.shape for k, v in model.state_dict().items()} == keys
     remove_shape_adapters(model)
-    assert shape_adapters(model) == []
+    assert not model.backbone._forward_pre_hooks
     with pytest.raises(RuntimeError):
         _scores(model, coarse)
 
@@ -231,5 +229,4 @@ def test_hook_trains_a_timesformer_at_coarse_shapes(tmp_path):
     assert state['backbone.pos_embed'].shape == (1, 50, 16)
     assert state['backbone.time_embed'].shape == (1, 16, 16)
     # Training left no hook behind: the model is the recipe's again.
-    assert shape_adapters(runner.model) == []
     assert not runner.model.backbone._forward_pre_hooks

@@ -73,10 +73,10 @@ def test_flop_saving_counted_on_the_model():
     assert out['clip_gflops'][-1]['clip_len'] == 32
     assert round(out['clip_gflops'][-1]['gflops'], 1) == 100.6
     text = _run(CFG).stdout
-    assert text.rstrip().endswith(
-        '-> 3.42x fewer iterations (estimate: incomplete batches ignored; '
-        'give the dataset for exact counts); FLOPs x0.299 of the recipe '
-        '(3.34x saving, counted on the model)')
+    total = text.rstrip().splitlines()[-1]
+    assert '-> 3.42x fewer iterations (estimate: ' in total
+    assert total.endswith('x0.299 of the recipe (3.34x saving, counted on '
+                          'the model)')
 
 
 def test_plot_is_written(tmp_path):
@@ -123,8 +123,7 @@ def test_tool_errors_exit_non_zero():
                  'train_dataloader.dataset.pipeline.1.clip_len=16')
     assert proc.returncode == 1
     assert proc.stderr.rstrip().splitlines()[-1].startswith(
-        'error: ResNet3d needs clip lengths T >= 8; the multigrid schedule '
-        'uses T=[4].')
+        'error: ResNet3d needs T >= 8, got T=[4]')
 
 
 @pytest.mark.usefixtures('demo_data')
@@ -137,7 +136,7 @@ def test_hook_runs_the_same_checks_as_the_tool(tmp_path):
                               '5, after the end of training (4 recipe '
                               'epochs)')
     # The tiny recipe's short cycle reaches S=28: a 1x1 final map.
-    assert 'final feature map below 2x2' in tool[1]
+    assert 'feature maps below 2x2' in tool[1]
     assert '(B, T, S) = (32, 8, 28): 1x1' in tool[1]
     assert len(tool) == 2
     runner = _tiny_runner(tmp_path, **{'param_scheduler.0.end': 5})
@@ -166,10 +165,9 @@ def test_tool_refuses_a_model_that_cannot_take_the_shapes(tmp_path):
     proc = _tool(config)
     assert proc.returncode == 1, proc.stderr[-2000:]
     last = proc.stderr.rstrip().splitlines()[-1]
-    assert last.startswith(
-        'error: The model cannot take 7 of the 8 planned grid shapes (base '
-        'T=16, S=112): at (B, T, S) = (480, 4, 56)')
-    assert 'train it without mmext.MultigridHook' in last
+    assert last.startswith('error: The model refuses 7 of 8 shapes, e.g. ')
+    assert '(B, T, S) = (480, 4, 56)' in last
+    assert last.endswith('Fix: train without MultigridHook.')
 
 
 def test_tool_accepts_timesformer_with_its_shape_adapters(tmp_path):
@@ -185,9 +183,8 @@ def test_tool_accepts_timesformer_with_its_shape_adapters(tmp_path):
     proc = _tool(config, '--json')
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
-    assert out['shape_adapters'] == [
-        'backbone (TimeSformer): pos_embed and time_embed resampled to each '
-        'shape, num_frames set']
+    [adapter] = out['shape_adapters']
+    assert adapter.startswith('backbone (TimeSformer): pos_embed and ')
     assert {s['clip_len'] for s in out['stages']} == {2, 4, 8}
 
 
@@ -214,10 +211,8 @@ def _wrapped(tmp_path, wrapper):
 @pytest.mark.usefixtures('demo_data')
 def test_tool_refuses_dataset_wrappers(tmp_path, wrapper):
     for args in ((), ('--dataset', )):
-        assert _refusal(_tool(_wrapped(tmp_path, wrapper), *args)).startswith(
-            'error: MultigridHook rewrites train_dataloader.dataset.pipeline, '
-            f'but the train dataset ({wrapper}) has none: dataset wrappers '
-            'are not supported.')
+        assert _refusal(_tool(_wrapped(tmp_path, wrapper), *args)).endswith(
+            f'train_dataloader.dataset, got a {wrapper}.')
 
 
 def test_tool_refuses_configs_it_cannot_read(tmp_path):
@@ -232,9 +227,10 @@ def test_tool_refuses_configs_it_cannot_read(tmp_path):
     plain.write_text(f"_base_ = '{TINY}'\ncustom_hooks = []\n")
     assert _refusal(_tool(str(plain), '--no-model-check')) == (
         'error: The config has no mmext.MultigridHook in custom_hooks.')
-    assert _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
-                          'custom_hooks.0.no_such_option=1')).startswith(
-        "error: unknown MultigridHook options ['no_such_option']; known: ")
+    unknown = _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
+                             'custom_hooks.0.no_such_option=1'))
+    assert unknown.startswith('error: ') and 'TypeError: ' in unknown
+    assert "argument 'no_such_option'" in unknown
 
 
 def test_tool_refuses_a_malformed_pipeline_and_bad_counts():
@@ -243,11 +239,9 @@ def test_tool_refuses_a_malformed_pipeline_and_bad_counts():
                     ).startswith(f'error: cannot read the config {TINY} '
                                  'with its --cfg-options: KeyError: "Index 99 '
                                  'exceeds the length of list')
-    assert _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
-                          'custom_hooks.0.long_cycle_factors=1')
-                    ).startswith(
-        'error: MultigridHook option long_cycle_factors=1 (int): expected '
-        '(t, s) pairs')
+    factors = _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
+                             'custom_hooks.0.long_cycle_factors=1'))
+    assert factors.startswith('error: long_cycle_factors must be (t, s) ')
     assert _refusal(_tool(TINY, '--no-model-check', '--num-samples', '64',
                           '--world-size', '0')) == (
         'error: --world-size must be at least 1, got 0')
@@ -294,8 +288,8 @@ def test_bad_lr_steps_give_the_real_error_only(tmp_path):
                  'custom_hooks.0.lr_steps=[3]')
     assert proc.returncode == 1 and 'Traceback' not in proc.stderr
     last = proc.stderr.rstrip().splitlines()[-1]
-    assert last.startswith('error: MultigridHook option lr_steps=[3] (list)')
-    assert last.endswith('e.g. lr_steps=[0, 40, 80]')
+    assert last.startswith('error: lr_steps must be ')
+    assert last.endswith(', got [3]')
 
 
 def test_dropped_long_cycle_shapes_warn(tmp_path):
@@ -310,10 +304,8 @@ def test_dropped_long_cycle_shapes_warn(tmp_path):
     proc = _tool(str(short), '--json', '--no-model-check')
     assert proc.returncode == 0, proc.stderr[-2000:]
     [warning] = json.loads(proc.stdout)['warnings']
-    assert warning.startswith(
-        'The multigrid schedule rounds the long-cycle shapes [(32, 16, 158), '
-        '(8, 32, 224)] (per-process batch, T, S) of LR stage 0 (recipe '
-        'epochs 0-1) to 0 epochs.')
+    assert warning.startswith('LR stage 0 trains the long-cycle shapes ')
+    assert '[(32, 16, 158), (8, 32, 224)] (B, T, S)' in warning
 
 
 def test_the_readmes_subset_of_the_fight_clips(shared_data, tmp_path):

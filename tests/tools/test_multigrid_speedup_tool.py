@@ -165,7 +165,7 @@ def test_stack_options_reach_both_configs(multigrid):
                      repeat_aug=2)
     tool._apply_stack(cfg, args)
     assert [h['type'] for h in cfg.custom_hooks] == [
-        'mmext.Float32HeadHook', 'mmext.ChannelsLastHook'] + hooks
+        'Float32HeadHook', 'ChannelsLastHook'] + hooks
     assert cfg.compile == dict(backend='aot_eager')
     assert cfg.optim_wrapper == dict(optim, type='AmpOptimWrapper',
                                      dtype='bfloat16')
@@ -182,7 +182,7 @@ def test_stack_options_reach_both_configs(multigrid):
     assert fp16.optim_wrapper == dict(optim, type='AmpOptimWrapper',
                                       dtype='float16', loss_scale='dynamic')
     assert 'compile' not in fp16 and fp16.custom_hooks[0]['type'] != (
-        'mmext.ChannelsLastHook')
+        'ChannelsLastHook')
 
 
 @pytest.mark.slow

@@ -23,7 +23,8 @@ from mmengine.registry import DATASETS, MODELS, init_default_scope
 
 from mmext.multigrid import MultigridPlan
 from mmext.multigrid.checks import check_run
-from mmext.multigrid.transformers import shape_adapters
+from mmext.multigrid.report import describe, summary
+from mmext.multigrid.transformers import install_shape_adapters
 
 
 def parse_args():
@@ -168,6 +169,8 @@ def plan_and_check(cfg: Config, args, per_rank):
                    f'{cfg.model.get("type", "?")}) for the checks: '
                    f'{_failure(error)}. Fix the model config, or skip the '
                    f'model checks with --no-model-check.', caught)
+    # The model as the hook trains it.
+    adapters = install_shape_adapters(model) if model is not None else []
     with warnings.catch_warnings(record=True) as checked:
         warnings.simplefilter('always')
         try:
@@ -178,7 +181,6 @@ def plan_and_check(cfg: Config, args, per_rank):
         except Exception as error:  # noqa: B902 a model the probe breaks
             refuse(f'cannot check the model against the plan: '
                    f'{_failure(error)}', caught + checked)
-    adapters = shape_adapters(model) if model is not None else []
     return plan, [str(w.message) for w in caught + checked], adapters
 
 
@@ -189,14 +191,14 @@ def main():
     per_rank = clips_per_rank(cfg, args)
     plan, messages, adapters = plan_and_check(cfg, args, per_rank)
     if args.json:
-        print(json.dumps(dict(plan.summary(messages),
+        print(json.dumps(dict(summary(plan, messages),
                               shape_adapters=adapters), indent=1))
     else:
         for message in messages:
             print(f'warning: {message}')
         for line in adapters:
             print(f'shape adapter: {line}')
-        print(plan.describe())
+        print(describe(plan))
     if args.plot:
         name = osp.splitext(osp.basename(args.config))[0]
         try:

@@ -1,7 +1,8 @@
 """Helpers of the benchmarks and tests: runners built as ``tools/train.py``
 builds them, process groups on one machine, timing records of training
-runs, random in-memory clips (imported as a sibling module, through pytest's
-``pythonpath`` and by ``custom_imports``).
+runs, the speed options of ``multigrid_speedup.py`` (``ChannelsLastHook``,
+``Float32HeadHook``), random in-memory clips (imported as a sibling module,
+through pytest's ``pythonpath`` and by ``custom_imports``).
 """
 import bisect
 import functools
@@ -19,10 +20,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from mmaction.registry import TRANSFORMS
+from mmaction.registry import HOOKS, TRANSFORMS
 from mmcv.transforms import BaseTransform
 from mmengine.config import Config
 from mmengine.hooks import Hook
+from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
 from mmengine.registry import RUNNERS
 
 import mmext.registry  # noqa: F401  (the mmext scope of RUNNERS)
@@ -229,6 +232,106 @@ class WorkTimer:
                     self.seconds.append(time.perf_counter() - start)
 
         return timed
+
+
+# ---------------------------------------------------------- speed options
+def _unwrap(model):
+    return model.module if is_model_wrapper(model) else model
+
+
+def to_channels_last_3d(model: torch.nn.Module) -> int:
+    """Store every 5-D parameter and buffer in channels_last_3d, in place
+    (4-D ones, e.g. TSM's, stay); return how many were converted."""
+    count = 0
+    with torch.no_grad():
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            if tensor.dim() == 5 and not tensor.is_contiguous(
+                    memory_format=torch.channels_last_3d):
+                tensor.data = tensor.data.contiguous(
+                    memory_format=torch.channels_last_3d)
+                count += 1
+    return count
+
+
+def _inputs_to_channels_last(module, args):
+    """Forward pre-hook: the first 5-D positional input in channels_last."""
+    if args and isinstance(args[0], torch.Tensor) and args[0].dim() == 5:
+        return (args[0].contiguous(memory_format=torch.channels_last_3d),
+                ) + tuple(args[1:])
+    return None
+
+
+@HOOKS.register_module(force=True)
+class ChannelsLastHook(Hook):
+    """Train and evaluate a recognizer's backbone in channels_last_3d
+    (``multigrid_speedup.py --channels-last``; mmengine has no memory-format
+    option).
+
+    A forward pre-hook converts the backbone's 5-D input; 5-D parameters,
+    buffers and optimizer state are converted in ``before_train`` (after
+    loading, before ``compile`` traces) and ``before_val``/``before_test``.
+
+    Raises:
+        ValueError: In ``before_run`` if the model has no ``backbone``.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self):
+        self._handle = None
+
+    def before_run(self, runner) -> None:
+        model = _unwrap(runner.model)
+        backbone = getattr(model, 'backbone', None)
+        if backbone is None:
+            raise ValueError(f'{type(model).__name__} has no backbone to '
+                             f'convert; use an mmaction2 recognizer.')
+        if self._handle is None:
+            self._handle = backbone.register_forward_pre_hook(
+                _inputs_to_channels_last)
+
+    def before_train(self, runner) -> None:
+        count = to_channels_last_3d(_unwrap(runner.model))
+        optimizer = getattr(runner.optim_wrapper, 'optimizer', None)
+        for state in getattr(optimizer, 'state', {}).values():
+            for key, value in state.items():
+                if torch.is_tensor(value) and value.dim() == 5:
+                    state[key] = value.contiguous(
+                        memory_format=torch.channels_last_3d)
+        print_log(f'ChannelsLastHook: {count} 5-D parameters/buffers and '
+                  f'the backbone inputs in channels_last_3d',
+                  logger='current')
+
+    def before_val(self, runner) -> None:
+        to_channels_last_3d(_unwrap(runner.model))
+
+    before_test = before_val
+
+    def after_run(self, runner) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+
+def _to_float32(module, args, output):
+    if torch.is_tensor(output) and output.is_floating_point():
+        return output.float()
+    return None
+
+
+@HOOKS.register_module(force=True)
+class Float32HeadHook(Hook):
+    """Class scores in float32 under bfloat16 AMP
+    (``multigrid_speedup.py --amp bfloat16``): mmaction2 computes its top-k
+    accuracy in numpy, which has no bfloat16."""
+
+    priority = 'VERY_HIGH'
+
+    def before_run(self, runner) -> None:
+        head = _unwrap(runner.model).cls_head
+        if not getattr(head, 'float32_outputs', False):
+            head.register_forward_hook(_to_float32)
+            head.float32_outputs = True
 
 
 # ------------------------------------------------------- synthetic clips

@@ -28,18 +28,20 @@ from contextlib import contextmanager
 from mmengine.config import DictAction
 from mmengine.hooks import Hook
 
-from bench_utils import LoadSampler, RunRecorder
+from bench_utils import (LoadSampler, RunRecorder, build_runner,
+                         load_run_config)
 
-from bench_utils import build_runner, load_run_config
-from mmext.multigrid import MultigridHook, MultigridOptions, MultigridPlan
+from mmext.multigrid import MultigridHook, MultigridPlan
 from mmext.multigrid.checks import check_clip_lengths
 from mmext.multigrid.data import parse_grid_shape, resize_pipeline
-from mmext.multigrid.plan import is_multigrid_hook
-from mmext.multigrid.speed import glibc_version, prepare_run
+from mmext.multigrid.hook import prepare_run
+from mmext.multigrid.memory import glibc_version
+from mmext.multigrid.plan import build_hook, is_multigrid_hook
+from mmext.multigrid.report import describe
 
 DEFAULT_CONFIG = 'configs/multigrid/recognizer3d_r18w64_multigrid_fight.py'
 # The data-wait share above which the hook calls a run data-bound.
-DATA_WAIT_THRESHOLD = MultigridOptions().data_wait_threshold
+DATA_WAIT_THRESHOLD = MultigridHook().watch.threshold
 
 
 class _MallInfo2(ctypes.Structure):
@@ -130,7 +132,7 @@ def _apply_stack(cfg, args):
     """The speed options (``--channels-last`` ...) on one run's config."""
     hooks = list(cfg.get('custom_hooks', []))
     if args.channels_last:
-        hooks.insert(0, dict(type='mmext.ChannelsLastHook'))
+        hooks.insert(0, dict(type='ChannelsLastHook'))
     if args.amp:
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.dtype = args.amp
@@ -138,7 +140,7 @@ def _apply_stack(cfg, args):
             cfg.optim_wrapper.loss_scale = 'dynamic'
         else:
             # mmaction2's top-k accuracy is numpy, which has no bfloat16.
-            hooks.insert(0, dict(type='mmext.Float32HeadHook'))
+            hooks.insert(0, dict(type='Float32HeadHook'))
     cfg.custom_hooks = hooks
     if args.compile:
         cfg.compile = dict(backend=args.compile)
@@ -209,14 +211,13 @@ def train_arm(args, multigrid, clip_lens=()):
     shorten_schedule(cfg, args.epochs)
     if args.synthetic:
         _make_synthetic(cfg, work_dir)
-    options = MultigridOptions.from_hook_config(next(
-        h for h in cfg.custom_hooks if is_multigrid_hook(h)))
+    keep_cpu_memory = build_hook(cfg).keep_cpu_memory
     if not multigrid:
         _drop_multigrid(cfg)
     _apply_stack(cfg, args)
     runner = build_runner(cfg)
     if not multigrid:
-        runner.register_hook(_Baseline(options.keep_cpu_memory))
+        runner.register_hook(_Baseline(keep_cpu_memory))
     recorder = RunRecorder()
     runner.register_hook(recorder)
     with _compile_count(args) as compiled, LoadSampler() as load:
@@ -491,7 +492,7 @@ def _project(args):
         with open(ann) as f:
             samples = sum(1 for ln in f if ln.strip())
     plan = MultigridPlan.from_config(cfg, samples_per_rank=samples)
-    print(plan.describe())
+    print(describe(plan))
     small = _timing_cfg(cfg, args.batch_size, args.crop_size)
     _make_synthetic(small, small.work_dir, clips=samples)
     runner = build_runner(small)
@@ -513,7 +514,7 @@ def _project(args):
             s_per_iter=times[small_key][0],
             forward_s_per_iter=times[small_key][1]))
         row['iters'] += count
-    precise = plan.options.precise_bn_iters
+    precise = build_hook(cfg).precise_bn_iters
     # Precise BN may run at each end of a long-cycle shape, on that shape
     # (the last of its stage's cycle).
     small_of = {(x.stage.start_epoch, x.shape): key for x, key in zip(

@@ -1,0 +1,120 @@
+"""``torch.compile`` at every grid shape of a multigrid run.
+
+dynamo compiles a frame once per input shape and runs it eagerly after its
+recompile limit; with automatic dynamic shapes it recompiles a frame with
+symbolic sizes, which inductor on CPU fails to lower for the ResNet3d stem
+(torch 2.13). :class:`CompiledRun` sizes the limit to the plan and compiles
+every shape statically; :func:`run_outside_dynamo` keeps the frames that
+would recompile at every iteration (the data preprocessor, the message hub,
+the optimizer step with multigrid's changing LR) outside dynamo.
+"""
+from typing import Callable, List, Optional
+
+import torch
+
+from mmext.compat import (DynamoRecompileLimitWatch, dynamo_graph_count,
+                          dynamo_recompile_limit, set_dynamo_recompile_limit)
+from mmext.lr_scaling import optim_wrappers
+
+__all__ = [
+    'compile_enabled', 'train_shape_count', 'run_outside_dynamo',
+    'CompiledRun'
+]
+
+
+def compile_enabled(compile_cfg) -> bool:
+    """Whether a config's ``compile`` value makes mmengine compile
+    (``True`` or a dict without ``disable=True``)."""
+    if isinstance(compile_cfg, dict):
+        return not compile_cfg.get('disable', False)
+    return bool(compile_cfg)
+
+
+def train_shape_count(plan) -> int:
+    """Distinct ``(batch, T, S, sub-BN splits)`` with iterations in
+    ``plan`` (a ``MultigridPlan`` with ``samples_per_rank``)."""
+    return len({(x.batch_size, x.shape.clip_len, x.shape.crop_size,
+                 x.sub_bn_splits) for x in plan.shape_iterations() if x.iters})
+
+
+def run_outside_dynamo(model: torch.nn.Module, message_hub=None,
+                       optim_wrapper=None) -> Callable[[], None]:
+    """Run the data preprocessor, ``message_hub.update_scalar`` and each
+    optimizer's ``step`` outside dynamo (``torch.compiler.disable`` on the
+    instances); return the undo."""
+    wrappers = ([] if optim_wrapper is None else
+                optim_wrappers(optim_wrapper).values())
+    done = []
+    for owner, name in ((getattr(model, 'data_preprocessor', None),
+                         'forward'), (message_hub, 'update_scalar'),
+                        *[(w.optimizer, 'step') for w in wrappers]):
+        if owner is not None and name not in vars(owner):
+            setattr(owner, name, torch.compiler.disable(getattr(owner, name)))
+            done.append((owner, name))
+
+    def undo():
+        for owner, name in done:
+            delattr(owner, name)
+
+    return undo
+
+
+class CompiledRun:
+    """dynamo sized to a plan, and the graphs one run compiled.
+
+    Args:
+        plan (MultigridPlan): The run's plan (with ``samples_per_rank``).
+
+    Attributes:
+        shapes (int): :func:`train_shape_count` of the plan.
+        limit (int): The run's recompile limit (at least ``shapes``).
+        graphs (int): Graphs compiled between :meth:`start` and :meth:`stop`.
+        fallbacks (list[str]): Frames that hit a recompile limit meanwhile
+            (``"<limit>: <function> (<file>:<line>)"``).
+    """
+
+    def __init__(self, plan):
+        self.shapes = train_shape_count(plan)
+        self.limit = self.shapes
+        self.graphs = 0
+        self.fallbacks: List[str] = []
+        self._previous: Optional[int] = None
+        self._automatic_dynamic = True
+        self._start_graphs = 0
+        self._watch: Optional[DynamoRecompileLimitWatch] = None
+
+    def start(self) -> str:
+        """Raise the recompile limit, compile every shape statically, start
+        counting; return what was set, for the log."""
+        from torch._dynamo import config as dynamo_config
+        self._previous = dynamo_recompile_limit()
+        self.limit = max(self.shapes, self._previous)
+        set_dynamo_recompile_limit(self.limit)
+        self._automatic_dynamic = dynamo_config.automatic_dynamic_shapes
+        dynamo_config.automatic_dynamic_shapes = False
+        self._watch = DynamoRecompileLimitWatch().__enter__()
+        self._start_graphs = dynamo_graph_count()
+        return (f'torch.compile: dynamo recompile limit {self.limit} (was '
+                f'{self._previous}) for the plan\'s {self.shapes} train '
+                f'shapes, one static graph each')
+
+    def stop(self) -> str:
+        """Restore the limit and automatic dynamic shapes; count graphs and
+        fallbacks; return the count, for the log."""
+        from torch._dynamo import config as dynamo_config
+        self.graphs = dynamo_graph_count() - self._start_graphs
+        if self._watch is not None:
+            self._watch.__exit__(None, None, None)
+            self.fallbacks = list(self._watch.fallbacks)
+            self._watch = None
+        if self._previous is not None:
+            set_dynamo_recompile_limit(self._previous)
+            dynamo_config.automatic_dynamic_shapes = self._automatic_dynamic
+            self._previous = None
+        if not self.fallbacks:
+            return (f'torch.compile: {self.graphs} graphs compiled; no frame '
+                    f'fell back to eager')
+        return (f'torch.compile: {self.graphs} graphs compiled; frames that '
+                f'hit the recompile limit {self.limit} and ran eagerly: '
+                f'{"; ".join(self.fallbacks)}. Raise '
+                f'torch._dynamo.config.recompile_limit.')

@@ -1,0 +1,109 @@
+"""A multigrid plan reported: as plain data (the schedule tool's ``--json``)
+and as the stage table the hook logs and the schedule tool prints."""
+from typing import Sequence
+
+__all__ = ['summary', 'describe']
+
+
+def summary(plan, warnings: Sequence[str] = ()) -> dict:
+    """A ``MultigridPlan`` as plain data (the schedule tool's ``--json``),
+    with the checks' ``warnings``.
+
+    Returns:
+        dict: The base shape, totals (``iters`` and ``recipe_iters``
+        None without exact counts, ``estimated_iters`` in recipe
+        iterations per epoch; ``flops_ratio``, ``flop_saving``,
+        ``flops_counted`` and ``clip_gflops``, the GFLOPs per clip of
+        each ``(T, S)`` if counted), ``warnings`` and ``stages``: per stage
+        :meth:`MultigridStage.to_dict` with its per-process and
+        effective batch sizes and iterations.
+    """
+    exact = plan.exact
+    stages = []
+    for s in plan.stages:
+        row = s.to_dict()
+        row['batch_size'] = plan.base_batch * s.shape.batch_factor
+        row['effective_batch_size'] = (row['batch_size'] *
+                                       plan.batch_multiplier)
+        row['short_cycle_batch_sizes'] = plan.batch_sizes(s)
+        row['iters'] = (plan.iters_per_epoch(s) * s.num_epochs
+                        if exact else None)
+        row['estimated_iters'] = s.estimated_iters
+        stages.append(row)
+    return dict(
+        base=dict(batch_size=plan.base_batch,
+                  effective_batch_size=plan.base_batch *
+                  plan.batch_multiplier,
+                  clip_len=plan.base_clip_len,
+                  crop_size=plan.base_crop_size),
+        recipe_epochs=plan.recipe_epochs,
+        epochs=plan.max_epochs,
+        exact=exact,
+        clips_per_process=plan.samples_per_rank,
+        clips_per_sample=plan.clips_per_sample,
+        iters=plan.max_iters if exact else None,
+        recipe_iters=(plan.recipe_epochs * plan.recipe_iters_per_epoch
+                      if exact else None),
+        estimated_iters=sum(s.estimated_iters for s in plan.stages),
+        iteration_saving=plan.iteration_saving(),
+        flops_ratio=plan.flops_ratio(),
+        flop_saving=1 / plan.flops_ratio(),
+        flops_counted=plan.flops_counted,
+        clip_gflops=[dict(clip_len=t, crop_size=s, gflops=f / 1e9)
+                     for (t, s), f in sorted(plan.clip_flops.items())]
+        if plan.flops_counted else None,
+        world_size=plan.world_size,
+        accumulative_counts=plan.accumulative_counts,
+        warnings=list(warnings),
+        stages=stages)
+
+
+def describe(plan) -> str:
+    """A ``MultigridPlan`` as the stage table the hook logs and the schedule
+    tool prints."""
+    info = summary(plan)
+    exact, base = info['exact'], info['base']
+    lines = [
+        f'base (B, T, S) = ({base["batch_size"]}, {base["clip_len"]}, '
+        f'{base["crop_size"]}), {info["recipe_epochs"]} recipe epochs; '
+        f'batch = per process, eff. batch = batch x world size '
+        f'{info["world_size"]} x accumulative_counts '
+        f'{info["accumulative_counts"]}',
+        f'{"lr stage":>8} {"batch":>6} {"eff. batch":>10} {"T":>4} '
+        f'{"S":>4} {"start":>6} {"end":>5} '
+        + (f'{"iters":>7} ' if exact else
+           f'{"iters (x recipe iters/epoch)":>28} ')
+        + f'{"rel. LR":>8}  short-cycle (batch, S)'
+    ]
+    for d in info['stages']:
+        cycle = [(b, x['crop_size'])
+                 for b, x in zip(d['short_cycle_batch_sizes'],
+                                 d['short_cycle'])]
+        iters = (f'{d["iters"]:>7} ' if exact else
+                 f'{d["estimated_iters"]:>28.2f} ')
+        lines.append(
+            f'{d["lr_stage"]:>8} {d["batch_size"]:>6} '
+            f'{d["effective_batch_size"]:>10} {d["clip_len"]:>4} '
+            f'{d["crop_size"]:>4} {d["start_epoch"]:>6} '
+            f'{d["end_epoch"]:>5} {iters}{d["lr_factor"]:>8.4g}  {cycle}')
+    saving = f'{info["iteration_saving"]:.2f}x fewer iterations'
+    flops = (f'FLOPs x{info["flops_ratio"]:.3f} of the recipe '
+             f'({info["flop_saving"]:.2f}x saving, ' + (
+                 'counted on the model)' if info['flops_counted'] else
+                 'B*T*S^2 estimate)'))
+    if exact:
+        per = info['clips_per_sample']
+        count = (f'{info["clips_per_process"]} clips' if per == 1 else
+                 f'{info["clips_per_process"]} videos x {per} clips')
+        lines.append(
+            f'total: {info["epochs"]} epochs, {info["iters"]} '
+            f'iterations (exact, {count} per process) vs '
+            f'{info["recipe_iters"]} of the recipe -> {saving}; {flops}')
+    else:
+        lines.append(
+            f'total: {info["epochs"]} epochs, '
+            f'{info["estimated_iters"]:.1f} x recipe iters/epoch vs '
+            f'{info["recipe_epochs"]} -> {saving} (estimate: incomplete '
+            f'batches ignored; give the dataset for exact counts); '
+            f'{flops}')
+    return '\n'.join(lines)
