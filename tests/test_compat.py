@@ -167,6 +167,36 @@ def test_train_loader_batch_size(tmp_path):
     assert compat.train_loader_batch_size(runner) == 3
 
 
+def test_calling_runner_is_found_from_the_runners_own_calls(tmp_path):
+    """``Runner.build_optim_wrapper`` calls the constructor and
+    ``Runner.train`` ``initialize_count_status`` from their methods."""
+    from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
+    from mmengine.optim import DefaultOptimWrapperConstructor
+    found = {}
+
+    class Recorder(OptimWrapper):
+
+        def initialize_count_status(self, *args):
+            found['init'] = compat.calling_runner()
+            super().initialize_count_status(*args)
+
+    class Constructor(DefaultOptimWrapperConstructor):
+
+        def __call__(self, model):
+            found['build'] = compat.calling_runner()
+            return super().__call__(model)
+
+    OPTIM_WRAPPER_CONSTRUCTORS.register_module(
+        name='CompatRecordingConstructor', module=Constructor, force=True)
+    runner = _real_runner(tmp_path, 4)
+    runner.optim_wrapper = dict(
+        type=Recorder, constructor='CompatRecordingConstructor',
+        optimizer=dict(type='SGD', lr=0.1))
+    runner.train()
+    assert found == dict(build=runner, init=runner)
+    assert compat.calling_runner() is None
+
+
 def test_drop_logged_scalar():
     from mmengine.logging import MessageHub
     hub = MessageHub.get_instance('compat_drop_logged_scalar')
