@@ -20,8 +20,8 @@ from mmengine.visualization import Visualizer
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from mmext.compat import (accumulative_counts, drop_logged_scalar,
-                          grad_clipping_off, max_counts, run_config)
+from mmext.compat import (accumulative_counts, calling_runner,
+                          drop_logged_scalar, grad_clipping_off, max_counts)
 from mmext.log import warn
 from mmext.lr_scaling import check_auto_scale_lr, optim_wrappers, scaled_lrs
 from mmext.registry import OPTIM_WRAPPERS
@@ -192,20 +192,6 @@ def is_agvm_type(wrapper_type) -> bool:
         wrapper_type, AGVMOptimWrapper)
 
 
-def _own_schedulers(cfg):
-    """The ``param_scheduler`` configs that act on the run's AGVM wrapper.
-
-    Of an ``OptimWrapperDict``: its one AGVM entry's list, else all lists.
-    """
-    schedulers = cfg.get('param_scheduler')
-    if not isinstance(schedulers, dict) or 'type' in schedulers:
-        return schedulers
-    wrappers = cfg.get('optim_wrapper') or {}
-    names = [name for name, entry in wrappers.items()
-             if isinstance(entry, dict) and is_agvm_type(entry.get('type'))]
-    return schedulers.get(names[0]) if len(names) == 1 else schedulers
-
-
 def ema_interval_messages(hook_cfgs: Sequence[dict],
                           accumulative_counts: int) -> List[str]:
     """A message per ``EMAHook`` whose ``interval`` is no multiple of K.
@@ -342,8 +328,10 @@ class AGVMOptimWrapper(OptimWrapper):
 
         Any runner's ``train`` calls it once the loop, schedulers and resumed
         state exist. Logs :meth:`summary`; warns about what the run cannot
-        honour, a ``start_iter`` in a warm-up and an EMAHook's interval; with
-        a run config, refuses ``auto_scale_lr`` with accumulation.
+        honour, a ``start_iter`` in a warm-up and an EMAHook's interval;
+        refuses ``auto_scale_lr`` with accumulation. The checks read the
+        runner's config object (:func:`mmext.compat.calling_runner`); without
+        one they are skipped with a warning.
 
         Args:
             model (nn.Module): The training model.
@@ -358,14 +346,16 @@ class AGVMOptimWrapper(OptimWrapper):
                   level=logging.INFO)
         for message in self.schedule.unused_values(max_counts):
             warn(message)
-        cfg = run_config(self.message_hub)
-        if cfg is None:
+        cfg = getattr(calling_runner(), 'cfg', None)
+        if not cfg:
+            warn('AGVM start checks skipped (warm-up, EMAHook, '
+                 'auto_scale_lr): no runner config')
             return
         check_auto_scale_lr(cfg.get('auto_scale_lr'), self, self.message_hub)
         max_epochs = (cfg.get('train_cfg') or {}).get('max_epochs')
         epoch_length = max_counts // max_epochs if max_epochs else 1
         messages = self.schedule.inside_warmup(
-            warmup_ends(_own_schedulers(cfg), epoch_length))
+            warmup_ends(cfg.get('param_scheduler'), epoch_length))
         hooks = list(cfg.get('custom_hooks') or []) + list(
             (cfg.get('default_hooks') or {}).values())
         messages += ema_interval_messages(hooks, self._counts[1])

@@ -318,7 +318,8 @@ def test_window_outside_the_run_warns(kwargs, max_iters, expected):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         wrapper.initialize_count_status(model, 0, max_iters)
-    messages = [str(w.message) for w in caught]
+    messages = [str(w.message) for w in caught
+                if 'start checks skipped' not in str(w.message)]
     assert len(messages) == len(expected)
     for message, fragment in zip(messages, expected):
         assert fragment in message, message
@@ -574,6 +575,21 @@ def test_start_inside_the_warmup_warns(tmp_path, runner, start_iter,
     else:
         assert len(messages) == 1 and warned in messages[0], messages
         assert f'start_iter={start_iter} is inside' in messages[0]
+
+
+@pytest.mark.parametrize('runner', RUNNERS)
+def test_start_checks_read_the_config_object(tmp_path, runner):
+    """A value whose printed form is no Python (``inf``) does not hide
+    the config from the checks."""
+    messages = _start_warnings(tmp_path, runner, 2, threshold=float('inf'))
+    assert len(messages) == 1 and 'warm-up [0, 6)' in messages[0], messages
+
+
+def test_start_checks_without_a_runner_say_they_are_skipped():
+    model = ToyModel()
+    wrapper = build_wrapper(model, accumulative_counts=2, start_iter=2)
+    with pytest.warns(UserWarning, match='start checks skipped'):
+        wrapper.initialize_count_status(model, 0, 10)
 
 
 @pytest.mark.parametrize('runner', RUNNERS)
