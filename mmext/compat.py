@@ -8,7 +8,7 @@ import inspect
 import logging
 import os.path as osp
 from contextlib import contextmanager
-from typing import Iterator, List, Optional
+from typing import Iterator, List
 
 import torch
 from mmengine.config import Config
@@ -22,7 +22,7 @@ __all__ = [
     'MMENGINE_CHECKED', 'SCHEDULER_INF', 'BatchNormBase', 'InstanceNormBase',
     'register_config_package', 'config_base_files',
     'set_train_loop_length', 'accumulative_counts', 'max_counts',
-    'run_config', 'calling_runner', 'random_other_index',
+    'calling_runner', 'random_other_index',
     'train_loader_batch_size', 'trusted_checkpoint_loading',
     'trust_runner_checkpoints', 'batch_norm_xd_type', 'drop_logged_scalar',
     'grad_clipping_off', 'reset_to_initial_values',
@@ -72,23 +72,6 @@ def max_counts(wrapper) -> int:
     """Micro-batches an OptimWrapper expects in total (``_max_counts``; -1
     until ``initialize_count_status``)."""
     return wrapper._max_counts
-
-
-def run_config(message_hub) -> Optional[Config]:
-    """The run's config, for components that see no runner (the runtime
-    info ``'cfg'`` that ``RuntimeInfoHook.before_run`` stores as text).
-
-    Returns:
-        Config | None: None before ``before_run`` or for a text that does
-        not parse back.
-    """
-    text = message_hub.get_info('cfg')
-    if not text:
-        return None
-    try:
-        return Config.fromstring(text, '.py')
-    except Exception:  # noqa: B902 e.g. objects that print as no Python
-        return None
 
 
 def calling_runner():

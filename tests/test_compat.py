@@ -98,17 +98,6 @@ def test_optim_wrapper_counts():
     assert wrapper.inner_count == 5
 
 
-def test_run_config_reads_the_runtime_info():
-    hub = MessageHub.get_instance('test_run_config')
-    assert compat.run_config(hub) is None
-    hub.update_info('cfg', Config(dict(
-        param_scheduler=[dict(type='LinearLR', end=5)])).pretty_text)
-    assert compat.run_config(hub).param_scheduler == [
-        dict(type='LinearLR', end=5)]
-    hub.update_info('cfg', 'x = <object at 0x1>')
-    assert compat.run_config(hub) is None
-
-
 def test_random_other_index():
     from mmengine.dataset import BaseDataset
 
