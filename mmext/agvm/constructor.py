@@ -1,8 +1,9 @@
 """Param groups by module: AGVM's optimizer wrapper constructor.
 
 The recipe's own constructor builds the param groups; they are split by
-module. Every trainable parameter belongs to a listed module or to
-``'others'`` (the reference ``GroupOptimizerConstructor`` dropped those).
+module. Every parameter the recipe's optimizer holds belongs to a listed
+module or to ``'others'`` (the reference ``GroupOptimizerConstructor``
+dropped those); frozen ones stay, as mmengine keeps them.
 """
 import copy
 from typing import Dict, List, Optional, Sequence
@@ -129,23 +130,22 @@ def resolve_module_names(model: nn.Module,
 
 def assign_parameters(model: nn.Module,
                       module_names: Sequence[str]) -> Dict[int, str]:
-    """Map each trainable parameter to its modulated module or ``'others'``.
+    """Map each parameter to its modulated module or ``'others'``.
 
     A parameter belongs to the longest listed name that prefixes its own
-    (so ``roi_head`` and ``roi_head.mask_head`` may both be listed).
+    (so ``roi_head`` and ``roi_head.mask_head`` may both be listed). Frozen
+    ones too: the optimizer keeps them, so that a hook can unfreeze them.
 
     Args:
         model (nn.Module): The unwrapped model.
         module_names (Sequence[str]): From :func:`resolve_module_names`.
 
     Returns:
-        dict[int, str]: ``id(param)`` to module name, trainable params only.
+        dict[int, str]: ``id(param)`` to module name.
     """
     by_length = sorted(module_names, key=len, reverse=True)
     owners = {}
     for param_name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
         owners[id(param)] = next(
             (m for m in by_length if param_name.startswith(m + '.')), OTHERS)
     return owners
@@ -156,8 +156,8 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
     """Split param groups so each holds parameters of one module only.
 
     Each group keeps its options and gets ``'agvm_module'``; a parallel
-    ``'param_names'`` list is split alongside; parameters not in ``owners``
-    (frozen) are dropped.
+    ``'param_names'`` list is split alongside; a parameter not in
+    ``owners`` goes to ``'others'``.
 
     Args:
         groups (list[dict]): Param groups (``'params'`` plus options).
@@ -169,7 +169,7 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
         list[dict]: The tagged groups, in input order, empty ones left out.
 
     Raises:
-        ValueError: If a listed module gets no parameter.
+        ValueError: If a listed module gets no trainable parameter.
     """
     tagged = []
     for group in groups:
@@ -178,9 +178,7 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
             names = None
         by_module: Dict[str, Dict[str, list]] = {}
         for i, param in enumerate(group['params']):
-            if id(param) not in owners:
-                continue
-            split = by_module.setdefault(owners[id(param)],
+            split = by_module.setdefault(owners.get(id(param), OTHERS),
                                          dict(params=[], param_names=[]))
             split['params'].append(param)
             if names is not None:
@@ -191,7 +189,8 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
             if names is not None:
                 new_group['param_names'] = split['param_names']
             tagged.append(new_group)
-    tags = {group['agvm_module'] for group in tagged}
+    tags = {group['agvm_module'] for group in tagged
+            if any(param.requires_grad for param in group['params'])}
     empty = [name for name in module_names if name not in tags]
     if empty:
         raise ValueError(f'module_names {empty} own no trainable parameter: '

@@ -102,7 +102,7 @@ def test_longest_listed_prefix_owns_a_parameter():
         'roi_head.bbox_head.bias': 'roi_head',
         'roi_head.mask_head.weight': 'roi_head.mask_head',
         'roi_head.mask_head.bias': 'roi_head.mask_head',
-        'frozen.weight': None, 'frozen.bias': None}
+        'frozen.weight': OTHERS, 'frozen.bias': OTHERS}
 
 
 @pytest.mark.parametrize('names, message', [
@@ -377,13 +377,24 @@ def test_base_constructor_cannot_be_agvm():
         build_optim_wrapper(ConvNeXtDetector(), cfg)
 
 
-def test_frozen_parameters_stay_out():
+@pytest.mark.parametrize('paramwise_cfg', [None, dict(bias_lr_mult=2.)])
+def test_frozen_parameters_are_kept_as_mmengine_keeps_them(paramwise_cfg):
+    """mmengine's constructor keeps frozen parameters in the optimizer
+    without paramwise_cfg (a fine-tuning hook may unfreeze them) and skips
+    them with it: the same parameters, each with the same options."""
     model = ConvNeXtDetector()
     model.backbone.downsample_layers.requires_grad_(False)
-    wrapper = build_optim_wrapper(model, dict(
-        AGVM, optimizer=dict(type='SGD', lr=0.1)))
-    in_optimizer = {
-        id(p) for g in wrapper.optimizer.param_groups for p in g['params']
-    }
-    for name, param in model.named_parameters():
-        assert (id(param) in in_optimizer) == param.requires_grad, name
+    recipe, agvm = _recipe_and_agvm(model, dict(
+        optimizer=dict(type='SGD', lr=0.1, weight_decay=1e-4),
+        paramwise_cfg=paramwise_cfg), None)
+    assert _options(agvm.optimizer, model) == _options(
+        recipe.optimizer, model)
+    frozen = {id(p) for p in model.backbone.downsample_layers.parameters()}
+    kept = {id(p) for g in agvm.optimizer.param_groups for p in g['params']
+            if id(p) in frozen}
+    assert kept == (frozen if paramwise_cfg is None else set())
+    # In their module's group, outside AGVM's statistics.
+    assert all(g['agvm_module'] == 'backbone'
+               for g in agvm.optimizer.param_groups
+               if any(id(p) in frozen for p in g['params']))
+    assert not frozen & {id(p) for p in agvm.layout.params}

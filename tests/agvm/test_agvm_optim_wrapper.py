@@ -15,9 +15,10 @@ from agvm_toy import ToyModel, build_wrapper, toy_batches, train_accumulated
 from helpers import (CUDA_MARKS, DEVICES, REPO_ROOT, ToyRegressionData,
                      ToyRegressor, toy_loader)
 from mmengine.config import Config
+from mmengine.hooks import Hook
 from mmengine.logging import MessageHub
 from mmengine.optim import build_optim_wrapper
-from mmengine.registry import DATASETS, MODELS
+from mmengine.registry import DATASETS, HOOKS, MODELS
 from mmengine.runner import Runner as MMEngineRunner
 from torch import nn
 
@@ -619,6 +620,48 @@ def test_ema_interval_rule():
              dict(type='mmdet.EMAHook'), dict(type='CheckpointHook')]
     assert len(ema_interval_messages(hooks, 2)) == 2  # 3 and 1
     assert ema_interval_messages(hooks, 1) == []
+
+
+class FrozenBackboneToy(ToyRegressor):
+    """The backbone frozen when the model is built (as ``frozen_stages``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone.requires_grad_(False)
+
+
+class UnfreezeAtEpoch1(Hook):
+    """A fine-tuning hook: the backbone trains from epoch 1 on."""
+
+    def before_train_epoch(self, runner):
+        if runner.epoch == 1:
+            runner.model.backbone.requires_grad_(True)
+
+
+MODELS.register_module(name='FrozenBackboneToy', module=FrozenBackboneToy,
+                       force=True)
+HOOKS.register_module(name='UnfreezeAtEpoch1', module=UnfreezeAtEpoch1,
+                      force=True)
+
+
+def test_a_backbone_unfrozen_by_a_hook_trains_as_with_mmengine(tmp_path):
+    """Frozen parameters stay in the optimizer, as mmengine keeps them:
+    unfrozen in epoch 1, the backbone trains as with mmengine's wrapper
+    (the one modulated module, the head, is its own anchor: factor 1)."""
+    states = {}
+    for name, wrapper in (('agvm', {}), ('mmengine', dict(optim_wrapper=dict(
+            optimizer=dict(type='SGD', lr=0.1), accumulative_counts=2)))):
+        cfg = _cfg(tmp_path / name, 6, [dict(type='UnfreezeAtEpoch1')],
+                   model=dict(type='FrozenBackboneToy'), **wrapper)
+        runner = MMEngineRunner.from_cfg(cfg)
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            runner.train()
+        states[name] = runner.model.state_dict()
+    before = FrozenBackboneToy().backbone.weight
+    assert (states['agvm']['backbone.weight'] - before).abs().max() > 1e-3
+    for key, value in states['mmengine'].items():
+        torch.testing.assert_close(states['agvm'][key], value)
 
 
 def test_mmengine_auto_scale_lr_with_accumulation_is_refused(tmp_path):
