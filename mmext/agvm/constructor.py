@@ -6,10 +6,12 @@ module or to ``'others'`` (the reference ``GroupOptimizerConstructor``
 dropped those); frozen ones stay, as mmengine keeps them.
 """
 import copy
+import inspect
 from typing import Dict, List, Optional, Sequence
 
 from mmengine.optim import OptimWrapper
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as ALL_CONSTRUCTORS
+from mmengine.registry import OPTIMIZERS
 from torch import nn
 from torch.optim import Optimizer
 
@@ -19,7 +21,7 @@ from .optim_wrapper import is_agvm_type
 
 __all__ = [
     'OTHERS', 'default_module_names', 'resolve_module_names',
-    'assign_parameters', 'split_groups_by_module',
+    'assign_parameters', 'split_groups_by_module', 'build_optimizer',
     'AGVMOptimWrapperConstructor'
 ]
 
@@ -265,13 +267,32 @@ def _warn_unmatched_custom_keys(model: nn.Module,
              f'parameter of {type(model).__name__}')
 
 
+def build_optimizer(optimizer_cfg: dict, groups: List[Dict]) -> Optimizer:
+    """``optimizer_cfg`` built on ``groups``, as mmengine's default
+    constructor builds it: the optimizer's first argument takes them (e.g.
+    ``model_params`` of colossalai's ``HybridAdam``).
+
+    A new optimizer rather than the recipe's regrouped in place: ZeRO's
+    ``add_param_group`` also feeds its local shard, which emptying
+    ``param_groups`` does not empty.
+    """
+    optimizer_type = optimizer_cfg['type']
+    if isinstance(optimizer_type, str):
+        with OPTIMIZERS.switch_scope_and_registry(None) as registry:
+            optimizer_type = registry.get(optimizer_type)
+    first = next(iter(inspect.signature(optimizer_type).parameters))
+    return OPTIMIZERS.build(dict(copy.deepcopy(optimizer_cfg),
+                                 **{first: groups}))
+
+
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class AGVMOptimWrapperConstructor:
     """Build the recipe's optimizer, with its param groups split by module.
 
     ``base_constructor`` (the recipe's former ``constructor``; mmengine's
     default if unset, looked up in the default scope) builds the groups;
-    each keeps its options.
+    each keeps its options, and ``optimizer`` is built again on them
+    (:func:`build_optimizer`).
 
     Args:
         optim_wrapper_cfg (dict): The ``optim_wrapper`` config (mmengine's
@@ -350,13 +371,10 @@ class AGVMOptimWrapperConstructor:
         model = getattr(model, 'module', model)
         names = resolve_module_names(model,
                                      self.wrapper_cfg.get('module_names'))
-        optimizer = self._recipe_optimizer(model)
-        groups = split_groups_by_module(optimizer.param_groups,
-                                        assign_parameters(model, names), names)
-        # No state yet: regroup the recipe constructor's optimizer object.
-        optimizer.param_groups = []
-        for group in groups:
-            optimizer.add_param_group(group)
+        groups = split_groups_by_module(
+            self._recipe_optimizer(model).param_groups,
+            assign_parameters(model, names), names)
+        optimizer = build_optimizer(self.optimizer_cfg, groups)
         wrapper_cfg = dict(self.wrapper_cfg, module_names=names)
         return OPTIM_WRAPPERS.build(
             wrapper_cfg, default_args=dict(optimizer=optimizer))

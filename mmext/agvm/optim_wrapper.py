@@ -18,6 +18,7 @@ from mmengine.optim import AmpOptimWrapper, BaseOptimWrapper, OptimWrapper
 from mmengine.registry import HOOKS
 from mmengine.visualization import Visualizer
 from torch import Tensor, nn
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.optim import Optimizer
 
 from mmext.compat import (accumulative_counts, calling_runner,
@@ -262,8 +263,10 @@ class AGVMOptimWrapper(OptimWrapper):
             ``TypeError`` there.
 
     Raises:
-        ValueError: On an invalid option, untagged param groups, or one
-            process with an odd or < 2 ``accumulative_counts``.
+        ValueError: On an invalid option, untagged param groups, a
+            statistic the optimizer cannot give (``'adam'`` with SGD or
+            ZeRO, whose state is sharded), or one process with an odd or
+            < 2 ``accumulative_counts``.
     """
 
     def __init__(self,
@@ -296,6 +299,10 @@ class AGVMOptimWrapper(OptimWrapper):
             raise ValueError(f'statistic={statistic!r} needs '
                              f'{row.optimizer_kind}, got '
                              f'{type(optimizer).__name__}')
+        if row.optimizer_key and isinstance(optimizer,
+                                            ZeroRedundancyOptimizer):
+            raise ValueError(f'statistic={statistic!r} reads the optimizer '
+                             "state ZeRO shards: use statistic='grad'")
         if clip_grad_window is not None and not clip_grad:
             raise ValueError(f'clip_grad_window={tuple(clip_grad_window)} '
                              'needs clip_grad, e.g. dict(max_norm=1.0)')
