@@ -34,8 +34,19 @@ _VALIDATED_AT_INIT = ('custom_keys', 'bias_decay_mult', 'norm_decay_mult',
                       'dwconv_decay_mult')
 
 
-def _has_trainable(module: nn.Module) -> bool:
-    return any(p.requires_grad for p in module.parameters())
+def _trainable_names(model: nn.Module) -> List[str]:
+    """The names of the model's trainable parameters.
+
+    A parameter several modules share (tied weights) is named once, by its
+    first module, which owns it (the one mmengine's ``bypass_duplicate``
+    keeps it in).
+    """
+    return [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _owns(trainable: Sequence[str], prefix: str) -> bool:
+    """Whether submodule ``prefix`` owns one of ``trainable``."""
+    return any(name.startswith(prefix + '.') for name in trainable)
 
 
 # Heads modulated apart when a child has both (reference
@@ -44,19 +55,21 @@ SPLIT_HEADS = ('bbox_head', 'mask_head')
 
 
 def default_module_names(model: nn.Module) -> List[str]:
-    """The model's top-level children with trainable parameters.
+    """The model's top-level children that own trainable parameters.
 
+    A child whose parameters are all tied to an earlier child's owns none.
     A child with a trainable ``bbox_head`` and ``mask_head`` (Mask R-CNN's
     ``roi_head``) is replaced by those two, as in the reference.
     """
+    trainable = _trainable_names(model)
     names = []
     for name, child in model.named_children():
-        if not _has_trainable(child):
+        if not _owns(trainable, name):
             continue
         heads = [
             head for head in SPLIT_HEADS
             if isinstance(getattr(child, head, None), nn.Module)
-            and _has_trainable(getattr(child, head))
+            and _owns(trainable, f'{name}.{head}')
         ]
         names += ([f'{name}.{head}' for head in heads]
                   if len(heads) == len(SPLIT_HEADS) else [name])
@@ -88,8 +101,9 @@ def resolve_module_names(model: nn.Module,
     Raises:
         ValueError: If ``module_names`` is not None or a list of names, if
             a name is not a submodule, is listed twice or is ``'others'``,
-            if the list is empty, or if the anchor has no trainable
-            parameters. The one check of the option: the wrapper trusts it.
+            if the list is empty, or if a module owns no trainable parameter
+            (frozen, tied to another module's, or claimed by a longer listed
+            name). The one check of the option: the wrapper trusts it.
 
     Warns:
         UserWarning: With the default names, if the model's first module has
@@ -105,7 +119,8 @@ def resolve_module_names(model: nn.Module,
         _warn_if_anchor_moved(model, names)
     else:
         names = list(module_names)
-    available = [n for n, m in model.named_children() if _has_trainable(m)]
+    trainable = _trainable_names(model)
+    available = [n for n, _ in model.named_children() if _owns(trainable, n)]
     if not names:
         if module_names is not None:
             raise ValueError(f'module_names is empty: list modules, anchor '
@@ -124,10 +139,35 @@ def resolve_module_names(model: nn.Module,
         except AttributeError:
             raise ValueError(f'module_names: {name!r} is not a submodule; '
                              f'trainable ones: {available}') from None
-    if not _has_trainable(model.get_submodule(names[0])):
-        raise ValueError(f'module_names: the anchor {names[0]!r} has no '
-                         f'trainable parameters; put one of {available} first')
+    owners = assign_parameters(model, names)
+    owned = {owners[id(p)] for p in model.parameters() if p.requires_grad}
+    for index, name in enumerate(names):
+        if name in owned:
+            continue
+        why = _why_owns_nothing(model, name, owners)
+        if index == 0:
+            raise ValueError(f'module_names: the anchor {name!r} owns no '
+                             f'trainable parameter ({why}); put one of '
+                             f'{available} first')
+        raise ValueError(f'module_names: {name!r} owns no trainable '
+                         f'parameter ({why}): remove it')
     return names
+
+
+def _why_owns_nothing(model: nn.Module, name: str,
+                      owners: Dict[int, str]) -> str:
+    """Why the listed module ``name`` owns no trainable parameter."""
+    module = model.get_submodule(name)
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        return ('frozen' if next(module.parameters(), None) is not None else
+                'no parameters')
+    first_names = {id(p): n for n, p in model.named_parameters()}
+    tied = [first_names[id(p)] for p in params
+            if not first_names[id(p)].startswith(name + '.')]
+    if tied:
+        return f'tied to {tied[0]}'
+    return f'claimed by {sorted({owners[id(p)] for p in params})}'
 
 
 def assign_parameters(model: nn.Module,
@@ -171,7 +211,8 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
         list[dict]: The tagged groups, in input order, empty ones left out.
 
     Raises:
-        ValueError: If a listed module gets no trainable parameter.
+        ValueError: If the groups hold no trainable parameter of a listed
+            module (a recipe constructor that leaves them out).
     """
     tagged = []
     for group in groups:
@@ -195,8 +236,8 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
             if any(param.requires_grad for param in group['params'])}
     empty = [name for name in module_names if name not in tags]
     if empty:
-        raise ValueError(f'module_names {empty} own no trainable parameter: '
-                         'remove them')
+        raise ValueError(f'the optimizer holds no trainable parameter of '
+                         f'module_names {empty}: remove them')
     return tagged
 
 

@@ -274,9 +274,9 @@ def test_adam_statistic_uses_preconditioned_gradient(device):
     (dict(clip_grad_window=(5, 5)), 'clip_grad_window'),
     (dict(module_names=[]), 'module_names is empty'),
     (dict(module_names=['', 'head']), 'whole model'),
-    (dict(module_names=['backbone', 'frozen']), r"\['frozen'\] own no"),
+    (dict(module_names=['backbone', 'frozen']), r"'frozen' owns no .* \(frozen"),
     (dict(module_names=['head', 'backbone', 'backbone.0', 'backbone.2']),
-     r"\['backbone'\] own no"),
+     "'backbone' owns no"),
     (dict(statistic='adam'), 'Adam-family'),
     (dict(type='OptimWrapper'), "type='mmext.AGVMOptimWrapper'"),
 ])
