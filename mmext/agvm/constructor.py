@@ -351,20 +351,29 @@ class AGVMOptimWrapperConstructor:
             Defaults to None.
 
     Raises:
+        TypeError: At construction if ``optim_wrapper`` or ``paramwise_cfg``
+            is not a dict, as mmengine's constructor.
         ValueError: At construction if ``optim_wrapper.type`` is not an AGVM
             wrapper or ``base_constructor`` is this class; when called, for a
             wrong ``module_names`` or a ``paramwise_cfg`` key that
             ``base_constructor`` does not read.
         KeyError: If ``base_constructor`` is not registered.
+
+        ``base_constructor`` is built at construction, so its own checks
+        (``optimizer`` missing, ``custom_keys`` not a dict, ...) raise what
+        they raise without AGVM.
     """
 
     def __init__(self,
                  optim_wrapper_cfg: dict,
                  paramwise_cfg: Optional[dict] = None):
-        wrapper_cfg = copy.deepcopy(dict(optim_wrapper_cfg))
-        if 'optimizer' not in wrapper_cfg:
-            raise ValueError('optim_wrapper needs an optimizer config')
-        self.optimizer_cfg = wrapper_cfg.pop('optimizer')
+        if not isinstance(optim_wrapper_cfg, dict):
+            raise TypeError('optim_wrapper should be a dict, got '
+                            f'{type(optim_wrapper_cfg).__name__}')
+        if not (paramwise_cfg is None or isinstance(paramwise_cfg, dict)):
+            raise TypeError('paramwise_cfg should be None or a dict, got '
+                            f'{type(paramwise_cfg).__name__}')
+        wrapper_cfg = copy.deepcopy(optim_wrapper_cfg)
         self.base_constructor = wrapper_cfg.pop('base_constructor',
                                                 DEFAULT_BASE_CONSTRUCTOR)
         if self.base_constructor in ('AGVMOptimWrapperConstructor',
@@ -372,12 +381,22 @@ class AGVMOptimWrapperConstructor:
                                      type(self)):
             raise ValueError("base_constructor is AGVM's own: name the "
                              f"recipe's, e.g. {DEFAULT_BASE_CONSTRUCTOR!r}")
+        self.optimizer_cfg = wrapper_cfg.pop('optimizer', None)
+        recipe_cfg = dict(type='OptimWrapper')
+        if self.optimizer_cfg is not None:
+            recipe_cfg['optimizer'] = copy.deepcopy(self.optimizer_cfg)
+        # Its own checks of the optimizer and paramwise_cfg, as it raises
+        # them without AGVM.
+        self.paramwise_cfg = _ReadKeys(paramwise_cfg or {})
+        self.base = ALL_CONSTRUCTORS.build(
+            dict(type=self.base_constructor, optim_wrapper_cfg=recipe_cfg,
+                 paramwise_cfg=self.paramwise_cfg))
+        self.paramwise_cfg.read.difference_update(_VALIDATED_AT_INIT)
         wrapper_cfg.setdefault('type', 'mmext.AGVMOptimWrapper')
         if not is_agvm_type(wrapper_cfg['type']):
             raise ValueError(f"optim_wrapper.type={wrapper_cfg['type']!r} is "
                              "not AGVM's: set type='mmext.AGVMOptimWrapper'")
         self.wrapper_cfg = wrapper_cfg
-        self.paramwise_cfg = paramwise_cfg
 
     def _recipe_optimizer(self, model: nn.Module) -> Optimizer:
         """The optimizer ``base_constructor`` builds for ``model``.
@@ -386,25 +405,16 @@ class AGVMOptimWrapperConstructor:
             ValueError: If ``base_constructor`` left ``paramwise_cfg`` keys
                 unread.
         """
-        paramwise_cfg = _ReadKeys(self.paramwise_cfg or {})
-        user_keys = set(dict.keys(paramwise_cfg))
-        base = ALL_CONSTRUCTORS.build(
-            dict(
-                type=self.base_constructor,
-                optim_wrapper_cfg=dict(
-                    type='OptimWrapper',
-                    optimizer=copy.deepcopy(self.optimizer_cfg)),
-                paramwise_cfg=paramwise_cfg))
-        paramwise_cfg.read.difference_update(_VALIDATED_AT_INIT)
-        optimizer = base(model).optimizer
-        unread = sorted(user_keys - paramwise_cfg.read)
+        optimizer = self.base(model).optimizer
+        unread = sorted(set(dict.keys(self.paramwise_cfg)) -
+                        self.paramwise_cfg.read)
         name = self.base_constructor if isinstance(
             self.base_constructor, str) else self.base_constructor.__name__
         if unread:
             raise ValueError(f'{name} reads no paramwise_cfg keys {unread}: '
                              "set the recipe's base_constructor or drop them")
-        if 'custom_keys' in paramwise_cfg.read:
-            _warn_unmatched_custom_keys(model, paramwise_cfg)
+        if 'custom_keys' in self.paramwise_cfg.read:
+            _warn_unmatched_custom_keys(model, self.paramwise_cfg)
         return optimizer
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
