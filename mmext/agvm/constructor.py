@@ -15,6 +15,7 @@ from mmengine.registry import OPTIMIZERS
 from torch import nn
 from torch.optim import Optimizer
 
+from mmext.compat import calling_runner
 from mmext.log import warn
 from mmext.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
 from .optim_wrapper import is_agvm_type
@@ -308,6 +309,26 @@ def _warn_unmatched_custom_keys(model: nn.Module,
              f'parameter of {type(model).__name__}')
 
 
+def _refuse_optim_wrapper_dict() -> None:
+    """Refuse AGVM as one optimizer of several (an ``OptimWrapperDict``).
+
+    mmengine's ``OptimWrapperDict.initialize_count_status`` leaves its
+    wrappers uninitialized: AGVM's counters would not follow a resume, and
+    its summary and start checks would never run. Seen while the runner
+    builds the optim wrapper: its ``optim_wrapper`` is then the config, of
+    several optimizers when it has no ``optimizer`` of its own.
+
+    Raises:
+        ValueError: Naming the config's optimizers.
+    """
+    cfg = getattr(calling_runner(), 'optim_wrapper', None)
+    if isinstance(cfg, dict) and 'optimizer' not in cfg:
+        names = [name for name, value in cfg.items()
+                 if isinstance(value, dict)]
+        raise ValueError(f'AGVM in an OptimWrapperDict {names}: not '
+                         'supported, use one optim_wrapper')
+
+
 def build_optimizer(optimizer_cfg: dict, groups: List[Dict]) -> Optimizer:
     """``optimizer_cfg`` built on ``groups``, as mmengine's default
     constructor builds it: the optimizer's first argument takes them (e.g.
@@ -418,7 +439,13 @@ class AGVMOptimWrapperConstructor:
         return optimizer
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
-        """Build the AGVM wrapper for ``model`` (DDP-wrapped or not)."""
+        """Build the AGVM wrapper for ``model`` (DDP-wrapped or not).
+
+        Raises:
+            ValueError: For AGVM in an ``OptimWrapperDict``, or from
+                :func:`resolve_module_names` and :meth:`_recipe_optimizer`.
+        """
+        _refuse_optim_wrapper_dict()
         model = getattr(model, 'module', model)
         names = resolve_module_names(model,
                                      self.wrapper_cfg.get('module_names'))

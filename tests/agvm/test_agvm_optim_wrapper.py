@@ -17,8 +17,9 @@ from helpers import (CUDA_MARKS, DEVICES, REPO_ROOT, ToyRegressionData,
 from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.logging import MessageHub
-from mmengine.optim import build_optim_wrapper
-from mmengine.registry import DATASETS, HOOKS, MODELS
+from mmengine.optim import OptimWrapperDict, build_optim_wrapper
+from mmengine.registry import (DATASETS, HOOKS, MODELS,
+                               OPTIM_WRAPPER_CONSTRUCTORS)
 from mmengine.runner import Runner as MMEngineRunner
 from torch import nn
 
@@ -662,6 +663,41 @@ def test_a_backbone_unfrozen_by_a_hook_trains_as_with_mmengine(tmp_path):
     assert (states['agvm']['backbone.weight'] - before).abs().max() > 1e-3
     for key, value in states['mmengine'].items():
         torch.testing.assert_close(states['agvm'][key], value)
+
+
+class OneOptimizerPerModule:
+    """A multi-optimizer constructor as GAN recipes use (mmagic's
+    ``MultiOptimWrapperConstructor``): an ``OptimWrapperDict`` of one
+    wrapper per top-level module."""
+
+    def __init__(self, optim_wrapper_cfg, paramwise_cfg=None):
+        self.cfgs = optim_wrapper_cfg
+
+    def __call__(self, model):
+        return OptimWrapperDict(**{
+            name: build_optim_wrapper(getattr(model, name), cfg)
+            for name, cfg in self.cfgs.items()})
+
+
+OPTIM_WRAPPER_CONSTRUCTORS.register_module(
+    name='OneOptimizerPerModule', module=OneOptimizerPerModule, force=True)
+
+
+@pytest.mark.parametrize('runner', RUNNERS)
+def test_agvm_in_an_optim_wrapper_dict_is_refused_by_name(tmp_path, runner):
+    """mmengine's OptimWrapperDict never initializes its wrappers' counters
+    (resume, window, start checks): refused while the runner builds it."""
+    agvm = dict(type='mmext.AGVMOptimWrapper', accumulative_counts=2,
+                constructor='mmext.AGVMOptimWrapperConstructor',
+                optimizer=dict(type='SGD', lr=0.1))
+    cfg = _cfg(tmp_path, optim_wrapper=dict(
+        constructor='OneOptimizerPerModule', backbone=agvm,
+        head=dict(optimizer=dict(type='SGD', lr=0.1))))
+    built = _runner(cfg, runner)
+    with pytest.raises(ValueError, match=re.escape(
+            "OptimWrapperDict ['backbone', 'head']: not supported")):
+        built.train()
+    assert built.iter == 0
 
 
 def test_mmengine_auto_scale_lr_with_accumulation_is_refused(tmp_path):
