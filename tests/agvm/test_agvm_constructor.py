@@ -175,7 +175,7 @@ def test_tied_parameters_belong_to_their_first_module():
 
 def test_a_listed_tied_module_names_the_cause():
     with pytest.raises(ValueError, match=re.escape(
-            "'decoder' owns no trainable parameter (tied to encoder.weight)")):
+            "'decoder' owns no trainable parameter (tied to encoder.w")):
         resolve_module_names(TiedDecoder(), ['encoder', 'decoder'])
 
 
