@@ -25,6 +25,7 @@ from mmext.compat import (accumulative_counts, calling_runner,
                           drop_logged_scalar, grad_clipping_off, max_counts)
 from mmext.log import warn
 from mmext.lr_scaling import check_auto_scale_lr, optim_wrappers, scaled_lrs
+from mmext.nan_guard import NaNGuardHook
 from mmext.registry import OPTIM_WRAPPERS
 from mmext.runner import register_resume_guard
 from mmext.scheduler_checks import warmup_ends
@@ -328,6 +329,9 @@ class AGVMOptimWrapper(OptimWrapper):
             self.halves = AccumulationHalves(
                 self.layout, accumulative_counts, self.precondition)
         self._warned_no_takeover = False
+        # Whether a NaNGuardHook checks this run's gradients (seen when
+        # training starts).
+        self._nan_guard = False
 
     def initialize_count_status(self, model: nn.Module, init_counts: int,
                                 max_counts: int) -> None:
@@ -338,7 +342,9 @@ class AGVMOptimWrapper(OptimWrapper):
         honour, a ``start_iter`` in a warm-up and an EMAHook's interval;
         refuses ``auto_scale_lr`` with accumulation. The checks read the
         runner's config object (:func:`mmext.compat.calling_runner`); without
-        one they are skipped with a warning.
+        one they are skipped with a warning. Notes whether a
+        ``NaNGuardHook`` of the runner checks the gradients
+        (:meth:`_non_finite`).
 
         Args:
             model (nn.Module): The training model.
@@ -353,7 +359,11 @@ class AGVMOptimWrapper(OptimWrapper):
                   level=logging.INFO)
         for message in self.schedule.unused_values(max_counts):
             warn(message)
-        cfg = getattr(calling_runner(), 'cfg', None)
+        runner = calling_runner()
+        self._nan_guard = any(
+            isinstance(hook, NaNGuardHook) and hook.check_grads
+            for hook in getattr(runner, 'hooks', []))
+        cfg = getattr(runner, 'cfg', None)
         if not cfg:
             warn('AGVM start checks skipped (warm-up, EMAHook, '
                  'auto_scale_lr): no runner config')
@@ -480,7 +490,12 @@ class AGVMOptimWrapper(OptimWrapper):
             yield
 
     def update_factors(self, step: int) -> None:
-        """Measure the halves of optimizer step ``step``, update the EMA."""
+        """Measure the halves of optimizer step ``step``, update the EMA.
+
+        Raises:
+            FloatingPointError: At non-finite gradients, from
+                :meth:`_non_finite`.
+        """
         stats = self.halves.measure(step)
         if stats is None:
             # DDP already averaged the grads (no optim_context around the
@@ -493,12 +508,43 @@ class AGVMOptimWrapper(OptimWrapper):
                 self._warned_no_takeover = True
             return
         # The one device-to-host transfer of a re-estimate: 3M float64.
-        stats = HalfStatistics(*torch.stack(tuple(stats)).cpu())
+        table = torch.stack(tuple(stats)).cpu()
+        finite = torch.isfinite(table).all(0)
+        if not finite.all():
+            self._non_finite(step, [
+                name for name, ok in zip(self.module_names, finite.tolist())
+                if not ok
+            ])
+            return
+        stats = HalfStatistics(*table)
         d, valid = gradient_variance(stats)
         mu = modulation_factors(d, valid, 0, self.ratio_range)
         self.ema.update(mu)
         self.last_variance = torch.where(valid, d, self.last_variance)
         self._log_estimate(step, d, valid)
+
+    def _non_finite(self, step: int, modules: List[str]) -> None:
+        """Stop at non-finite gradients of ``modules`` in step ``step``, or
+        leave the step to whatever handles it; the factors never move.
+
+        As ``mmext.NaNGuardHook`` (its default stops): AGVM stops, unless
+        the loss scaler (AMP: it skips such steps) or a ``NaNGuardHook``
+        checking gradients (it stops or skips, with the why) acts on this
+        step, just after; then AGVM skips the re-estimate, saying so.
+
+        Raises:
+            FloatingPointError: Naming the modules, before the step.
+        """
+        where = f'{modules} at iteration {(step + 1) * self._counts[1]}'
+        if isinstance(self, AmpOptimWrapper) or self._nan_guard:
+            handler = ('the loss scaler' if isinstance(self, AmpOptimWrapper)
+                       else 'NaNGuardHook')
+            print_log(f'AGVM skipped the re-estimate: non-finite gradients '
+                      f'of {where} ({handler} handles the step)',
+                      logger='current', level=logging.WARNING)
+            return
+        raise FloatingPointError(f'non-finite gradients of {where}: add '
+                                 'mmext.NaNGuardHook to find why')
 
     def _log_estimate(self, step: int, d: Tensor, valid: Tensor) -> None:
         """Write d_i and s_i to the visualizer, at the re-estimate's step."""

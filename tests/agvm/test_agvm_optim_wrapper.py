@@ -336,30 +336,91 @@ def test_clip_grad_window_without_clip_grad_raises():
 
 @pytest.mark.parametrize('bad', [math.nan, math.inf])
 @pytest.mark.parametrize('module', ['neck', 'backbone'])
-def test_non_finite_gradient_never_enters_the_factors(visualizer, module,
-                                                      bad):
-    """A NaN/inf in one half's gradient of a module leaves that module's
-    factor where it was (the anchor's: every factor), finite."""
+def test_non_finite_gradient_stops_before_the_step(visualizer, module, bad):
+    """A NaN/inf in one half's gradient of a module at a re-estimate:
+    FloatingPointError naming the module, before the optimizer step (as
+    NaNGuardHook's default); the factors and weights do not move."""
     model = KnownGradients()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     wrapper = build_optim_wrapper(model, _agvm_cfg())
     half_b = dict(HALF_B, **{module: [bad, 1.]})
-    for half in (HALF_A, half_b):
-        with wrapper.optim_context(model):
-            loss = model({m: torch.tensor(v) for m, v in half.items()})
+    with wrapper.optim_context(model):
+        loss = model({m: torch.tensor(v) for m, v in HALF_A.items()})
+    wrapper.update_params(loss)
+    with wrapper.optim_context(model):
+        loss = model({m: torch.tensor(v) for m, v in half_b.items()})
+    with pytest.raises(FloatingPointError,
+                       match=re.escape(f"['{module}'] at iteration 2")):
         wrapper.update_params(loss)
-    factors = wrapper.ema.factors
-    assert torch.isfinite(factors).all()
-    if module == 'backbone':
-        assert factors.tolist() == [1.0, 1.0, 1.0]
-        assert wrapper.ema.num_updates == 0
-        # The other modules' d_i are measured (and logged), not used.
-        assert math.isnan(wrapper.last_variance[0])
-    else:
-        # neck keeps 1; backbone (mu 1) and head (cos -1: mu sqrt(0.5))
-        # are updated as without the NaN.
-        assert factors.tolist() == pytest.approx(
-            [1.0, 1.0, 0.97 + 0.03 * math.sqrt(0.5)])
-        assert math.isnan(wrapper.last_variance[1])
+    assert wrapper.ema.factors.tolist() == [1.0, 1.0, 1.0]
+    assert wrapper.ema.num_updates == 0 and visualizer.calls == []
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+
+
+class NaNAtIteration5(ToyRegressor):
+    """A NaN loss at (0-based) iteration 5, a re-estimate step's last
+    micro-batch (as a zero-size box gives in mmdet's box losses)."""
+
+    calls = 0
+
+    def forward(self, inputs, labels=None, mode='tensor', **kwargs):
+        out = super().forward(inputs, labels, mode, **kwargs)
+        if mode == 'loss':
+            type(self).calls += 1
+            if type(self).calls == 6:
+                out['loss'] = out['loss'] * math.nan
+        return out
+
+
+MODELS.register_module(name='NaNAtIteration5', module=NaNAtIteration5,
+                       force=True)
+
+
+class HeadFactors(Hook):
+    """Records the head's AGVM factor after every iteration."""
+
+    def __init__(self):
+        self.factors = []
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        self.factors.append(runner.optim_wrapper.ema.factors[-1].item())
+
+
+@pytest.mark.parametrize('action', ['skip', 'stop'])
+def test_non_finite_gradient_is_left_to_nan_guard_hook(tmp_path, monkeypatch,
+                                                       action):
+    """With mmext.NaNGuardHook checking gradients, AGVM skips the
+    re-estimate saying so, and the guard stops or skips the step with its
+    own message; the factors do not move at that step."""
+    logged = []
+    monkeypatch.setattr('mmext.agvm.optim_wrapper.print_log',
+                        lambda msg, **kwargs: logged.append(msg))
+    NaNAtIteration5.calls = 0
+    cfg = _cfg(tmp_path, 4, [dict(type='mmext.NaNGuardHook', action=action)],
+               model=dict(type='NaNAtIteration5'))
+    cfg.optim_wrapper.update_interval = 1
+    runner = MMEngineRunner.from_cfg(cfg)
+    recorder = HeadFactors()
+    runner.register_hook(recorder, 'LOWEST')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        if action == 'stop':
+            with pytest.raises(FloatingPointError, match='Non-finite loss'):
+                runner.train()
+        else:
+            runner.train()
+    skipped = [m for m in logged if 'skipped the re-estimate' in m]
+    assert len(skipped) == 1
+    assert "of ['backbone', 'head'] at iteration 6 (NaNGuardHook" in (
+        skipped[0])
+    # The first re-estimate (iterations 4-5) is skipped, the next moves.
+    factors = recorder.factors
+    assert factors[:5] == [1.0] * 5
+    if action == 'skip':
+        assert factors[5] == 1.0 != factors[7]
+    assert all(math.isfinite(f) for f in factors)
 
 
 def test_summary_is_logged_when_training_starts(monkeypatch):
@@ -790,6 +851,22 @@ def test_amp_variant_passes_its_options_on(monkeypatch):
     with pytest.raises(TypeError, match="'loss_scal'"):
         build_wrapper(ToyModel(), type='mmext.AGVMAmpOptimWrapper',
                       accumulative_counts=2, loss_scal='dynamic')
+
+
+def test_amp_leaves_non_finite_gradients_to_the_loss_scaler(monkeypatch):
+    """Scaled gradients overflow by design; the scaler skips the step and
+    lowers the scale: AGVM skips the re-estimate instead of stopping."""
+    from mmengine.optim.optimizer import amp_optimizer_wrapper
+    monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available',
+                        lambda: True)
+    logged = []
+    monkeypatch.setattr('mmext.agvm.optim_wrapper.print_log',
+                        lambda msg, **kwargs: logged.append(msg))
+    wrapper = build_wrapper(ToyModel(), type='mmext.AGVMAmpOptimWrapper',
+                            accumulative_counts=2)
+    wrapper._non_finite(3, ['neck'])
+    assert len(logged) == 1 and logged[0].startswith('AGVM skipped the')
+    assert "['neck'] at iteration 8 (the loss scaler handles" in logged[0]
 
 
 @pytest.mark.parametrize('device', [pytest.param('cuda', marks=CUDA_MARKS)])
