@@ -354,7 +354,9 @@ class AGVMOptimWrapperConstructor:
     ``base_constructor`` (the recipe's former ``constructor``; mmengine's
     default if unset, looked up in the default scope) builds the groups;
     each keeps its options, and ``optimizer`` is built again on them
-    (:func:`build_optimizer`).
+    (:func:`build_optimizer`). ``base_constructor`` is built with this
+    one, so its own checks (``optimizer`` missing, ``custom_keys`` not a
+    dict, ...) raise what they raise without AGVM.
 
     Args:
         optim_wrapper_cfg (dict): The ``optim_wrapper`` config (mmengine's
@@ -379,10 +381,6 @@ class AGVMOptimWrapperConstructor:
             wrong ``module_names`` or a ``paramwise_cfg`` key that
             ``base_constructor`` does not read.
         KeyError: If ``base_constructor`` is not registered.
-
-        ``base_constructor`` is built at construction, so its own checks
-        (``optimizer`` missing, ``custom_keys`` not a dict, ...) raise what
-        they raise without AGVM.
     """
 
     def __init__(self,
