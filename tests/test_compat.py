@@ -159,8 +159,8 @@ def test_train_loader_batch_size(tmp_path):
 def test_calling_runner_is_found_from_the_runners_own_calls(tmp_path):
     """``Runner.build_optim_wrapper`` calls the constructor and
     ``Runner.train`` ``initialize_count_status`` from their methods."""
-    from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
     from mmengine.optim import DefaultOptimWrapperConstructor
+    from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
     found = {}
 
     class Recorder(OptimWrapper):
