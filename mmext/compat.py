@@ -4,16 +4,17 @@ Checked against mmengine ``MMENGINE_CHECKED``; ``tests/test_compat.py``
 exercises each use on real objects (docs/en/design.md, "mmengine's private
 API"). Importing it adds ``mmext`` to mmengine's config package table.
 """
+import inspect
 import logging
 import os.path as osp
 from contextlib import contextmanager
-from typing import Iterator, List, Optional
+from typing import Iterator, List
 
 import torch
 from mmengine.config import Config
 from mmengine.config import utils as config_utils
 from mmengine.optim.scheduler.param_scheduler import INF
-from mmengine.runner import CheckpointLoader
+from mmengine.runner import CheckpointLoader, FlexibleRunner, Runner
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 
@@ -21,7 +22,7 @@ __all__ = [
     'MMENGINE_CHECKED', 'SCHEDULER_INF', 'BatchNormBase', 'InstanceNormBase',
     'register_config_package', 'config_base_files',
     'set_train_loop_length', 'accumulative_counts', 'max_counts',
-    'run_config', 'random_other_index',
+    'calling_runner', 'random_other_index',
     'train_loader_batch_size', 'trusted_checkpoint_loading',
     'batch_norm_xd_type', 'drop_logged_scalar',
     'grad_clipping_off', 'reset_to_initial_values',
@@ -73,21 +74,29 @@ def max_counts(wrapper) -> int:
     return wrapper._max_counts
 
 
-def run_config(message_hub) -> Optional[Config]:
-    """The run's config, for components that see no runner (the runtime
-    info ``'cfg'`` that ``RuntimeInfoHook.before_run`` stores as text).
+def calling_runner():
+    """The mmengine runner whose method is on the call stack, or None.
+
+    For components the runner does not pass itself to: ``Runner.train``
+    calls ``OptimWrapper.initialize_count_status`` (``FlexibleRunner``
+    through its strategy) and ``Runner.build_optim_wrapper`` the
+    constructors from their own methods. The runner's ``cfg`` is the run's
+    config as an object (its printed text, the message hub's ``'cfg'``,
+    does not parse back when a value prints as no Python, e.g. ``inf``).
 
     Returns:
-        Config | None: None before ``before_run`` or for a text that does
-        not parse back.
+        Runner | FlexibleRunner | None: The innermost one.
     """
-    text = message_hub.get_info('cfg')
-    if not text:
-        return None
+    frame = inspect.currentframe()
     try:
-        return Config.fromstring(text, '.py')
-    except Exception:  # noqa: B902 e.g. objects that print as no Python
+        while frame is not None:
+            owner = frame.f_locals.get('self')
+            if isinstance(owner, (Runner, FlexibleRunner)):
+                return owner
+            frame = frame.f_back
         return None
+    finally:
+        del frame
 
 
 def drop_logged_scalar(message_hub, key: str) -> None:

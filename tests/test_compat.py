@@ -98,17 +98,6 @@ def test_optim_wrapper_counts():
     assert wrapper.inner_count == 5
 
 
-def test_run_config_reads_the_runtime_info():
-    hub = MessageHub.get_instance('test_run_config')
-    assert compat.run_config(hub) is None
-    hub.update_info('cfg', Config(dict(
-        param_scheduler=[dict(type='LinearLR', end=5)])).pretty_text)
-    assert compat.run_config(hub).param_scheduler == [
-        dict(type='LinearLR', end=5)]
-    hub.update_info('cfg', 'x = <object at 0x1>')
-    assert compat.run_config(hub) is None
-
-
 def test_random_other_index():
     from mmengine.dataset import BaseDataset
 
@@ -165,6 +154,36 @@ def test_train_loader_batch_size(tmp_path):
     runner.train()
     assert not isinstance(runner.train_dataloader, dict)
     assert compat.train_loader_batch_size(runner) == 3
+
+
+def test_calling_runner_is_found_from_the_runners_own_calls(tmp_path):
+    """``Runner.build_optim_wrapper`` calls the constructor and
+    ``Runner.train`` ``initialize_count_status`` from their methods."""
+    from mmengine.optim import DefaultOptimWrapperConstructor
+    from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
+    found = {}
+
+    class Recorder(OptimWrapper):
+
+        def initialize_count_status(self, *args):
+            found['init'] = compat.calling_runner()
+            super().initialize_count_status(*args)
+
+    class Constructor(DefaultOptimWrapperConstructor):
+
+        def __call__(self, model):
+            found['build'] = compat.calling_runner()
+            return super().__call__(model)
+
+    OPTIM_WRAPPER_CONSTRUCTORS.register_module(
+        name='CompatRecordingConstructor', module=Constructor, force=True)
+    runner = _real_runner(tmp_path, 4)
+    runner.optim_wrapper = dict(
+        type=Recorder, constructor='CompatRecordingConstructor',
+        optimizer=dict(type='SGD', lr=0.1))
+    runner.train()
+    assert found == dict(build=runner, init=runner)
+    assert compat.calling_runner() is None
 
 
 def test_drop_logged_scalar():

@@ -1,24 +1,28 @@
 """Param groups by module: AGVM's optimizer wrapper constructor.
 
 The recipe's own constructor builds the param groups; they are split by
-module. Every trainable parameter belongs to a listed module or to
-``'others'`` (the reference ``GroupOptimizerConstructor`` dropped those).
+module. Every parameter the recipe's optimizer holds belongs to a listed
+module or to ``'others'`` (the reference ``GroupOptimizerConstructor``
+dropped those); frozen ones stay, as mmengine keeps them.
 """
 import copy
+import inspect
 from typing import Dict, List, Optional, Sequence
 
 from mmengine.optim import OptimWrapper
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS as ALL_CONSTRUCTORS
+from mmengine.registry import OPTIMIZERS
 from torch import nn
 from torch.optim import Optimizer
 
+from mmext.compat import calling_runner
 from mmext.log import warn
 from mmext.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
 from .optim_wrapper import is_agvm_type
 
 __all__ = [
     'OTHERS', 'default_module_names', 'resolve_module_names',
-    'assign_parameters', 'split_groups_by_module',
+    'assign_parameters', 'split_groups_by_module', 'build_optimizer',
     'AGVMOptimWrapperConstructor'
 ]
 
@@ -31,8 +35,19 @@ _VALIDATED_AT_INIT = ('custom_keys', 'bias_decay_mult', 'norm_decay_mult',
                       'dwconv_decay_mult')
 
 
-def _has_trainable(module: nn.Module) -> bool:
-    return any(p.requires_grad for p in module.parameters())
+def _trainable_names(model: nn.Module) -> List[str]:
+    """The names of the model's trainable parameters.
+
+    A parameter several modules share (tied weights) is named once, by its
+    first module, which owns it (the one mmengine's ``bypass_duplicate``
+    keeps it in).
+    """
+    return [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _owns(trainable: Sequence[str], prefix: str) -> bool:
+    """Whether submodule ``prefix`` owns one of ``trainable``."""
+    return any(name.startswith(prefix + '.') for name in trainable)
 
 
 # Heads modulated apart when a child has both (reference
@@ -41,19 +56,21 @@ SPLIT_HEADS = ('bbox_head', 'mask_head')
 
 
 def default_module_names(model: nn.Module) -> List[str]:
-    """The model's top-level children with trainable parameters.
+    """The model's top-level children that own trainable parameters.
 
+    A child whose parameters are all tied to an earlier child's owns none.
     A child with a trainable ``bbox_head`` and ``mask_head`` (Mask R-CNN's
     ``roi_head``) is replaced by those two, as in the reference.
     """
+    trainable = _trainable_names(model)
     names = []
     for name, child in model.named_children():
-        if not _has_trainable(child):
+        if not _owns(trainable, name):
             continue
         heads = [
             head for head in SPLIT_HEADS
             if isinstance(getattr(child, head, None), nn.Module)
-            and _has_trainable(getattr(child, head))
+            and _owns(trainable, f'{name}.{head}')
         ]
         names += ([f'{name}.{head}' for head in heads]
                   if len(heads) == len(SPLIT_HEADS) else [name])
@@ -85,8 +102,9 @@ def resolve_module_names(model: nn.Module,
     Raises:
         ValueError: If ``module_names`` is not None or a list of names, if
             a name is not a submodule, is listed twice or is ``'others'``,
-            if the list is empty, or if the anchor has no trainable
-            parameters. The one check of the option: the wrapper trusts it.
+            if the list is empty, or if a module owns no trainable parameter
+            (frozen, tied to another module's, or claimed by a longer listed
+            name). The one check of the option: the wrapper trusts it.
 
     Warns:
         UserWarning: With the default names, if the model's first module has
@@ -102,7 +120,8 @@ def resolve_module_names(model: nn.Module,
         _warn_if_anchor_moved(model, names)
     else:
         names = list(module_names)
-    available = [n for n, m in model.named_children() if _has_trainable(m)]
+    trainable = _trainable_names(model)
+    available = [n for n, _ in model.named_children() if _owns(trainable, n)]
     if not names:
         if module_names is not None:
             raise ValueError(f'module_names is empty: list modules, anchor '
@@ -121,31 +140,55 @@ def resolve_module_names(model: nn.Module,
         except AttributeError:
             raise ValueError(f'module_names: {name!r} is not a submodule; '
                              f'trainable ones: {available}') from None
-    if not _has_trainable(model.get_submodule(names[0])):
-        raise ValueError(f'module_names: the anchor {names[0]!r} has no '
-                         f'trainable parameters; put one of {available} first')
+    owners = assign_parameters(model, names)
+    owned = {owners[id(p)] for p in model.parameters() if p.requires_grad}
+    for index, name in enumerate(names):
+        if name in owned:
+            continue
+        why = _why_owns_nothing(model, name, owners)
+        if index == 0:
+            raise ValueError(f'module_names: the anchor {name!r} owns no '
+                             f'trainable parameter ({why}); put one of '
+                             f'{available} first')
+        raise ValueError(f'module_names: {name!r} owns no trainable '
+                         f'parameter ({why}): remove it')
     return names
+
+
+def _why_owns_nothing(model: nn.Module, name: str,
+                      owners: Dict[int, str]) -> str:
+    """Why the listed module ``name`` owns no trainable parameter."""
+    module = model.get_submodule(name)
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        return ('frozen' if next(module.parameters(), None) is not None else
+                'no parameters')
+    first_names = {id(p): n for n, p in model.named_parameters()}
+    tied = [first_names[id(p)] for p in params
+            if not first_names[id(p)].startswith(name + '.')]
+    if tied:
+        return f'tied to {tied[0]}'
+    return f'claimed by {sorted({owners[id(p)] for p in params})}'
 
 
 def assign_parameters(model: nn.Module,
                       module_names: Sequence[str]) -> Dict[int, str]:
-    """Map each trainable parameter to its modulated module or ``'others'``.
+    """Map each parameter to its modulated module or ``'others'``.
 
     A parameter belongs to the longest listed name that prefixes its own
-    (so ``roi_head`` and ``roi_head.mask_head`` may both be listed).
+    (so ``roi_head`` and ``roi_head.mask_head`` may both be listed). Frozen
+    ones too: the optimizer keeps them, so that a hook can unfreeze them.
 
     Args:
         model (nn.Module): The unwrapped model.
         module_names (Sequence[str]): From :func:`resolve_module_names`.
 
     Returns:
-        dict[int, str]: ``id(param)`` to module name, trainable params only.
+        dict[int, str]: ``id(param)`` to module name.
     """
     by_length = sorted(module_names, key=len, reverse=True)
     owners = {}
     for param_name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
         owners[id(param)] = next(
             (m for m in by_length if param_name.startswith(m + '.')), OTHERS)
     return owners
@@ -156,8 +199,8 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
     """Split param groups so each holds parameters of one module only.
 
     Each group keeps its options and gets ``'agvm_module'``; a parallel
-    ``'param_names'`` list is split alongside; parameters not in ``owners``
-    (frozen) are dropped.
+    ``'param_names'`` list is split alongside; a parameter not in
+    ``owners`` goes to ``'others'``.
 
     Args:
         groups (list[dict]): Param groups (``'params'`` plus options).
@@ -169,7 +212,8 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
         list[dict]: The tagged groups, in input order, empty ones left out.
 
     Raises:
-        ValueError: If a listed module gets no parameter.
+        ValueError: If the groups hold no trainable parameter of a listed
+            module (a recipe constructor that leaves them out).
     """
     tagged = []
     for group in groups:
@@ -178,9 +222,7 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
             names = None
         by_module: Dict[str, Dict[str, list]] = {}
         for i, param in enumerate(group['params']):
-            if id(param) not in owners:
-                continue
-            split = by_module.setdefault(owners[id(param)],
+            split = by_module.setdefault(owners.get(id(param), OTHERS),
                                          dict(params=[], param_names=[]))
             split['params'].append(param)
             if names is not None:
@@ -191,11 +233,12 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
             if names is not None:
                 new_group['param_names'] = split['param_names']
             tagged.append(new_group)
-    tags = {group['agvm_module'] for group in tagged}
+    tags = {group['agvm_module'] for group in tagged
+            if any(param.requires_grad for param in group['params'])}
     empty = [name for name in module_names if name not in tags]
     if empty:
-        raise ValueError(f'module_names {empty} own no trainable parameter: '
-                         'remove them')
+        raise ValueError(f'the optimizer holds no trainable parameter of '
+                         f'module_names {empty}: remove them')
     return tagged
 
 
@@ -266,13 +309,54 @@ def _warn_unmatched_custom_keys(model: nn.Module,
              f'parameter of {type(model).__name__}')
 
 
+def _refuse_optim_wrapper_dict() -> None:
+    """Refuse AGVM as one optimizer of several (an ``OptimWrapperDict``).
+
+    mmengine's ``OptimWrapperDict.initialize_count_status`` leaves its
+    wrappers uninitialized: AGVM's counters would not follow a resume, and
+    its summary and start checks would never run. Seen while the runner
+    builds the optim wrapper: its ``optim_wrapper`` is then the config, of
+    several optimizers when it has no ``optimizer`` of its own.
+
+    Raises:
+        ValueError: Naming the config's optimizers.
+    """
+    cfg = getattr(calling_runner(), 'optim_wrapper', None)
+    if isinstance(cfg, dict) and 'optimizer' not in cfg:
+        names = [name for name, value in cfg.items()
+                 if isinstance(value, dict)]
+        raise ValueError(f'AGVM in an OptimWrapperDict {names}: not '
+                         'supported, use one optim_wrapper')
+
+
+def build_optimizer(optimizer_cfg: dict, groups: List[Dict]) -> Optimizer:
+    """``optimizer_cfg`` built on ``groups``, as mmengine's default
+    constructor builds it: the optimizer's first argument takes them (e.g.
+    ``model_params`` of colossalai's ``HybridAdam``).
+
+    A new optimizer rather than the recipe's regrouped in place: ZeRO's
+    ``add_param_group`` also feeds its local shard, which emptying
+    ``param_groups`` does not empty.
+    """
+    optimizer_type = optimizer_cfg['type']
+    if isinstance(optimizer_type, str):
+        with OPTIMIZERS.switch_scope_and_registry(None) as registry:
+            optimizer_type = registry.get(optimizer_type)
+    first = next(iter(inspect.signature(optimizer_type).parameters))
+    return OPTIMIZERS.build(dict(copy.deepcopy(optimizer_cfg),
+                                 **{first: groups}))
+
+
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class AGVMOptimWrapperConstructor:
     """Build the recipe's optimizer, with its param groups split by module.
 
     ``base_constructor`` (the recipe's former ``constructor``; mmengine's
     default if unset, looked up in the default scope) builds the groups;
-    each keeps its options.
+    each keeps its options, and ``optimizer`` is built again on them
+    (:func:`build_optimizer`). ``base_constructor`` is built with this
+    one, so its own checks (``optimizer`` missing, ``custom_keys`` not a
+    dict, ...) raise what they raise without AGVM.
 
     Args:
         optim_wrapper_cfg (dict): The ``optim_wrapper`` config (mmengine's
@@ -290,6 +374,8 @@ class AGVMOptimWrapperConstructor:
             Defaults to None.
 
     Raises:
+        TypeError: At construction if ``optim_wrapper`` or ``paramwise_cfg``
+            is not a dict, as mmengine's constructor.
         ValueError: At construction if ``optim_wrapper.type`` is not an AGVM
             wrapper or ``base_constructor`` is this class; when called, for a
             wrong ``module_names`` or a ``paramwise_cfg`` key that
@@ -300,10 +386,13 @@ class AGVMOptimWrapperConstructor:
     def __init__(self,
                  optim_wrapper_cfg: dict,
                  paramwise_cfg: Optional[dict] = None):
-        wrapper_cfg = copy.deepcopy(dict(optim_wrapper_cfg))
-        if 'optimizer' not in wrapper_cfg:
-            raise ValueError('optim_wrapper needs an optimizer config')
-        self.optimizer_cfg = wrapper_cfg.pop('optimizer')
+        if not isinstance(optim_wrapper_cfg, dict):
+            raise TypeError('optim_wrapper should be a dict, got '
+                            f'{type(optim_wrapper_cfg).__name__}')
+        if not (paramwise_cfg is None or isinstance(paramwise_cfg, dict)):
+            raise TypeError('paramwise_cfg should be None or a dict, got '
+                            f'{type(paramwise_cfg).__name__}')
+        wrapper_cfg = copy.deepcopy(optim_wrapper_cfg)
         self.base_constructor = wrapper_cfg.pop('base_constructor',
                                                 DEFAULT_BASE_CONSTRUCTOR)
         if self.base_constructor in ('AGVMOptimWrapperConstructor',
@@ -311,12 +400,22 @@ class AGVMOptimWrapperConstructor:
                                      type(self)):
             raise ValueError("base_constructor is AGVM's own: name the "
                              f"recipe's, e.g. {DEFAULT_BASE_CONSTRUCTOR!r}")
+        self.optimizer_cfg = wrapper_cfg.pop('optimizer', None)
+        recipe_cfg = dict(type='OptimWrapper')
+        if self.optimizer_cfg is not None:
+            recipe_cfg['optimizer'] = copy.deepcopy(self.optimizer_cfg)
+        # Its own checks of the optimizer and paramwise_cfg, as it raises
+        # them without AGVM.
+        self.paramwise_cfg = _ReadKeys(paramwise_cfg or {})
+        self.base = ALL_CONSTRUCTORS.build(
+            dict(type=self.base_constructor, optim_wrapper_cfg=recipe_cfg,
+                 paramwise_cfg=self.paramwise_cfg))
+        self.paramwise_cfg.read.difference_update(_VALIDATED_AT_INIT)
         wrapper_cfg.setdefault('type', 'mmext.AGVMOptimWrapper')
         if not is_agvm_type(wrapper_cfg['type']):
             raise ValueError(f"optim_wrapper.type={wrapper_cfg['type']!r} is "
                              "not AGVM's: set type='mmext.AGVMOptimWrapper'")
         self.wrapper_cfg = wrapper_cfg
-        self.paramwise_cfg = paramwise_cfg
 
     def _recipe_optimizer(self, model: nn.Module) -> Optimizer:
         """The optimizer ``base_constructor`` builds for ``model``.
@@ -325,39 +424,33 @@ class AGVMOptimWrapperConstructor:
             ValueError: If ``base_constructor`` left ``paramwise_cfg`` keys
                 unread.
         """
-        paramwise_cfg = _ReadKeys(self.paramwise_cfg or {})
-        user_keys = set(dict.keys(paramwise_cfg))
-        base = ALL_CONSTRUCTORS.build(
-            dict(
-                type=self.base_constructor,
-                optim_wrapper_cfg=dict(
-                    type='OptimWrapper',
-                    optimizer=copy.deepcopy(self.optimizer_cfg)),
-                paramwise_cfg=paramwise_cfg))
-        paramwise_cfg.read.difference_update(_VALIDATED_AT_INIT)
-        optimizer = base(model).optimizer
-        unread = sorted(user_keys - paramwise_cfg.read)
+        optimizer = self.base(model).optimizer
+        unread = sorted(set(dict.keys(self.paramwise_cfg)) -
+                        self.paramwise_cfg.read)
         name = self.base_constructor if isinstance(
             self.base_constructor, str) else self.base_constructor.__name__
         if unread:
             raise ValueError(f'{name} reads no paramwise_cfg keys {unread}: '
                              "set the recipe's base_constructor or drop them")
-        if 'custom_keys' in paramwise_cfg.read:
-            _warn_unmatched_custom_keys(model, paramwise_cfg)
+        if 'custom_keys' in self.paramwise_cfg.read:
+            _warn_unmatched_custom_keys(model, self.paramwise_cfg)
         return optimizer
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
-        """Build the AGVM wrapper for ``model`` (DDP-wrapped or not)."""
+        """Build the AGVM wrapper for ``model`` (DDP-wrapped or not).
+
+        Raises:
+            ValueError: For AGVM in an ``OptimWrapperDict``, or from
+                :func:`resolve_module_names` and :meth:`_recipe_optimizer`.
+        """
+        _refuse_optim_wrapper_dict()
         model = getattr(model, 'module', model)
         names = resolve_module_names(model,
                                      self.wrapper_cfg.get('module_names'))
-        optimizer = self._recipe_optimizer(model)
-        groups = split_groups_by_module(optimizer.param_groups,
-                                        assign_parameters(model, names), names)
-        # No state yet: regroup the recipe constructor's optimizer object.
-        optimizer.param_groups = []
-        for group in groups:
-            optimizer.add_param_group(group)
+        groups = split_groups_by_module(
+            self._recipe_optimizer(model).param_groups,
+            assign_parameters(model, names), names)
+        optimizer = build_optimizer(self.optimizer_cfg, groups)
         wrapper_cfg = dict(self.wrapper_cfg, module_names=names)
         return OPTIM_WRAPPERS.build(
             wrapper_cfg, default_args=dict(optimizer=optimizer))

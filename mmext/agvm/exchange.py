@@ -27,8 +27,11 @@ class GradientLayout:
     """The optimizer's parameters laid out module by module in one buffer.
 
     Module i (``module_names`` order, then ``'others'``) is one contiguous
-    segment; the layout depends on the param groups only, so it is the
-    same on every rank.
+    segment; the layout depends on the param groups and on which
+    parameters are trainable when it is built only, so it is the same on
+    every rank. Frozen parameters stay out (as out of DDP's buckets): kept
+    in the optimizer, as mmengine keeps them, for a hook that unfreezes
+    them later, but outside AGVM's statistics.
 
     Args:
         optimizer (Optimizer): Param groups tagged with ``'agvm_module'`` by
@@ -49,7 +52,8 @@ class GradientLayout:
         for group in optimizer.param_groups:
             module = index.get(group['agvm_module'], others)
             self.group_modules.append(module)
-            per_module[module].extend(group['params'])
+            per_module[module].extend(
+                p for p in group['params'] if p.requires_grad)
         self.params = [p for params in per_module for p in params]
         self._module_of = {
             id(p): i

@@ -18,12 +18,14 @@ from mmengine.optim import AmpOptimWrapper, BaseOptimWrapper, OptimWrapper
 from mmengine.registry import HOOKS
 from mmengine.visualization import Visualizer
 from torch import Tensor, nn
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.optim import Optimizer
 
-from mmext.compat import (accumulative_counts, drop_logged_scalar,
-                          grad_clipping_off, max_counts, run_config)
+from mmext.compat import (accumulative_counts, calling_runner,
+                          drop_logged_scalar, grad_clipping_off, max_counts)
 from mmext.log import warn
 from mmext.lr_scaling import check_auto_scale_lr, optim_wrappers, scaled_lrs
+from mmext.nan_guard import NaNGuardHook
 from mmext.registry import OPTIM_WRAPPERS
 from mmext.runner import register_resume_guard
 from mmext.scheduler_checks import warmup_ends
@@ -192,20 +194,6 @@ def is_agvm_type(wrapper_type) -> bool:
         wrapper_type, AGVMOptimWrapper)
 
 
-def _own_schedulers(cfg):
-    """The ``param_scheduler`` configs that act on the run's AGVM wrapper.
-
-    Of an ``OptimWrapperDict``: its one AGVM entry's list, else all lists.
-    """
-    schedulers = cfg.get('param_scheduler')
-    if not isinstance(schedulers, dict) or 'type' in schedulers:
-        return schedulers
-    wrappers = cfg.get('optim_wrapper') or {}
-    names = [name for name, entry in wrappers.items()
-             if isinstance(entry, dict) and is_agvm_type(entry.get('type'))]
-    return schedulers.get(names[0]) if len(names) == 1 else schedulers
-
-
 def ema_interval_messages(hook_cfgs: Sequence[dict],
                           accumulative_counts: int) -> List[str]:
     """A message per ``EMAHook`` whose ``interval`` is no multiple of K.
@@ -276,8 +264,10 @@ class AGVMOptimWrapper(OptimWrapper):
             ``TypeError`` there.
 
     Raises:
-        ValueError: On an invalid option, untagged param groups, or one
-            process with an odd or < 2 ``accumulative_counts``.
+        ValueError: On an invalid option, untagged param groups, a
+            statistic the optimizer cannot give (``'adam'`` with SGD or
+            ZeRO, whose state is sharded), or one process with an odd or
+            < 2 ``accumulative_counts``.
     """
 
     def __init__(self,
@@ -310,6 +300,10 @@ class AGVMOptimWrapper(OptimWrapper):
             raise ValueError(f'statistic={statistic!r} needs '
                              f'{row.optimizer_kind}, got '
                              f'{type(optimizer).__name__}')
+        if row.optimizer_key and isinstance(optimizer,
+                                            ZeroRedundancyOptimizer):
+            raise ValueError(f'statistic={statistic!r} reads the optimizer '
+                             "state ZeRO shards: use statistic='grad'")
         if clip_grad_window is not None and not clip_grad:
             raise ValueError(f'clip_grad_window={tuple(clip_grad_window)} '
                              'needs clip_grad, e.g. dict(max_norm=1.0)')
@@ -335,6 +329,9 @@ class AGVMOptimWrapper(OptimWrapper):
             self.halves = AccumulationHalves(
                 self.layout, accumulative_counts, self.precondition)
         self._warned_no_takeover = False
+        # Whether a NaNGuardHook checks this run's gradients (seen when
+        # training starts).
+        self._nan_guard = False
 
     def initialize_count_status(self, model: nn.Module, init_counts: int,
                                 max_counts: int) -> None:
@@ -342,8 +339,12 @@ class AGVMOptimWrapper(OptimWrapper):
 
         Any runner's ``train`` calls it once the loop, schedulers and resumed
         state exist. Logs :meth:`summary`; warns about what the run cannot
-        honour, a ``start_iter`` in a warm-up and an EMAHook's interval; with
-        a run config, refuses ``auto_scale_lr`` with accumulation.
+        honour, a ``start_iter`` in a warm-up and an EMAHook's interval;
+        refuses ``auto_scale_lr`` with accumulation. The checks read the
+        runner's config object (:func:`mmext.compat.calling_runner`); without
+        one they are skipped with a warning. Notes whether a
+        ``NaNGuardHook`` of the runner checks the gradients
+        (:meth:`_non_finite`).
 
         Args:
             model (nn.Module): The training model.
@@ -358,14 +359,20 @@ class AGVMOptimWrapper(OptimWrapper):
                   level=logging.INFO)
         for message in self.schedule.unused_values(max_counts):
             warn(message)
-        cfg = run_config(self.message_hub)
-        if cfg is None:
+        runner = calling_runner()
+        self._nan_guard = any(
+            isinstance(hook, NaNGuardHook) and hook.check_grads
+            for hook in getattr(runner, 'hooks', []))
+        cfg = getattr(runner, 'cfg', None)
+        if not cfg:
+            warn('AGVM start checks skipped (warm-up, EMAHook, '
+                 'auto_scale_lr): no runner config')
             return
         check_auto_scale_lr(cfg.get('auto_scale_lr'), self, self.message_hub)
         max_epochs = (cfg.get('train_cfg') or {}).get('max_epochs')
         epoch_length = max_counts // max_epochs if max_epochs else 1
         messages = self.schedule.inside_warmup(
-            warmup_ends(_own_schedulers(cfg), epoch_length))
+            warmup_ends(cfg.get('param_scheduler'), epoch_length))
         hooks = list(cfg.get('custom_hooks') or []) + list(
             (cfg.get('default_hooks') or {}).values())
         messages += ema_interval_messages(hooks, self._counts[1])
@@ -483,7 +490,12 @@ class AGVMOptimWrapper(OptimWrapper):
             yield
 
     def update_factors(self, step: int) -> None:
-        """Measure the halves of optimizer step ``step``, update the EMA."""
+        """Measure the halves of optimizer step ``step``, update the EMA.
+
+        Raises:
+            FloatingPointError: At non-finite gradients, from
+                :meth:`_non_finite`.
+        """
         stats = self.halves.measure(step)
         if stats is None:
             # DDP already averaged the grads (no optim_context around the
@@ -496,12 +508,43 @@ class AGVMOptimWrapper(OptimWrapper):
                 self._warned_no_takeover = True
             return
         # The one device-to-host transfer of a re-estimate: 3M float64.
-        stats = HalfStatistics(*torch.stack(tuple(stats)).cpu())
+        table = torch.stack(tuple(stats)).cpu()
+        finite = torch.isfinite(table).all(0)
+        if not finite.all():
+            self._non_finite(step, [
+                name for name, ok in zip(self.module_names, finite.tolist())
+                if not ok
+            ])
+            return
+        stats = HalfStatistics(*table)
         d, valid = gradient_variance(stats)
         mu = modulation_factors(d, valid, 0, self.ratio_range)
         self.ema.update(mu)
         self.last_variance = torch.where(valid, d, self.last_variance)
         self._log_estimate(step, d, valid)
+
+    def _non_finite(self, step: int, modules: List[str]) -> None:
+        """Stop at non-finite gradients of ``modules`` in step ``step``, or
+        leave the step to whatever handles it; the factors never move.
+
+        As ``mmext.NaNGuardHook`` (its default stops): AGVM stops, unless
+        the loss scaler (AMP: it skips such steps) or a ``NaNGuardHook``
+        checking gradients (it stops or skips, with the why) acts on this
+        step, just after; then AGVM skips the re-estimate, saying so.
+
+        Raises:
+            FloatingPointError: Naming the modules, before the step.
+        """
+        where = f'{modules} at iteration {(step + 1) * self._counts[1]}'
+        if isinstance(self, AmpOptimWrapper) or self._nan_guard:
+            handler = ('the loss scaler' if isinstance(self, AmpOptimWrapper)
+                       else 'NaNGuardHook')
+            print_log(f'AGVM skipped the re-estimate: non-finite gradients '
+                      f'of {where} ({handler} handles the step)',
+                      logger='current', level=logging.WARNING)
+            return
+        raise FloatingPointError(f'non-finite gradients of {where}: add '
+                                 'mmext.NaNGuardHook to find why')
 
     def _log_estimate(self, step: int, d: Tensor, valid: Tensor) -> None:
         """Write d_i and s_i to the visualizer, at the re-estimate's step."""

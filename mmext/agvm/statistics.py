@@ -221,7 +221,9 @@ class Statistic(NamedTuple):
             ``params``: linear and the same on every rank, so the halves'
             norms give its dot product (:func:`half_dot_from_norms`).
         optimizer_key (str, optional): A key of ``optimizer.defaults`` the
-            optimizer must have (checked by the wrapper); None for any.
+            optimizer must have (checked by the wrapper); None for any. A
+            statistic with one reads the optimizer's state, so ZeRO, which
+            shards it, is refused.
         optimizer_kind (str): Those optimizers, for the error message.
     """
     precondition: Callable[[Optimizer, Sequence[Tensor], Tensor], Tensor]

@@ -102,7 +102,7 @@ def test_longest_listed_prefix_owns_a_parameter():
         'roi_head.bbox_head.bias': 'roi_head',
         'roi_head.mask_head.weight': 'roi_head.mask_head',
         'roi_head.mask_head.bias': 'roi_head.mask_head',
-        'frozen.weight': None, 'frozen.bias': None}
+        'frozen.weight': OTHERS, 'frozen.bias': OTHERS}
 
 
 @pytest.mark.parametrize('names, message', [
@@ -121,18 +121,62 @@ def test_wrong_names_say_what_to_write(names, message):
         resolve_module_names(_detector(), names)
 
 
-@pytest.mark.parametrize('names, empty', [
-    (['backbone', 'frozen'], "['frozen']"),
-    (['neck', 'backbone', 'backbone.0', 'backbone.1'], "['backbone']"),
+@pytest.mark.parametrize('names, message', [
+    (['backbone', 'frozen'], "'frozen' owns no trainable parameter (frozen)"),
+    (['neck', 'backbone', 'backbone.0', 'backbone.1'],
+     "'backbone' owns no trainable parameter (claimed by ['backbone.0', "),
+    (['backbone', 'data_preprocessor'], '(no parameters): remove it'),
+    (['frozen', 'neck'], "the anchor 'frozen' owns no trainable parameter"),
 ])
-def test_a_listed_module_without_parameters_is_refused(names, empty):
-    """Frozen, or every parameter claimed by a more specific listed name:
-    its gradient variance would be undefined."""
+def test_a_listed_module_without_parameters_is_refused(names, message):
+    """Frozen, every parameter claimed by a more specific listed name, or
+    none at all: its gradient variance would be undefined."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        resolve_module_names(_detector(), names)
+
+
+def test_groups_without_a_listed_module_are_refused():
+    """A recipe constructor that leaves a module's parameters out."""
     model = _detector()
-    params = [dict(params=[p for p in model.parameters() if p.requires_grad])]
+    names = ['backbone', 'neck']
+    groups = [dict(params=list(model.backbone.parameters()))]
     with pytest.raises(ValueError, match=re.escape(
-            f'module_names {empty} own no trainable parameter')):
-        split_groups_by_module(params, assign_parameters(model, names), names)
+            "no trainable parameter of module_names ['neck']")):
+        split_groups_by_module(groups, assign_parameters(model, names),
+                               names)
+
+
+class TiedDecoder(nn.Module):
+    """``decoder`` ties all its parameters to ``encoder``'s (as a language
+    model's output layer to its embedding)."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(2, 2)
+        self.neck = nn.Linear(2, 2)
+        self.decoder = nn.Linear(2, 2)
+        self.decoder.weight = self.encoder.weight
+        self.decoder.bias = self.encoder.bias
+
+
+def test_tied_parameters_belong_to_their_first_module():
+    """The default names leave out a module that owns no parameter of its
+    own; mmengine's bypass_duplicate then builds with AGVM, each parameter
+    with mmengine's options."""
+    model = TiedDecoder()
+    assert default_module_names(model) == ['encoder', 'neck']
+    recipe, agvm = _recipe_and_agvm(model, dict(
+        optimizer=dict(type='SGD', lr=0.1, weight_decay=1e-4),
+        paramwise_cfg=dict(bypass_duplicate=True, bias_lr_mult=2.)), None)
+    _assert_same_options_split_by_module(recipe, agvm, model)
+    assert {g['agvm_module'] for g in agvm.optimizer.param_groups} == {
+        'encoder', 'neck'}
+
+
+def test_a_listed_tied_module_names_the_cause():
+    with pytest.raises(ValueError, match=re.escape(
+            "'decoder' owns no trainable parameter (tied to encoder.w")):
+        resolve_module_names(TiedDecoder(), ['encoder', 'decoder'])
 
 
 AGVM = dict(type='mmext.AGVMOptimWrapper',
@@ -377,13 +421,24 @@ def test_base_constructor_cannot_be_agvm():
         build_optim_wrapper(ConvNeXtDetector(), cfg)
 
 
-def test_frozen_parameters_stay_out():
+@pytest.mark.parametrize('paramwise_cfg', [None, dict(bias_lr_mult=2.)])
+def test_frozen_parameters_are_kept_as_mmengine_keeps_them(paramwise_cfg):
+    """mmengine's constructor keeps frozen parameters in the optimizer
+    without paramwise_cfg (a fine-tuning hook may unfreeze them) and skips
+    them with it: the same parameters, each with the same options."""
     model = ConvNeXtDetector()
     model.backbone.downsample_layers.requires_grad_(False)
-    wrapper = build_optim_wrapper(model, dict(
-        AGVM, optimizer=dict(type='SGD', lr=0.1)))
-    in_optimizer = {
-        id(p) for g in wrapper.optimizer.param_groups for p in g['params']
-    }
-    for name, param in model.named_parameters():
-        assert (id(param) in in_optimizer) == param.requires_grad, name
+    recipe, agvm = _recipe_and_agvm(model, dict(
+        optimizer=dict(type='SGD', lr=0.1, weight_decay=1e-4),
+        paramwise_cfg=paramwise_cfg), None)
+    assert _options(agvm.optimizer, model) == _options(
+        recipe.optimizer, model)
+    frozen = {id(p) for p in model.backbone.downsample_layers.parameters()}
+    kept = {id(p) for g in agvm.optimizer.param_groups for p in g['params']
+            if id(p) in frozen}
+    assert kept == (frozen if paramwise_cfg is None else set())
+    # In their module's group, outside AGVM's statistics.
+    assert all(g['agvm_module'] == 'backbone'
+               for g in agvm.optimizer.param_groups
+               if any(id(p) in frozen for p in g['params']))
+    assert not frozen & {id(p) for p in agvm.layout.params}

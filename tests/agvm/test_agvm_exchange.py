@@ -74,6 +74,17 @@ def test_segments_are_per_module_and_others_last():
     assert layout.segment_sq_norms(layout.params, flat).tolist() == [0.0, 30.0]
 
 
+def test_frozen_parameters_stay_out_of_the_layout():
+    """In the optimizer (a hook may unfreeze them), not in the statistics:
+    frozen when the layout is built means no segment."""
+    trained = nn.Parameter(torch.zeros(2))
+    frozen = nn.Parameter(torch.zeros(4), requires_grad=False)
+    layout = GradientLayout(torch.optim.SGD(
+        [dict(params=[frozen, trained], agvm_module='m0')], lr=0.1), ['m0'])
+    assert [id(p) for p in layout.params] == [id(trained)]
+    assert layout.bounds == [(0, 2), (2, 2)] and layout.group_modules == [0]
+
+
 def test_sums_are_float64_accurate_for_float32_gradients():
     """One float32 dot over 10^7 elements is off by ~1e-5
     relative; the chunked sum stays within 1e-8 of float64."""

@@ -15,9 +15,11 @@ from agvm_toy import ToyModel, build_wrapper, toy_batches, train_accumulated
 from helpers import (CUDA_MARKS, DEVICES, REPO_ROOT, ToyRegressionData,
                      ToyRegressor, toy_loader)
 from mmengine.config import Config
+from mmengine.hooks import Hook
 from mmengine.logging import MessageHub
-from mmengine.optim import build_optim_wrapper
-from mmengine.registry import DATASETS, MODELS
+from mmengine.optim import OptimWrapperDict, build_optim_wrapper
+from mmengine.registry import (DATASETS, HOOKS, MODELS,
+                               OPTIM_WRAPPER_CONSTRUCTORS)
 from mmengine.runner import Runner as MMEngineRunner
 from torch import nn
 
@@ -273,9 +275,9 @@ def test_adam_statistic_uses_preconditioned_gradient(device):
     (dict(clip_grad_window=(5, 5)), 'clip_grad_window'),
     (dict(module_names=[]), 'module_names is empty'),
     (dict(module_names=['', 'head']), 'whole model'),
-    (dict(module_names=['backbone', 'frozen']), r"\['frozen'\] own no"),
+    (dict(module_names=['backbone', 'frozen']), r"'frozen' owns no .* \(frozen"),
     (dict(module_names=['head', 'backbone', 'backbone.0', 'backbone.2']),
-     r"\['backbone'\] own no"),
+     "'backbone' owns no"),
     (dict(statistic='adam'), 'Adam-family'),
     (dict(type='OptimWrapper'), "type='mmext.AGVMOptimWrapper'"),
 ])
@@ -318,7 +320,8 @@ def test_window_outside_the_run_warns(kwargs, max_iters, expected):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         wrapper.initialize_count_status(model, 0, max_iters)
-    messages = [str(w.message) for w in caught]
+    messages = [str(w.message) for w in caught
+                if 'start checks skipped' not in str(w.message)]
     assert len(messages) == len(expected)
     for message, fragment in zip(messages, expected):
         assert fragment in message, message
@@ -333,30 +336,91 @@ def test_clip_grad_window_without_clip_grad_raises():
 
 @pytest.mark.parametrize('bad', [math.nan, math.inf])
 @pytest.mark.parametrize('module', ['neck', 'backbone'])
-def test_non_finite_gradient_never_enters_the_factors(visualizer, module,
-                                                      bad):
-    """A NaN/inf in one half's gradient of a module leaves that module's
-    factor where it was (the anchor's: every factor), finite."""
+def test_non_finite_gradient_stops_before_the_step(visualizer, module, bad):
+    """A NaN/inf in one half's gradient of a module at a re-estimate:
+    FloatingPointError naming the module, before the optimizer step (as
+    NaNGuardHook's default); the factors and weights do not move."""
     model = KnownGradients()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     wrapper = build_optim_wrapper(model, _agvm_cfg())
     half_b = dict(HALF_B, **{module: [bad, 1.]})
-    for half in (HALF_A, half_b):
-        with wrapper.optim_context(model):
-            loss = model({m: torch.tensor(v) for m, v in half.items()})
+    with wrapper.optim_context(model):
+        loss = model({m: torch.tensor(v) for m, v in HALF_A.items()})
+    wrapper.update_params(loss)
+    with wrapper.optim_context(model):
+        loss = model({m: torch.tensor(v) for m, v in half_b.items()})
+    with pytest.raises(FloatingPointError,
+                       match=re.escape(f"['{module}'] at iteration 2")):
         wrapper.update_params(loss)
-    factors = wrapper.ema.factors
-    assert torch.isfinite(factors).all()
-    if module == 'backbone':
-        assert factors.tolist() == [1.0, 1.0, 1.0]
-        assert wrapper.ema.num_updates == 0
-        # The other modules' d_i are measured (and logged), not used.
-        assert math.isnan(wrapper.last_variance[0])
-    else:
-        # neck keeps 1; backbone (mu 1) and head (cos -1: mu sqrt(0.5))
-        # are updated as without the NaN.
-        assert factors.tolist() == pytest.approx(
-            [1.0, 1.0, 0.97 + 0.03 * math.sqrt(0.5)])
-        assert math.isnan(wrapper.last_variance[1])
+    assert wrapper.ema.factors.tolist() == [1.0, 1.0, 1.0]
+    assert wrapper.ema.num_updates == 0 and visualizer.calls == []
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+
+
+class NaNAtIteration5(ToyRegressor):
+    """A NaN loss at (0-based) iteration 5, a re-estimate step's last
+    micro-batch (as a zero-size box gives in mmdet's box losses)."""
+
+    calls = 0
+
+    def forward(self, inputs, labels=None, mode='tensor', **kwargs):
+        out = super().forward(inputs, labels, mode, **kwargs)
+        if mode == 'loss':
+            type(self).calls += 1
+            if type(self).calls == 6:
+                out['loss'] = out['loss'] * math.nan
+        return out
+
+
+MODELS.register_module(name='NaNAtIteration5', module=NaNAtIteration5,
+                       force=True)
+
+
+class HeadFactors(Hook):
+    """Records the head's AGVM factor after every iteration."""
+
+    def __init__(self):
+        self.factors = []
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        self.factors.append(runner.optim_wrapper.ema.factors[-1].item())
+
+
+@pytest.mark.parametrize('action', ['skip', 'stop'])
+def test_non_finite_gradient_is_left_to_nan_guard_hook(tmp_path, monkeypatch,
+                                                       action):
+    """With mmext.NaNGuardHook checking gradients, AGVM skips the
+    re-estimate saying so, and the guard stops or skips the step with its
+    own message; the factors do not move at that step."""
+    logged = []
+    monkeypatch.setattr('mmext.agvm.optim_wrapper.print_log',
+                        lambda msg, **kwargs: logged.append(msg))
+    NaNAtIteration5.calls = 0
+    cfg = _cfg(tmp_path, 4, [dict(type='mmext.NaNGuardHook', action=action)],
+               model=dict(type='NaNAtIteration5'))
+    cfg.optim_wrapper.update_interval = 1
+    runner = MMEngineRunner.from_cfg(cfg)
+    recorder = HeadFactors()
+    runner.register_hook(recorder, 'LOWEST')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        if action == 'stop':
+            with pytest.raises(FloatingPointError, match='Non-finite loss'):
+                runner.train()
+        else:
+            runner.train()
+    skipped = [m for m in logged if 'skipped the re-estimate' in m]
+    assert len(skipped) == 1
+    assert "of ['backbone', 'head'] at iteration 6 (NaNGuardHook" in (
+        skipped[0])
+    # The first re-estimate (iterations 4-5) is skipped, the next moves.
+    factors = recorder.factors
+    assert factors[:5] == [1.0] * 5
+    if action == 'skip':
+        assert factors[5] == 1.0 != factors[7]
+    assert all(math.isfinite(f) for f in factors)
 
 
 def test_summary_is_logged_when_training_starts(monkeypatch):
@@ -577,6 +641,21 @@ def test_start_inside_the_warmup_warns(tmp_path, runner, start_iter,
 
 
 @pytest.mark.parametrize('runner', RUNNERS)
+def test_start_checks_read_the_config_object(tmp_path, runner):
+    """A value whose printed form is no Python (``inf``) does not hide
+    the config from the checks."""
+    messages = _start_warnings(tmp_path, runner, 2, threshold=float('inf'))
+    assert len(messages) == 1 and 'warm-up [0, 6)' in messages[0], messages
+
+
+def test_start_checks_without_a_runner_say_they_are_skipped():
+    model = ToyModel()
+    wrapper = build_wrapper(model, accumulative_counts=2, start_iter=2)
+    with pytest.warns(UserWarning, match='start checks skipped'):
+        wrapper.initialize_count_status(model, 0, 10)
+
+
+@pytest.mark.parametrize('runner', RUNNERS)
 def test_ema_hook_with_accumulation_warns_with_the_interval(tmp_path,
                                                             runner):
     (message, ) = _start_warnings(tmp_path / 'every', runner, 6,
@@ -603,6 +682,83 @@ def test_ema_interval_rule():
              dict(type='mmdet.EMAHook'), dict(type='CheckpointHook')]
     assert len(ema_interval_messages(hooks, 2)) == 2  # 3 and 1
     assert ema_interval_messages(hooks, 1) == []
+
+
+class FrozenBackboneToy(ToyRegressor):
+    """The backbone frozen when the model is built (as ``frozen_stages``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone.requires_grad_(False)
+
+
+class UnfreezeAtEpoch1(Hook):
+    """A fine-tuning hook: the backbone trains from epoch 1 on."""
+
+    def before_train_epoch(self, runner):
+        if runner.epoch == 1:
+            runner.model.backbone.requires_grad_(True)
+
+
+MODELS.register_module(name='FrozenBackboneToy', module=FrozenBackboneToy,
+                       force=True)
+HOOKS.register_module(name='UnfreezeAtEpoch1', module=UnfreezeAtEpoch1,
+                      force=True)
+
+
+def test_a_backbone_unfrozen_by_a_hook_trains_as_with_mmengine(tmp_path):
+    """Frozen parameters stay in the optimizer, as mmengine keeps them:
+    unfrozen in epoch 1, the backbone trains as with mmengine's wrapper
+    (the one modulated module, the head, is its own anchor: factor 1)."""
+    states = {}
+    for name, wrapper in (('agvm', {}), ('mmengine', dict(optim_wrapper=dict(
+            optimizer=dict(type='SGD', lr=0.1), accumulative_counts=2)))):
+        cfg = _cfg(tmp_path / name, 6, [dict(type='UnfreezeAtEpoch1')],
+                   model=dict(type='FrozenBackboneToy'), **wrapper)
+        runner = MMEngineRunner.from_cfg(cfg)
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            runner.train()
+        states[name] = runner.model.state_dict()
+    before = FrozenBackboneToy().backbone.weight
+    assert (states['agvm']['backbone.weight'] - before).abs().max() > 1e-3
+    for key, value in states['mmengine'].items():
+        torch.testing.assert_close(states['agvm'][key], value)
+
+
+class OneOptimizerPerModule:
+    """A multi-optimizer constructor as GAN recipes use (mmagic's
+    ``MultiOptimWrapperConstructor``): an ``OptimWrapperDict`` of one
+    wrapper per top-level module."""
+
+    def __init__(self, optim_wrapper_cfg, paramwise_cfg=None):
+        self.cfgs = optim_wrapper_cfg
+
+    def __call__(self, model):
+        return OptimWrapperDict(**{
+            name: build_optim_wrapper(getattr(model, name), cfg)
+            for name, cfg in self.cfgs.items()})
+
+
+OPTIM_WRAPPER_CONSTRUCTORS.register_module(
+    name='OneOptimizerPerModule', module=OneOptimizerPerModule, force=True)
+
+
+@pytest.mark.parametrize('runner', RUNNERS)
+def test_agvm_in_an_optim_wrapper_dict_is_refused_by_name(tmp_path, runner):
+    """mmengine's OptimWrapperDict never initializes its wrappers' counters
+    (resume, window, start checks): refused while the runner builds it."""
+    agvm = dict(type='mmext.AGVMOptimWrapper', accumulative_counts=2,
+                constructor='mmext.AGVMOptimWrapperConstructor',
+                optimizer=dict(type='SGD', lr=0.1))
+    cfg = _cfg(tmp_path, optim_wrapper=dict(
+        constructor='OneOptimizerPerModule', backbone=agvm,
+        head=dict(optimizer=dict(type='SGD', lr=0.1))))
+    built = _runner(cfg, runner)
+    with pytest.raises(ValueError, match=re.escape(
+            "OptimWrapperDict ['backbone', 'head']: not supported")):
+        built.train()
+    assert built.iter == 0
 
 
 def test_mmengine_auto_scale_lr_with_accumulation_is_refused(tmp_path):
@@ -695,6 +851,22 @@ def test_amp_variant_passes_its_options_on(monkeypatch):
     with pytest.raises(TypeError, match="'loss_scal'"):
         build_wrapper(ToyModel(), type='mmext.AGVMAmpOptimWrapper',
                       accumulative_counts=2, loss_scal='dynamic')
+
+
+def test_amp_leaves_non_finite_gradients_to_the_loss_scaler(monkeypatch):
+    """Scaled gradients overflow by design; the scaler skips the step and
+    lowers the scale: AGVM skips the re-estimate instead of stopping."""
+    from mmengine.optim.optimizer import amp_optimizer_wrapper
+    monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available',
+                        lambda: True)
+    logged = []
+    monkeypatch.setattr('mmext.agvm.optim_wrapper.print_log',
+                        lambda msg, **kwargs: logged.append(msg))
+    wrapper = build_wrapper(ToyModel(), type='mmext.AGVMAmpOptimWrapper',
+                            accumulative_counts=2)
+    wrapper._non_finite(3, ['neck'])
+    assert len(logged) == 1 and logged[0].startswith('AGVM skipped the')
+    assert "['neck'] at iteration 8 (the loss scaler handles" in logged[0]
 
 
 @pytest.mark.parametrize('device', [pytest.param('cuda', marks=CUDA_MARKS)])
