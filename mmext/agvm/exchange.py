@@ -184,9 +184,9 @@ def _sq_norm64(x: Tensor, chunk: int = 4096) -> Tensor:
     return head.double().square().sum() + tail.dot(tail)
 
 
-# (params, their flat grads) -> the vector measured: a row of STATISTICS
-# bound to the optimizer.
-Preconditioner = Callable[[Sequence[Tensor], Tensor], Tensor]
+# (params, their flat grads, out=None) -> the vector measured: a row of
+# STATISTICS bound to the optimizer.
+Preconditioner = Callable[..., Tensor]
 
 # Row of |S_A + S_B|^2 in the norm table (rows 0 and 1: |S_A|^2, |S_B|^2).
 _SUM = 2
@@ -419,9 +419,10 @@ class AccumulationHalves:
             return None
         self._first_of = None
         params = self.layout.params
-        first = self.precondition(params, self._buffers[0])
-        total = self.precondition(
-            params, self.layout.flatten(out=self._buffers[1])[0])
+        first, total = self._buffers
+        self.precondition(params, first, out=first)
+        self.precondition(params, self.layout.flatten(out=total)[0],
+                          out=total)
         sq_a, sq_sum = (self.layout.segment_sq_norms(params, x)
                         for x in (first, total))
         # The preconditioner is linear: P(B) = P(A + B) - P(A), in place.

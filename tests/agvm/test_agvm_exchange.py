@@ -12,6 +12,7 @@ every collective's tensor.
 """
 import math
 from contextlib import contextmanager
+from functools import partial
 
 import pytest
 import torch
@@ -24,7 +25,7 @@ from torch import nn
 from mmext.agvm.exchange import (AccumulationHalves, DistributedHalves,
                                  GradientLayout)
 from mmext.agvm.statistics import (HalfStatistics, gradient_variance,
-                                   modulation_factors)
+                                   modulation_factors, raw_gradient)
 
 META = torch.device('meta')
 
@@ -80,7 +81,7 @@ def test_accumulation_halves_by_hand_in_buffers_kept_for_the_run():
     at two re-estimates, in the same two buffers (a fresh 50 MB buffer on
     CPU costs more in page faults than copying the gradients into it)."""
     layout, params = _layout([2, 3])
-    halves = AccumulationHalves(layout, 2, lambda _, flat: flat)
+    halves = AccumulationHalves(layout, 2, partial(raw_gradient, None))
     for step, scale in ((0, 1.0), (1, -2.0)):
         params[0].grad = torch.tensor([1., 2.]) * scale
         params[1].grad = torch.tensor([0., 3., 4.]) * scale
