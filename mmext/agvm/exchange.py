@@ -65,6 +65,9 @@ class GradientLayout:
             offsets.append(offsets[-1] + size)
         self.bounds = list(zip(offsets[:-1], offsets[1:]))
         self.numel = offsets[-1]
+        # The module runs of each parameter list measured (the layout's,
+        # DDP's buckets): the same lists at every re-estimate.
+        self._runs: Dict[Tuple[int, ...], List[List[int]]] = {}
         # Float32 as DDP sums; float64 models keep theirs; fp16 is widened.
         self.dtype = (torch.float64 if any(
             p.dtype == torch.float64 for p in self.params) else torch.float32)
@@ -83,29 +86,34 @@ class GradientLayout:
         """The parameters' device, where every AGVM buffer lives."""
         return self.params[0].device
 
-    def flatten(self, extra: int = 0) -> Tuple[Tensor, Tensor]:
+    def flatten(self, extra: int = 0,
+                out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """Copy the gradients into one buffer on the parameters' device.
 
         Args:
             extra (int): Zeroed slots appended after the gradients.
+            out (Tensor, optional): A buffer of shape (numel + extra,) to
+                fill. Reusing one is the cheap way on CPU, where a fresh
+                buffer this large costs more in page faults than the copy.
 
         Returns:
             tuple[Tensor, Tensor]: The buffer, shape (numel + extra,), zeros
             where a grad is None, and a mask, shape (num_params,), 1 where
             the grad exists; both of dtype :attr:`dtype`.
         """
-        device = self.device
-        flat = torch.zeros(self.numel + extra, dtype=self.dtype,
-                           device=device)
-        offset = 0
-        for param in self.params:
-            if param.grad is not None:
-                flat[offset:offset + param.numel()].copy_(
-                    param.grad.reshape(-1))
-            offset += param.numel()
+        grads = [
+            p.new_zeros(p.numel()) if p.grad is None else p.grad.reshape(-1)
+            for p in self.params
+        ]
+        if extra:
+            grads.append(grads[0].new_zeros(extra))
+        if out is None:
+            out = torch.empty(self.numel + extra, dtype=self.dtype,
+                              device=self.device)
+        torch.cat(grads, out=out)
         used = torch.tensor([p.grad is not None for p in self.params],
-                            dtype=self.dtype, device=device)
-        return flat, used
+                            dtype=self.dtype, device=self.device)
+        return out, used
 
     def write_grads(self, flat: Tensor, used: Tensor) -> None:
         """Set each parameter's grad from ``flat`` (None where unused).
@@ -125,6 +133,21 @@ class GradientLayout:
             else:
                 param.grad.copy_(chunk)
 
+    def _module_runs(self, params: Sequence[Tensor]) -> List[List[int]]:
+        """``[module, begin, end]`` of the runs of equal modulated modules
+        in the concatenated gradients of ``params``."""
+        runs: List[List[int]] = []
+        offset = 0
+        for param in params:
+            module = self._module_of.get(id(param), self.num_modules)
+            end = offset + param.numel()
+            if runs and runs[-1][0] == module and runs[-1][2] == offset:
+                runs[-1][2] = end
+            elif module < self.num_modules:
+                runs.append([module, offset, end])
+            offset = end
+        return runs
+
     def segment_sq_norms(self, params: Sequence[Tensor],
                          flat: Tensor) -> Tensor:
         """Per-module squared norms of the gradients of some parameters.
@@ -138,16 +161,10 @@ class GradientLayout:
         Returns:
             Tensor: float64, shape (M,), on ``flat``'s device.
         """
-        runs: List[List[int]] = []  # [module, begin, end] of equal modules
-        offset = 0
-        for param in params:
-            module = self._module_of.get(id(param), self.num_modules)
-            end = offset + param.numel()
-            if runs and runs[-1][0] == module and runs[-1][2] == offset:
-                runs[-1][2] = end
-            elif module < self.num_modules:
-                runs.append([module, offset, end])
-            offset = end
+        key = tuple(map(id, params))
+        runs = self._runs.get(key)
+        if runs is None:
+            runs = self._runs[key] = self._module_runs(params)
         norms = torch.zeros(self.num_modules, dtype=torch.float64,
                             device=flat.device)
         if runs:
@@ -171,9 +188,9 @@ def _sq_norm64(x: Tensor, chunk: int = 4096) -> Tensor:
     return head.double().square().sum() + tail.dot(tail)
 
 
-# (params, their flat grads) -> the vector measured: a row of STATISTICS
-# bound to the optimizer.
-Preconditioner = Callable[[Sequence[Tensor], Tensor], Tensor]
+# (params, their flat grads, out=None) -> the vector measured: a row of
+# STATISTICS bound to the optimizer.
+Preconditioner = Callable[..., Tensor]
 
 # Row of |S_A + S_B|^2 in the norm table (rows 0 and 1: |S_A|^2, |S_B|^2).
 _SUM = 2
@@ -362,6 +379,9 @@ class DistributedHalves:
 class AccumulationHalves:
     """First vs second half of the accumulated micro-batches (one process).
 
+    The first half's gradient sum and the total are copied into two
+    buffers kept for the run (2 x numel of :attr:`GradientLayout.dtype`).
+
     Args:
         layout (GradientLayout): The flat gradient layout.
         accumulative_counts (int): K, even and >= 2.
@@ -373,7 +393,8 @@ class AccumulationHalves:
         self.layout = layout
         self.half = accumulative_counts // 2
         self.precondition = precondition
-        self._snapshot: Dict[int, Tensor] = {}
+        self._buffers: Optional[Tensor] = None  # (2, numel): first, total
+        self._first_of: Optional[int] = None  # step of the first half kept
 
     def after_backward(self, step: int, micro_batches_done: int) -> None:
         """Keep the gradient sum of the first half of step ``step``.
@@ -382,8 +403,14 @@ class AccumulationHalves:
             step (int): Optimizer step index.
             micro_batches_done (int): Backward passes done in this step.
         """
-        if micro_batches_done == self.half:
-            self._snapshot = {step: self.layout.flatten()[0]}
+        if micro_batches_done != self.half:
+            return
+        if self._buffers is None:
+            self._buffers = torch.empty(2, self.layout.numel,
+                                        dtype=self.layout.dtype,
+                                        device=self.layout.device)
+        self.layout.flatten(out=self._buffers[0])
+        self._first_of = step
 
     def measure(self, step: int) -> Optional[HalfStatistics]:
         """Statistics of the two halves of step ``step``.
@@ -392,17 +419,16 @@ class AccumulationHalves:
             HalfStatistics or None: None if the first half was not seen
             (e.g. a resume inside the accumulation window).
         """
-        first = self._snapshot.pop(step, None)
-        if first is None:
+        if self._first_of != step:
             return None
+        self._first_of = None
         params = self.layout.params
-
-        def sq_norms(grads: Tensor) -> Tensor:
-            return self.layout.segment_sq_norms(
-                params, self.precondition(params, grads))
-
-        total = self.layout.flatten()[0]
-        sq_sum, sq_a = sq_norms(total), sq_norms(first)
-        # The second half in place of the total: one buffer less.
-        return _statistics(
-            torch.stack([sq_a, sq_norms(total.sub_(first)), sq_sum]))
+        first, total = self._buffers
+        self.precondition(params, first, out=first)
+        self.precondition(params, self.layout.flatten(out=total)[0],
+                          out=total)
+        sq_a, sq_sum = (self.layout.segment_sq_norms(params, x)
+                        for x in (first, total))
+        # The preconditioner is linear: P(B) = P(A + B) - P(A), in place.
+        sq_b = self.layout.segment_sq_norms(params, total.sub_(first))
+        return _statistics(torch.stack([sq_a, sq_b, sq_sum]))

@@ -175,13 +175,13 @@ def split_ranks(world_size: int) -> Tuple[Sequence[int], Sequence[int]]:
 
 
 def raw_gradient(optimizer: Optimizer, params: Sequence[Tensor],
-                 flat: Tensor) -> Tensor:
+                 flat: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """The gradients as they are (the paper's SGD statistic)."""
-    return flat
+    return flat if out is None or out is flat else out.copy_(flat)
 
 
 def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
-                      flat: Tensor) -> Tensor:
+                      flat: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Adam-preconditioned gradients g / (sqrt(v) + eps), AGVM's AdamW mode.
 
     v is the stored ``exp_avg_sq`` (the reference blends in the current g
@@ -193,40 +193,46 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
         params (Sequence[Tensor]): Parameters whose gradients ``flat``
             concatenates.
         flat (Tensor): Their gradients, shape (sum of numels,).
+        out (Tensor, optional): Where to write the result (may be
+            ``flat``). Defaults to a new tensor.
 
     Returns:
-        Tensor: Same shape, dtype and device as ``flat``.
+        Tensor: ``out``: same shape, dtype and device as ``flat``.
     """
     eps_of = {
         id(p): group.get('eps', 1e-8)
         for group in optimizer.param_groups for p in group['params']
     }
-    weights = []
+    out = raw_gradient(optimizer, params, flat,
+                       torch.empty_like(flat) if out is None else out)
+    offset = 0
     for param in params:
+        chunk = out[offset:offset + param.numel()]
+        offset += param.numel()
         state = optimizer.state.get(param, {})
         if 'exp_avg_sq' in state:
-            weights.append((state['exp_avg_sq'].sqrt() +
-                            eps_of[id(param)]).reciprocal().reshape(-1))
-        else:
-            weights.append(flat.new_ones(param.numel()))
-    return flat * torch.cat(weights).to(flat.dtype)
+            chunk.div_(state['exp_avg_sq'].sqrt().add_(
+                eps_of[id(param)]).reshape(-1).to(out.dtype))
+    return out
 
 
 class Statistic(NamedTuple):
     """One row of :data:`STATISTICS`.
 
     Attributes:
-        precondition (callable): ``(optimizer, params, flat) -> Tensor``, the
-            vector whose cosine is measured, from the gradients ``flat`` of
-            ``params``: linear and the same on every rank, so the halves'
-            norms give its dot product (:func:`half_dot_from_norms`).
+        precondition (callable): ``(optimizer, params, flat, out=None) ->
+            Tensor``, the vector whose cosine is measured, from the
+            gradients ``flat`` of ``params``, written to ``out`` if given
+            (which may be ``flat``): linear and the same on every rank, so
+            the halves' norms give its dot product
+            (:func:`half_dot_from_norms`).
         optimizer_key (str, optional): A key of ``optimizer.defaults`` the
             optimizer must have (checked by the wrapper); None for any. A
             statistic with one reads the optimizer's state, so ZeRO, which
             shards it, is refused.
         optimizer_kind (str): Those optimizers, for the error message.
     """
-    precondition: Callable[[Optimizer, Sequence[Tensor], Tensor], Tensor]
+    precondition: Callable[..., Tensor]
     optimizer_key: Optional[str] = None
     optimizer_kind: str = 'any optimizer'
 

@@ -12,6 +12,7 @@ every collective's tensor.
 """
 import math
 from contextlib import contextmanager
+from functools import partial
 
 import pytest
 import torch
@@ -21,9 +22,10 @@ from agvm_toy import (MODULES, ToyModel, build_wrapper, run_processes,
 from helpers import CUDA_MARKS
 from torch import nn
 
-from mmext.agvm.exchange import DistributedHalves, GradientLayout
+from mmext.agvm.exchange import (AccumulationHalves, DistributedHalves,
+                                 GradientLayout)
 from mmext.agvm.statistics import (HalfStatistics, gradient_variance,
-                                   modulation_factors)
+                                   modulation_factors, raw_gradient)
 
 META = torch.device('meta')
 
@@ -83,6 +85,29 @@ def test_frozen_parameters_stay_out_of_the_layout():
         [dict(params=[frozen, trained], agvm_module='m0')], lr=0.1), ['m0'])
     assert [id(p) for p in layout.params] == [id(trained)]
     assert layout.bounds == [(0, 2), (2, 2)] and layout.group_modules == [0]
+
+
+def test_accumulation_halves_by_hand_in_buffers_kept_for_the_run():
+    """|A|^2, |B|^2, |A + B|^2 per module of the two halves' gradient sums,
+    at two re-estimates, in the same two buffers (a fresh 50 MB buffer on
+    CPU costs more in page faults than copying the gradients into it)."""
+    layout, params = _layout([2, 3])
+    halves = AccumulationHalves(layout, 2, partial(raw_gradient, None))
+    for step, scale in ((0, 1.0), (1, -2.0)):
+        params[0].grad = torch.tensor([1., 2.]) * scale
+        params[1].grad = torch.tensor([0., 3., 4.]) * scale
+        halves.after_backward(step, 1)
+        buffers = halves._buffers.data_ptr()
+        params[0].grad += torch.tensor([3., 0.]) * scale  # B = [3, 0]
+        params[1].grad += torch.tensor([4., 0., 0.]) * scale  # B = [4, 0, 0]
+        halves.after_backward(step, 2)
+        stats = halves.measure(step)
+        s2 = scale**2
+        assert stats.sq_norm_a.tolist() == [5 * s2, 25 * s2]
+        assert stats.sq_norm_b.tolist() == [9 * s2, 16 * s2]
+        assert stats.dot.tolist() == [3 * s2, 0.0]  # |A + B|^2 = 20, 41
+        assert halves._buffers.data_ptr() == buffers
+    assert halves.measure(1) is None  # each first half measured once
 
 
 def test_sums_are_float64_accurate_for_float32_gradients():

@@ -109,8 +109,22 @@ def _adam_with_state():
 def test_adam_precondition_by_hand():
     """g / (sqrt(v) + eps) where the optimizer has v, g elsewhere."""
     optimizer, params = _adam_with_state()
-    out = adam_precondition(optimizer, params, torch.tensor([5.0, 7.0, 3.0]))
+    flat = torch.tensor([5.0, 7.0, 3.0])
+    out = adam_precondition(optimizer, params, flat)
     assert out.tolist() == [5.0 / 2.5, 7.0 / 3.5, 3.0]
+    assert flat.tolist() == [5.0, 7.0, 3.0]
+
+
+@pytest.mark.parametrize('name', list(STATISTICS))
+def test_each_statistic_writes_out_in_place(name):
+    """``out=flat`` (the one-process halves' own buffers): the same values,
+    in the same storage."""
+    optimizer, params = _adam_with_state()
+    precondition = STATISTICS[name].precondition
+    flat = torch.tensor([5.0, 7.0, 3.0])
+    expected = precondition(optimizer, params, flat)
+    assert precondition(optimizer, params, flat, out=flat) is flat
+    assert flat.tolist() == expected.tolist()
 
 
 @pytest.mark.parametrize('name', list(STATISTICS))
