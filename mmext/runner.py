@@ -12,14 +12,22 @@ from mmengine.runner import Runner as MMEngineRunner
 
 from .compat import (accumulative_counts, config_base_files,
                      train_loader_batch_size, trusted_checkpoint_loading)
-from .log import warn
+from .log import refuse, warn
 from .lr_scaling import EFFECTIVE_BATCH_INFO, optim_wrappers
 from .registry import HOOKS, OPTIM_WRAPPERS, RUNNERS
 
 __all__ = [
     'Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint',
-    'check_ann_file', 'dropped_base_hooks'
+    'DATA_ROOT_VARIABLES', 'data_root_variable', 'check_ann_file',
+    'dropped_base_hooks'
 ]
+
+# The variables mmext's configs read their data folders from
+# (``{{$NAME:default}}``), with their defaults.
+DATA_ROOT_VARIABLES = {
+    'MMEXT_DATA_ROOT': osp.join('..', 'shared', 'data'),
+    'MMEXT_DEMO_DATA': osp.join('data', 'demo'),
+}
 
 # guard(runner, checkpoint, filename, resume_optimizer); raises ValueError.
 ResumeGuard = Callable[['Runner', dict, str, bool], None]
@@ -50,11 +58,24 @@ def restart_hint(filename: str) -> str:
             f'--resume).')
 
 
+def data_root_variable(path: str) -> Optional[str]:
+    """``NAME=value`` of the set variable of :data:`DATA_ROOT_VARIABLES`
+    that ``path`` lies under, if any."""
+    path = osp.normpath(path)
+    for name in DATA_ROOT_VARIABLES:
+        value = os.environ.get(name)
+        if value and (path + os.sep).startswith(
+                osp.normpath(value) + os.sep):
+            return f'{name}={value}'
+    return None
+
+
 def check_ann_file(dataset_cfg: dict) -> None:
     """Refuse a dataset whose ``ann_file`` is missing or empty.
 
     mmengine fails on both deep inside the dataset, without the folder a
-    relative path is relative to.
+    relative path is relative to, or the variable (of
+    :data:`DATA_ROOT_VARIABLES`) a config read it from.
 
     Args:
         dataset_cfg (dict): A loader's ``dataset`` (wrappers: their
@@ -71,16 +92,24 @@ def check_ann_file(dataset_cfg: dict) -> None:
         return  # no file, or a remote one (backend_args)
     path = osp.join(dataset_cfg.get('data_root') or '', ann_file)
     if not osp.exists(path):
+        variable = data_root_variable(path)
+        if variable:
+            raise refuse(FileNotFoundError(
+                f'ann_file {path} does not exist: check {variable}'))
         if osp.isabs(path):
-            raise FileNotFoundError(f'ann_file {path} does not exist')
-        raise FileNotFoundError(
+            raise refuse(FileNotFoundError(f'ann_file {path} does not exist'))
+        default = next((name for name, value in DATA_ROOT_VARIABLES.items()
+                        if osp.normpath(path).startswith(value + os.sep)),
+                       None)
+        hint = f', or set {default}' if default else ''
+        raise refuse(FileNotFoundError(
             f'ann_file {path} does not exist in {os.getcwd()}: run from '
-            f'the project root, or set MMEXT_DATA_ROOT')
+            f'the project root{hint}'))
     # A list of blank lines is empty too; a large file is not (COCO json).
     if osp.isfile(path) and osp.getsize(path) < 4096:
         with open(path, 'rb') as f:
             if not f.read().strip():
-                raise ValueError(f'ann_file {path} lists no samples')
+                raise refuse(ValueError(f'ann_file {path} lists no samples'))
 
 
 def dropped_base_hooks(cfg: Config) -> List[str]:
@@ -204,7 +233,11 @@ class Runner(MMEngineRunner):
             for registry in (HOOKS, OPTIM_WRAPPERS):
                 registry.import_from_location()
             for guard in _RESUME_GUARDS:
-                guard(self, checkpoint, filename, self._resuming)
+                try:
+                    guard(self, checkpoint, filename, self._resuming)
+                except ValueError as exc:
+                    refuse(exc)
+                    raise
             # Set anew by this run; mmengine would warn about loading it.
             checkpoint.get('message_hub', {}).get('resumed_keys', {}).pop(
                 EFFECTIVE_BATCH_INFO, None)

@@ -8,13 +8,14 @@ import warnings
 
 import pytest
 from bench_utils import build_runner
-from helpers import ToyRegressionData, ToyRegressor
+from helpers import ToyRegressionData, ToyRegressor, logged_errors
 from mmengine.config import Config
 from mmengine.registry import DATASETS, MODELS
 from mmengine.runner import Runner as MMEngineRunner
 
 from mmext.agvm import AGVMOptimWrapper
-from mmext.runner import Runner, register_resume_guard, restart_hint
+from mmext.runner import (DATA_ROOT_VARIABLES, Runner, register_resume_guard,
+                          restart_hint)
 
 
 @pytest.fixture(autouse=True)
@@ -145,6 +146,8 @@ def test_resume_agvm_checkpoint_into_plain_config(tmp_path):
     assert f'{ckpt} has AGVM state' in msg
     assert "type='mmext.AGVMOptimWrapper'" in msg
     assert runner.iter == 0
+    [line] = logged_errors(tmp_path / 'second')  # the guard's refusal
+    assert f'ValueError: {ckpt} has AGVM state' in line
 
 
 def test_resume_plain_checkpoint_into_agvm_config(tmp_path):
@@ -225,14 +228,22 @@ def _video_loader(ann_file, **dataset):
                              pipeline=[], **dataset))
 
 
-def test_a_missing_or_empty_annotation_list_is_named(tmp_path):
+def test_a_missing_or_empty_annotation_list_is_named(tmp_path, monkeypatch):
     from mmengine.registry import DefaultScope
+    for name in DATA_ROOT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     with DefaultScope.overwrite_default_scope('mmaction'):
         with pytest.raises(FileNotFoundError, match=re.escape(
-                f'no/such/folder/train.txt does not exist in {os.getcwd()}')):
+                f'no/such/folder/train.txt does not exist in {os.getcwd()}: '
+                'run from the project root')) as err:
             Runner.build_dataloader(_video_loader('no/such/folder/train.txt'))
-        with pytest.raises(FileNotFoundError, match='MMEXT_DATA_ROOT'):
-            Runner.build_dataloader(_video_loader('no-such-set/train.txt'))
+        assert 'MMEXT' not in str(err.value)  # the config reads none
+        # mmext's configs' default folders: the variable that moves them.
+        for variable, folder in DATA_ROOT_VARIABLES.items():
+            with pytest.raises(FileNotFoundError,
+                               match=f'root, or set {variable}$'):
+                Runner.build_dataloader(_video_loader(
+                    osp.join(folder, 'no-such-set', 'train.txt')))
         missing = str(tmp_path / 'absent.txt')
         with pytest.raises(FileNotFoundError,
                            match=f'^ann_file {re.escape(missing)} does not '
@@ -243,6 +254,39 @@ def test_a_missing_or_empty_annotation_list_is_named(tmp_path):
             with pytest.raises(ValueError,
                                match='empty.txt lists no samples'):
                 Runner.build_dataloader(_video_loader(tmp_path / 'empty.txt'))
+
+
+def test_a_missing_ann_file_is_in_the_run_log(tmp_path):
+    cfg = _cfg(tmp_path)
+    cfg.train_dataloader.dataset.ann_file = 'no/such/train.txt'
+    runner = build_runner(cfg)
+    with pytest.raises(FileNotFoundError):
+        runner.train()
+    [line] = logged_errors(tmp_path)
+    assert 'FileNotFoundError: ann_file no/such/train.txt does not' in line
+
+
+@pytest.mark.parametrize('config, variable', [
+    ('configs/multigrid/recognizer3d_r18_multigrid_fight.py',
+     'MMEXT_DATA_ROOT'),  # ann_file under data_root
+    ('configs/agvm/fpn_r18_agvm_camvid-cpu.py', 'MMEXT_DATA_ROOT'),
+    ('configs/demo/faster-rcnn_r18_fpn_demo-det.py', 'MMEXT_DEMO_DATA'),
+])
+def test_a_wrong_data_root_variable_is_named(tmp_path, monkeypatch, config,
+                                             variable):
+    """Issue 33: the variable set to a folder without the data was reported
+    as a missing file only."""
+    from mmengine.registry import DefaultScope
+    wrong = str(tmp_path / 'wrong')
+    monkeypatch.setenv(variable, wrong)
+    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    cfg = Config.fromfile(osp.join(root, config))
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        for loader in (cfg.train_dataloader, cfg.val_dataloader):
+            with pytest.raises(FileNotFoundError, match=re.escape(
+                    f'does not exist: check {variable}={wrong}')) as err:
+                Runner.build_dataloader(loader)
+            assert f'ann_file {wrong}' in str(err.value)
 
 
 def test_a_custom_hooks_override_that_drops_a_base_hook_warns(tmp_path):
