@@ -13,7 +13,9 @@ from mmengine.runner import Runner as MMEngineRunner
 from .compat import (accumulative_counts, config_base_files,
                      train_loader_batch_size, trusted_checkpoint_loading)
 from .log import refuse, warn
-from .lr_scaling import EFFECTIVE_BATCH_INFO, optim_wrappers
+from .lr_scaling import (ADAM_LINEAR_LIMIT, EFFECTIVE_BATCH_INFO, LR_RULES,
+                         auto_scale_lr_options, is_adam_family,
+                         optim_wrappers)
 from .registry import HOOKS, OPTIM_WRAPPERS, RUNNERS
 
 __all__ = [
@@ -144,7 +146,8 @@ class Runner(MMEngineRunner):
 
     * ``auto_scale_lr`` scales by the effective batch, loader batch x world
       size x ``accumulative_counts`` (mmengine leaves out the last factor,
-      and scales before any hook runs), which it logs.
+      and scales before any hook runs), linearly or by its square root
+      (``rule``), which it logs.
     * ``resume`` runs the guards of :func:`register_resume_guard` (a
       method's checkpoint into a config without the method, which no
       component of that config can see).
@@ -176,19 +179,22 @@ class Runner(MMEngineRunner):
                  ) -> None:
         """Log the effective batch; scale LRs by it if ``auto_scale_lr``.
 
+        The factor is ``LR_RULES[rule](effective batch / base_batch_size)``
+        (:func:`mmext.lr_scaling.auto_scale_lr_options`). An Adam-family or
+        LAMB optimizer scaled linearly by more than
+        ``ADAM_LINEAR_LIMIT`` warns, unless ``rule`` is set.
+
         Args:
             optim_wrapper (OptimWrapper | OptimWrapperDict): Built wrapper(s).
-            auto_scale_lr (dict, optional): ``enable`` and
-                ``base_batch_size``, as in mmengine.
+            auto_scale_lr (dict, optional): ``enable``, ``base_batch_size``
+                and ``rule`` (``'linear'`` or ``'sqrt'``, default linear).
 
         Raises:
-            ValueError: If enabled without ``base_batch_size``.
+            TypeError, ValueError: As
+                :func:`mmext.lr_scaling.auto_scale_lr_options`.
         """
         loader_batch = train_loader_batch_size(self)
-        enabled = bool(auto_scale_lr and auto_scale_lr.get('enable', False))
-        if enabled and 'base_batch_size' not in auto_scale_lr:
-            raise ValueError('auto_scale_lr.enable=True needs '
-                             'auto_scale_lr.base_batch_size')
+        options = auto_scale_lr_options(auto_scale_lr)
         batches = {}
         for name, wrapper in optim_wrappers(optim_wrapper).items():
             counts = accumulative_counts(wrapper)
@@ -196,13 +202,21 @@ class Runner(MMEngineRunner):
             message = (f"{name + ': ' if name else ''}effective batch "
                        f'{batch} (loader batch {loader_batch} x world size '
                        f'{self.world_size} x accumulative_counts {counts})')
-            if enabled:
-                base = auto_scale_lr['base_batch_size']
-                ratio = batch / base
+            if options is not None:
+                base, rule = options
+                factor = LR_RULES[rule](batch / base)
                 for group in wrapper.optimizer.param_groups:
-                    group['lr'] = group['lr'] * ratio
-                message += (f'; auto_scale_lr: LR x {ratio:g} (effective '
-                            f'batch / base_batch_size {base})')
+                    group['lr'] = group['lr'] * factor
+                ratio = f'{batch} / base_batch_size {base}'
+                message += (f'; auto_scale_lr rule={rule!r}: LR x '
+                            f'{factor:g} = ' +
+                            (ratio if rule == 'linear' else f'sqrt({ratio})'))
+                if (rule == 'linear' and 'rule' not in auto_scale_lr
+                        and factor > ADAM_LINEAR_LIMIT
+                        and is_adam_family(wrapper.optimizer)):
+                    warn(f'auto_scale_lr multiplies '
+                         f"{type(wrapper.optimizer).__name__}'s LR by "
+                         f"{factor:g} (linear rule): consider rule='sqrt'")
             self.logger.info(message)
         # Not resumed: a later run with mmengine's Runner must not inherit it.
         self.message_hub.update_info(EFFECTIVE_BATCH_INFO, batches,

@@ -86,7 +86,8 @@ def test_auto_scale_lr_uses_the_effective_batch_with_agvm(tmp_path, build):
         pytest.approx(0.05))
     log = open(glob_log(tmp_path)).read()
     assert 'effective batch 4 (loader batch 2 x world size 1 x ' in log
-    assert 'accumulative_counts 2); auto_scale_lr: LR x 0.5' in log
+    assert "accumulative_counts 2); auto_scale_lr rule='linear'" in log
+    assert 'LR x 0.5 = 4 / base_batch_size 8' in log
 
 
 def glob_log(work_dir):
@@ -105,6 +106,84 @@ def test_plain_wrapper_with_accumulation_is_scaled_alike(tmp_path):
     assert _lrs(runner) == [pytest.approx(0.05)]
 
 
+# Two param groups of different LRs (bias_lr_mult), every group checked.
+PARAMWISE = dict(bias_lr_mult=2.)
+OPTIMIZERS = {'SGD': dict(type='SGD', lr=0.1, momentum=0.9),
+              'AdamW': dict(type='AdamW', lr=1e-3, weight_decay=0.05)}
+
+
+@pytest.mark.parametrize('optimizer', ['SGD', 'AdamW'])
+@pytest.mark.parametrize('counts', [1, 2])
+@pytest.mark.parametrize('rule, factors', [
+    # Effective batch 2 x 1 x K against base_batch_size 8.
+    ('linear', {1: 0.25, 2: 0.5}),
+    ('sqrt', {1: 0.5, 2: 0.5**0.5}),
+])
+def test_auto_scale_lr_rule_sets_every_group(tmp_path, optimizer, counts,
+                                             rule, factors):
+    opt = OPTIMIZERS[optimizer]
+    cfg = _cfg(tmp_path, auto_scale_lr=dict(AUTO, rule=rule),
+               optim_wrapper=dict(optimizer=opt, paramwise_cfg=PARAMWISE,
+                                  accumulative_counts=counts))
+    runner = build_runner(cfg)
+    runner.train()
+    factor = factors[counts]
+    groups = runner.optim_wrapper.optimizer.param_groups
+    # One group per parameter: weight, bias of backbone and head.
+    assert [g['params'][0].dim() for g in groups] == [2, 1, 2, 1]
+    assert [g['lr'] for g in groups] == pytest.approx(
+        [opt['lr'] * factor * mult for mult in (1, 2, 1, 2)])
+    log = open(glob_log(tmp_path)).read()
+    assert f'effective batch {2 * counts} (loader batch 2' in log
+    ratio = f'{2 * counts} / base_batch_size 8'
+    shown = ratio if rule == 'linear' else f'sqrt({ratio})'
+    assert f"auto_scale_lr rule='{rule}': LR x {factor:g} = {shown}" in log
+
+
+@pytest.mark.parametrize('optimizer, counts, auto, warned', [
+    ('AdamW', 4, {}, True),             # effective batch 8: LR x 8
+    ('AdamW', 2, {}, False),            # LR x 4: not more than 4x
+    ('AdamW', 4, dict(rule='linear'), False),  # the rule chosen
+    ('AdamW', 4, dict(rule='sqrt'), False),
+    ('SGD', 4, {}, False),
+])
+def test_adam_scaled_linearly_beyond_4x_suggests_sqrt(
+        tmp_path, optimizer, counts, auto, warned):
+    cfg = _cfg(tmp_path, auto_scale_lr=dict(enable=True, base_batch_size=1,
+                                            **auto),
+               optim_wrapper=dict(optimizer=OPTIMIZERS[optimizer],
+                                  accumulative_counts=counts))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        build_runner(cfg).train()
+    suggested = [str(w.message) for w in caught if 'sqrt' in str(w.message)]
+    assert len(suggested) == warned
+    if warned:
+        assert "AdamW's LR by 8 (linear rule): consider rule='sqrt'" in (
+            suggested[0])
+        assert suggested[0] in open(glob_log(tmp_path)).read()
+
+
+@pytest.mark.parametrize('auto, error, fragment', [
+    (dict(base_batch_size=None), TypeError, 'base_batch_size=None'),
+    (dict(), TypeError, 'base_batch_size=None'),
+    (dict(base_batch_size=0), ValueError, 'base_batch_size=0: expected > 0'),
+    (dict(base_batch_size=8, rule='Sqrt'), ValueError, "rule='Sqrt'"),
+    (dict(base_batch_size=8, rules='sqrt'), TypeError, "key 'rules'"),
+])
+def test_a_bad_auto_scale_lr_is_refused_before_training(
+        tmp_path, auto, error, fragment):
+    """In the run's log file too (issue 33: base_batch_size=None was
+    mmengine's TypeError from a division)."""
+    runner = build_runner(_cfg(tmp_path, auto_scale_lr=dict(enable=True,
+                                                             **auto)))
+    with pytest.raises(error, match=re.escape(fragment)):
+        runner.train()
+    assert runner.iter == 0
+    [line] = logged_errors(tmp_path)
+    assert f'{error.__name__}: auto_scale_lr' in line and fragment in line
+
+
 def test_mmengine_runner_with_accumulation_is_refused(tmp_path):
     """The toolboxes' tools/train.py builds mmengine's Runner, which scales
     the LR by loader batch 2 x world size 1 / 8: the AGVM wrapper sees the
@@ -112,9 +191,26 @@ def test_mmengine_runner_with_accumulation_is_refused(tmp_path):
     runner = MMEngineRunner.from_cfg(_cfg(tmp_path, auto_scale_lr=AUTO))
     with pytest.raises(ValueError) as err:
         runner.train()
-    assert "accumulative_counts=2. Set runner_type='mmext.Runner'" in str(
-        err.value)
+    refused = "accumulative_counts=2. Set runner_type='mmext.Runner'"
+    assert refused in str(err.value)
     assert runner.iter == 0
+    # In the run's log file too, with mmengine's own Runner.
+    [line] = logged_errors(tmp_path)
+    assert refused in line and 'ValueError: auto_scale_lr is leaving' in line
+
+
+def test_mmengine_runner_ignoring_the_sqrt_rule_is_refused(tmp_path):
+    """mmengine's Runner scales linearly whatever the rule: the AGVM
+    wrapper stops the run before the first step."""
+    runner = MMEngineRunner.from_cfg(_cfg(
+        tmp_path, auto_scale_lr=dict(AUTO, rule='sqrt'),
+        optim_wrapper=dict(AGVM_WRAPPER, accumulative_counts=2)))
+    with pytest.raises(ValueError, match=re.escape(
+            "rule='sqrt' needs runner_type='mmext.Runner'")):
+        runner.train()
+    assert runner.iter == 0
+    [line] = logged_errors(tmp_path)
+    assert "ValueError: auto_scale_lr.rule='sqrt' needs" in line
 
 
 def test_mmengine_runner_without_auto_scale_lr_trains_agvm(tmp_path):
