@@ -1,10 +1,33 @@
-"""mmext's warnings: on stderr and in the run's log file."""
+"""mmext's warnings and refusals: on stderr and in the run's log file."""
+import inspect
 import logging
+import traceback
 import warnings
+from typing import Tuple
 
 from mmengine.logging import MMLogger
 
-__all__ = ['warn']
+__all__ = ['warn', 'refuse']
+
+# Set on an exception once :func:`refuse` has written it to the log file.
+LOGGED = 'mmext_logged'
+
+
+def _to_log_file(level: int, message: str,
+                 where: Tuple[str, int, str] = (__file__, 0, None)) -> None:
+    """A record for the file handlers of mmengine's current logger only:
+    the console already shows the warning or the traceback.
+
+    ``where``: the file, line and function an ERROR record names
+    (mmengine's format shows them).
+    """
+    logger = MMLogger.get_current_instance()
+    record = logger.makeRecord(logger.name, level, where[0], where[1],
+                               message, None, None, func=where[2])
+    for handler in logger.handlers:
+        if isinstance(handler, logging.FileHandler) and (
+                record.levelno >= handler.level):
+            handler.handle(record)
 
 
 def warn(message: str) -> None:
@@ -17,12 +40,32 @@ def warn(message: str) -> None:
         message (str): What is wrong and the fix.
     """
     warnings.warn(message, UserWarning, stacklevel=2)
-    logger = MMLogger.get_current_instance()
-    files = [h for h in logger.handlers if isinstance(h, logging.FileHandler)]
-    if not files:
-        return
-    record = logger.makeRecord(logger.name, logging.WARNING, __file__, 0,
-                               message, None, None)
-    for handler in files:
-        if record.levelno >= handler.level:
-            handler.handle(record)
+    _to_log_file(logging.WARNING, message)
+
+
+def refuse(exc: BaseException) -> BaseException:
+    """Write ``exc`` to the run's log file and return it:
+    ``raise refuse(ValueError(...))``.
+
+    Without it the reason a run stopped is only in the traceback on stderr,
+    which a cluster's job log may not keep. An ERROR record
+    ``<type>: <message>`` goes to the file handlers of mmengine's current
+    logger (the runner's, once it is built; none before), once per
+    exception: ``tools/train.py`` calls it again on whatever ends a run.
+
+    Args:
+        exc (BaseException): The exception about to be raised.
+
+    Returns:
+        BaseException: ``exc``.
+    """
+    if not getattr(exc, LOGGED, False):
+        if exc.__traceback__ is not None:  # raised: where, innermost
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            where = (frame.filename, frame.lineno, frame.name)
+        else:  # about to be raised by the caller
+            caller = inspect.stack(0)[1]
+            where = (caller.filename, caller.lineno, caller.function)
+        _to_log_file(logging.ERROR, f'{type(exc).__name__}: {exc}', where)
+        setattr(exc, LOGGED, True)
+    return exc

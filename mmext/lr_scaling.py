@@ -1,19 +1,25 @@
-"""Effective batch and per-step LR scaling, shared by both methods.
+"""Effective batch, ``auto_scale_lr``'s rules and per-step LR scaling,
+shared by both methods and the runner.
 
 The effective batch of an optimizer step is loader ``batch_size`` x world
 size x ``accumulative_counts``; mmengine's ``auto_scale_lr`` leaves out the
-third factor.
+third factor, and knows the linear rule only.
 """
+import math
+import numbers
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from typing import (Callable, Dict, Iterator, List, Optional, Sequence,
+                    Tuple)
 
 from mmengine.optim import OptimWrapper, OptimWrapperDict
 
 from .compat import accumulative_counts
+from .log import refuse
 
 __all__ = [
-    'RUNNER_TYPE', 'EFFECTIVE_BATCH_INFO', 'optim_wrappers',
-    'check_auto_scale_lr', 'scale_lrs', 'scaled_lrs'
+    'RUNNER_TYPE', 'EFFECTIVE_BATCH_INFO', 'LR_RULES', 'optim_wrappers',
+    'auto_scale_lr_options', 'is_adam_family', 'check_auto_scale_lr',
+    'scale_lrs', 'scaled_lrs'
 ]
 
 # ``runner_type`` of :class:`mmext.runner.Runner` in configs.
@@ -21,6 +27,17 @@ RUNNER_TYPE = 'mmext.Runner'
 # Message hub runtime info ``{wrapper name ('' for one): effective batch}``,
 # set by :class:`mmext.runner.Runner`.
 EFFECTIVE_BATCH_INFO = 'effective_batch_size'
+# ``auto_scale_lr.rule``: the LR factor as a function of effective batch /
+# ``base_batch_size``. Linear for SGD (Goyal et al., "Accurate, Large
+# Minibatch SGD", 2017; mmengine's only rule), square root for Adam-family
+# optimizers and LAMB (timm's train.py, ``--lr-base-scale``).
+LR_RULES: Dict[str, Callable[[float], float]] = {
+    'linear': lambda ratio: ratio,
+    'sqrt': math.sqrt,
+}
+AUTO_SCALE_LR_KEYS = ('enable', 'base_batch_size', 'rule')
+# Above this linear factor an Adam-family or LAMB optimizer gets a warning.
+ADAM_LINEAR_LIMIT = 4.
 
 
 def optim_wrappers(optim_wrapper) -> Dict[str, OptimWrapper]:
@@ -31,13 +48,63 @@ def optim_wrappers(optim_wrapper) -> Dict[str, OptimWrapper]:
     return {'': optim_wrapper}
 
 
+def auto_scale_lr_options(auto_scale_lr: Optional[dict]
+                          ) -> Optional[Tuple[float, str]]:
+    """``base_batch_size`` and ``rule`` of an enabled ``auto_scale_lr``.
+
+    Args:
+        auto_scale_lr (dict, optional): The run's ``auto_scale_lr``:
+            ``enable`` (default False), ``base_batch_size`` (the effective
+            batch the LR was tuned for) and ``rule``, a key of
+            :data:`LR_RULES` (default ``'linear'``, mmengine's).
+
+    Returns:
+        tuple | None: ``(base_batch_size, rule)``; None if not enabled.
+
+    Raises:
+        TypeError: For a key other than enable, base_batch_size and rule,
+            or a ``base_batch_size`` that is not a number.
+        ValueError: For a ``base_batch_size`` <= 0 or an unknown rule.
+    """
+    if not (auto_scale_lr and auto_scale_lr.get('enable', False)):
+        return None
+    unknown = sorted(set(auto_scale_lr) - set(AUTO_SCALE_LR_KEYS))
+    if unknown:
+        raise refuse(TypeError(f'auto_scale_lr got an unexpected key '
+                               f'{unknown[0]!r}'))
+    base = auto_scale_lr.get('base_batch_size')
+    if not isinstance(base, numbers.Real) or isinstance(base, bool):
+        raise refuse(TypeError(f'auto_scale_lr.base_batch_size={base!r}: '
+                               f'set the batch the LR was tuned for'))
+    if base <= 0:
+        raise refuse(ValueError(f'auto_scale_lr.base_batch_size={base!r}: '
+                                f'expected > 0'))
+    rule = auto_scale_lr.get('rule', 'linear')
+    if rule not in LR_RULES:
+        raise refuse(ValueError(f'auto_scale_lr.rule={rule!r}: expected '
+                                f'one of {list(LR_RULES)}'))
+    return base, rule
+
+
+def is_adam_family(optimizer) -> bool:
+    """Whether ``optimizer`` keeps Adam's moments (Adam, AdamW, NAdam,
+    RAdam, Adamax, LAMB...): its param groups have ``betas``.
+
+    The param groups, not ``optimizer.defaults``: ``ZeroRedundancyOptimizer``
+    keeps only the options it was given in ``defaults``.
+    """
+    return any('betas' in group for group in optimizer.param_groups)
+
+
 def check_auto_scale_lr(auto_scale_lr: Optional[dict], optim_wrapper,
                         message_hub) -> None:
-    """Raise if mmengine's own ``auto_scale_lr`` missed the accumulation.
+    """Raise if mmengine's own ``auto_scale_lr`` set another LR than
+    :class:`mmext.runner.Runner` would.
 
     mmengine's ``Runner.scale_lr`` leaves out ``accumulative_counts = K``,
-    setting an LR K times too small; :class:`mmext.runner.Runner` counts K
-    and records ``EFFECTIVE_BATCH_INFO``, which clears the run.
+    setting an LR K times too small, and ignores ``rule`` (scaling
+    linearly). :class:`mmext.runner.Runner` checks ``auto_scale_lr``,
+    counts K and records ``EFFECTIVE_BATCH_INFO``, which clears the run.
 
     Args:
         auto_scale_lr (dict, optional): The run's ``auto_scale_lr``.
@@ -45,19 +112,25 @@ def check_auto_scale_lr(auto_scale_lr: Optional[dict], optim_wrapper,
         message_hub (MessageHub): The run's message hub.
 
     Raises:
-        ValueError: If ``auto_scale_lr`` is enabled, some wrapper has K > 1
-            and the runner did not count K.
+        ValueError: If ``auto_scale_lr`` is enabled, the runner is not
+            mmext's, and some wrapper has K > 1 or the rule is not linear
+            (and as :func:`auto_scale_lr_options`).
     """
-    if not (auto_scale_lr and auto_scale_lr.get('enable', False)) or (
-            message_hub.get_info(EFFECTIVE_BATCH_INFO) is not None):
+    if message_hub.get_info(EFFECTIVE_BATCH_INFO) is not None:
         return
+    options = auto_scale_lr_options(auto_scale_lr)
+    if options is None:
+        return
+    if options[1] != 'linear':
+        raise refuse(ValueError(f'auto_scale_lr.rule={options[1]!r} needs '
+                                f"runner_type='{RUNNER_TYPE}'"))
     for wrapper in optim_wrappers(optim_wrapper).values():
         counts = accumulative_counts(wrapper)
         if counts > 1:
-            raise ValueError(
+            raise refuse(ValueError(
                 f'auto_scale_lr is leaving out optim_wrapper.'
                 f"accumulative_counts={counts}. Set runner_type='"
-                f"{RUNNER_TYPE}'")
+                f"{RUNNER_TYPE}'"))
 
 
 def scale_lrs(param_groups: Sequence[dict],

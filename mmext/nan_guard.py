@@ -11,6 +11,7 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 
+from .log import refuse
 from .lr_scaling import optim_wrappers
 from .registry import HOOKS
 
@@ -91,8 +92,8 @@ class NaNGuardHook(Hook):
 
     def __init__(self, action: str = 'stop', check_grads: bool = True):
         if action not in ACTIONS:
-            raise ValueError(f'NaNGuardHook action={action!r}: expected one '
-                             f'of {list(ACTIONS)}')
+            raise refuse(ValueError(f'NaNGuardHook action={action!r}: '
+                                    f'expected one of {list(ACTIONS)}'))
         self.action = action
         self.check_grads = check_grads
         self.skipped = 0
@@ -184,7 +185,7 @@ class NaNGuardHook(Hook):
         message = self._message(runner.iter + 1, terms, bad_terms, bad_grads,
                                 flags[1], data_batch)
         if self.action == 'stop':
-            raise FloatingPointError(message)
+            raise refuse(FloatingPointError(message))
         self.skipped += 1
         print_log(message, logger='current', level=logging.WARNING)
 

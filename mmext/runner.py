@@ -12,14 +12,24 @@ from mmengine.runner import Runner as MMEngineRunner
 
 from .compat import (accumulative_counts, config_base_files,
                      train_loader_batch_size, trusted_checkpoint_loading)
-from .log import warn
-from .lr_scaling import EFFECTIVE_BATCH_INFO, optim_wrappers
+from .log import refuse, warn
+from .lr_scaling import (ADAM_LINEAR_LIMIT, EFFECTIVE_BATCH_INFO, LR_RULES,
+                         auto_scale_lr_options, is_adam_family,
+                         optim_wrappers)
 from .registry import HOOKS, OPTIM_WRAPPERS, RUNNERS
 
 __all__ = [
     'Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint',
-    'check_ann_file', 'dropped_base_hooks'
+    'DATA_ROOT_VARIABLES', 'data_root_variable', 'check_ann_file',
+    'dropped_base_hooks'
 ]
+
+# The variables mmext's configs read their data folders from
+# (``{{$NAME:default}}``), with their defaults.
+DATA_ROOT_VARIABLES = {
+    'MMEXT_DATA_ROOT': osp.join('..', 'shared', 'data'),
+    'MMEXT_DEMO_DATA': osp.join('data', 'demo'),
+}
 
 # guard(runner, checkpoint, filename, resume_optimizer); raises ValueError.
 ResumeGuard = Callable[['Runner', dict, str, bool], None]
@@ -50,11 +60,24 @@ def restart_hint(filename: str) -> str:
             f'--resume).')
 
 
+def data_root_variable(path: str) -> Optional[str]:
+    """``NAME=value`` of the set variable of :data:`DATA_ROOT_VARIABLES`
+    that ``path`` lies under, if any."""
+    path = osp.normpath(path)
+    for name in DATA_ROOT_VARIABLES:
+        value = os.environ.get(name)
+        if value and (path + os.sep).startswith(
+                osp.normpath(value) + os.sep):
+            return f'{name}={value}'
+    return None
+
+
 def check_ann_file(dataset_cfg: dict) -> None:
     """Refuse a dataset whose ``ann_file`` is missing or empty.
 
     mmengine fails on both deep inside the dataset, without the folder a
-    relative path is relative to.
+    relative path is relative to, or the variable (of
+    :data:`DATA_ROOT_VARIABLES`) a config read it from.
 
     Args:
         dataset_cfg (dict): A loader's ``dataset`` (wrappers: their
@@ -71,16 +94,24 @@ def check_ann_file(dataset_cfg: dict) -> None:
         return  # no file, or a remote one (backend_args)
     path = osp.join(dataset_cfg.get('data_root') or '', ann_file)
     if not osp.exists(path):
+        variable = data_root_variable(path)
+        if variable:
+            raise refuse(FileNotFoundError(
+                f'ann_file {path} does not exist: check {variable}'))
         if osp.isabs(path):
-            raise FileNotFoundError(f'ann_file {path} does not exist')
-        raise FileNotFoundError(
+            raise refuse(FileNotFoundError(f'ann_file {path} does not exist'))
+        default = next((name for name, value in DATA_ROOT_VARIABLES.items()
+                        if osp.normpath(path).startswith(value + os.sep)),
+                       None)
+        hint = f', or set {default}' if default else ''
+        raise refuse(FileNotFoundError(
             f'ann_file {path} does not exist in {os.getcwd()}: run from '
-            f'the project root, or set MMEXT_DATA_ROOT')
+            f'the project root{hint}'))
     # A list of blank lines is empty too; a large file is not (COCO json).
     if osp.isfile(path) and osp.getsize(path) < 4096:
         with open(path, 'rb') as f:
             if not f.read().strip():
-                raise ValueError(f'ann_file {path} lists no samples')
+                raise refuse(ValueError(f'ann_file {path} lists no samples'))
 
 
 def dropped_base_hooks(cfg: Config) -> List[str]:
@@ -115,7 +146,8 @@ class Runner(MMEngineRunner):
 
     * ``auto_scale_lr`` scales by the effective batch, loader batch x world
       size x ``accumulative_counts`` (mmengine leaves out the last factor,
-      and scales before any hook runs), which it logs.
+      and scales before any hook runs), linearly or by its square root
+      (``rule``), which it logs.
     * ``resume`` runs the guards of :func:`register_resume_guard` (a
       method's checkpoint into a config without the method, which no
       component of that config can see).
@@ -147,19 +179,22 @@ class Runner(MMEngineRunner):
                  ) -> None:
         """Log the effective batch; scale LRs by it if ``auto_scale_lr``.
 
+        The factor is ``LR_RULES[rule](effective batch / base_batch_size)``
+        (:func:`mmext.lr_scaling.auto_scale_lr_options`). An Adam-family or
+        LAMB optimizer scaled linearly by more than
+        ``ADAM_LINEAR_LIMIT`` warns, unless ``rule`` is set.
+
         Args:
             optim_wrapper (OptimWrapper | OptimWrapperDict): Built wrapper(s).
-            auto_scale_lr (dict, optional): ``enable`` and
-                ``base_batch_size``, as in mmengine.
+            auto_scale_lr (dict, optional): ``enable``, ``base_batch_size``
+                and ``rule`` (``'linear'`` or ``'sqrt'``, default linear).
 
         Raises:
-            ValueError: If enabled without ``base_batch_size``.
+            TypeError, ValueError: As
+                :func:`mmext.lr_scaling.auto_scale_lr_options`.
         """
         loader_batch = train_loader_batch_size(self)
-        enabled = bool(auto_scale_lr and auto_scale_lr.get('enable', False))
-        if enabled and 'base_batch_size' not in auto_scale_lr:
-            raise ValueError('auto_scale_lr.enable=True needs '
-                             'auto_scale_lr.base_batch_size')
+        options = auto_scale_lr_options(auto_scale_lr)
         batches = {}
         for name, wrapper in optim_wrappers(optim_wrapper).items():
             counts = accumulative_counts(wrapper)
@@ -167,13 +202,21 @@ class Runner(MMEngineRunner):
             message = (f"{name + ': ' if name else ''}effective batch "
                        f'{batch} (loader batch {loader_batch} x world size '
                        f'{self.world_size} x accumulative_counts {counts})')
-            if enabled:
-                base = auto_scale_lr['base_batch_size']
-                ratio = batch / base
+            if options is not None:
+                base, rule = options
+                factor = LR_RULES[rule](batch / base)
                 for group in wrapper.optimizer.param_groups:
-                    group['lr'] = group['lr'] * ratio
-                message += (f'; auto_scale_lr: LR x {ratio:g} (effective '
-                            f'batch / base_batch_size {base})')
+                    group['lr'] = group['lr'] * factor
+                ratio = f'{batch} / base_batch_size {base}'
+                message += (f'; auto_scale_lr rule={rule!r}: LR x '
+                            f'{factor:g} = ' +
+                            (ratio if rule == 'linear' else f'sqrt({ratio})'))
+                if (rule == 'linear' and 'rule' not in auto_scale_lr
+                        and factor > ADAM_LINEAR_LIMIT
+                        and is_adam_family(wrapper.optimizer)):
+                    warn(f'auto_scale_lr multiplies '
+                         f"{type(wrapper.optimizer).__name__}'s LR by "
+                         f"{factor:g} (linear rule): consider rule='sqrt'")
             self.logger.info(message)
         # Not resumed: a later run with mmengine's Runner must not inherit it.
         self.message_hub.update_info(EFFECTIVE_BATCH_INFO, batches,
@@ -204,7 +247,11 @@ class Runner(MMEngineRunner):
             for registry in (HOOKS, OPTIM_WRAPPERS):
                 registry.import_from_location()
             for guard in _RESUME_GUARDS:
-                guard(self, checkpoint, filename, self._resuming)
+                try:
+                    guard(self, checkpoint, filename, self._resuming)
+                except ValueError as exc:
+                    refuse(exc)
+                    raise
             # Set anew by this run; mmengine would warn about loading it.
             checkpoint.get('message_hub', {}).get('resumed_keys', {}).pop(
                 EFFECTIVE_BATCH_INFO, None)

@@ -11,6 +11,7 @@ from mmengine.optim.scheduler.lr_scheduler import LRSchedulerMixin
 from mmengine.optim.scheduler import ExponentialParamScheduler
 
 from .compat import SCHEDULER_INF
+from .log import refuse
 from .registry import PARAM_SCHEDULERS
 
 __all__ = ['ExpWarmupParamScheduler', 'ExpWarmupLR']
@@ -44,12 +45,14 @@ class ExpWarmupParamScheduler(ExponentialParamScheduler):
                  by_epoch: bool = True, verbose: bool = False):
         if not (isinstance(start_factor, (int, float))
                 and 0 < start_factor <= 1):
-            raise ValueError(f'ExpWarmupLR start_factor={start_factor!r}: '
-                             f'expected a number in (0, 1]')
+            raise refuse(ValueError(f'ExpWarmupLR start_factor='
+                                    f'{start_factor!r}: expected a number in '
+                                    f'(0, 1]'))
         if (end == SCHEDULER_INF or not isinstance(end, int)
                 or not isinstance(begin, int) or end <= begin):
-            raise ValueError(f'ExpWarmupLR begin={begin!r}, end={end!r}: '
-                             f'expected an integer end after begin')
+            raise refuse(ValueError(f'ExpWarmupLR begin={begin!r}, end='
+                                    f'{end!r}: expected an integer end after '
+                                    f'begin'))
         self.start_factor = start_factor
         self.warmup_steps = end - begin
         super().__init__(
@@ -64,8 +67,8 @@ class ExpWarmupParamScheduler(ExponentialParamScheduler):
         """An iteration-based instance from an epoch-based config
         (``convert_to_iter_based=True``)."""
         if not by_epoch or not epoch_length or epoch_length <= 0:
-            raise ValueError('convert_to_iter_based needs by_epoch=True and '
-                             'the epoch length')
+            raise refuse(ValueError('convert_to_iter_based needs '
+                                    'by_epoch=True and the epoch length'))
         end = end if end == SCHEDULER_INF else int(end * epoch_length)
         return cls(*args, begin=int(begin * epoch_length), end=end,
                    by_epoch=False, **kwargs)

@@ -43,6 +43,18 @@ def assert_refused_before_training(args, message, timeout=300):
     assert message in proc.stderr
     assert 'Epoch(train)' not in proc.stdout + proc.stderr
 
+def logged_errors(work_dir) -> list:
+    """The ERROR lines of the run log files under ``work_dir``
+    (``<work_dir>/<timestamp>/<timestamp>.log``, as mmengine writes them):
+    where refusals (``mmext.log.refuse``) land."""
+    import glob
+    lines = []
+    for path in sorted(glob.glob(osp.join(str(work_dir), '*', '*.log'))):
+        with open(path) as f:
+            lines += [line for line in f if ' - ERROR - ' in line]
+    return lines
+
+
 # Marks a test that needs CUDA: skipped with the reason without one, selected
 # by `pytest -m cuda` (what .dev_scripts/gpu_check.sh runs).
 CUDA_MARKS = [

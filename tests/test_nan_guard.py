@@ -7,7 +7,7 @@ import os.path as osp
 
 import pytest
 import torch
-from helpers import ToyRegressionData, toy_loader
+from helpers import ToyRegressionData, logged_errors, toy_loader
 from mmengine.config import Config
 from mmengine.model import BaseModel
 from mmengine.registry import DATASETS, MODELS
@@ -118,6 +118,9 @@ def test_stop_at_a_nan_loss_before_its_step(tmp_path):
     assert '(its step was not taken)' in message
     assert 'Loss terms: loss=nan, loss_mse=nan, loss_const=0.5.' in message
     assert message.endswith('clip gradients (optim_wrapper.clip_grad).')
+    # In the run's log file too (the console has the traceback).
+    [line] = logged_errors(tmp_path)
+    assert 'FloatingPointError: Non-finite loss terms' in line
     # The weights are those before the poisoned iteration.
     now = [p.detach() for p in runner.model.parameters()]
     assert _same(now, weights.before[5])

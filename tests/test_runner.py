@@ -8,13 +8,14 @@ import warnings
 
 import pytest
 from bench_utils import build_runner
-from helpers import ToyRegressionData, ToyRegressor
+from helpers import ToyRegressionData, ToyRegressor, logged_errors
 from mmengine.config import Config
 from mmengine.registry import DATASETS, MODELS
 from mmengine.runner import Runner as MMEngineRunner
 
 from mmext.agvm import AGVMOptimWrapper
-from mmext.runner import Runner, register_resume_guard, restart_hint
+from mmext.runner import (DATA_ROOT_VARIABLES, Runner, register_resume_guard,
+                          restart_hint)
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +86,8 @@ def test_auto_scale_lr_uses_the_effective_batch_with_agvm(tmp_path, build):
         pytest.approx(0.05))
     log = open(glob_log(tmp_path)).read()
     assert 'effective batch 4 (loader batch 2 x world size 1 x ' in log
-    assert 'accumulative_counts 2); auto_scale_lr: LR x 0.5' in log
+    assert "accumulative_counts 2); auto_scale_lr rule='linear'" in log
+    assert 'LR x 0.5 = 4 / base_batch_size 8' in log
 
 
 def glob_log(work_dir):
@@ -104,6 +106,84 @@ def test_plain_wrapper_with_accumulation_is_scaled_alike(tmp_path):
     assert _lrs(runner) == [pytest.approx(0.05)]
 
 
+# Two param groups of different LRs (bias_lr_mult), every group checked.
+PARAMWISE = dict(bias_lr_mult=2.)
+OPTIMIZERS = {'SGD': dict(type='SGD', lr=0.1, momentum=0.9),
+              'AdamW': dict(type='AdamW', lr=1e-3, weight_decay=0.05)}
+
+
+@pytest.mark.parametrize('optimizer', ['SGD', 'AdamW'])
+@pytest.mark.parametrize('counts', [1, 2])
+@pytest.mark.parametrize('rule, factors', [
+    # Effective batch 2 x 1 x K against base_batch_size 8.
+    ('linear', {1: 0.25, 2: 0.5}),
+    ('sqrt', {1: 0.5, 2: 0.5**0.5}),
+])
+def test_auto_scale_lr_rule_sets_every_group(tmp_path, optimizer, counts,
+                                             rule, factors):
+    opt = OPTIMIZERS[optimizer]
+    cfg = _cfg(tmp_path, auto_scale_lr=dict(AUTO, rule=rule),
+               optim_wrapper=dict(optimizer=opt, paramwise_cfg=PARAMWISE,
+                                  accumulative_counts=counts))
+    runner = build_runner(cfg)
+    runner.train()
+    factor = factors[counts]
+    groups = runner.optim_wrapper.optimizer.param_groups
+    # One group per parameter: weight, bias of backbone and head.
+    assert [g['params'][0].dim() for g in groups] == [2, 1, 2, 1]
+    assert [g['lr'] for g in groups] == pytest.approx(
+        [opt['lr'] * factor * mult for mult in (1, 2, 1, 2)])
+    log = open(glob_log(tmp_path)).read()
+    assert f'effective batch {2 * counts} (loader batch 2' in log
+    ratio = f'{2 * counts} / base_batch_size 8'
+    shown = ratio if rule == 'linear' else f'sqrt({ratio})'
+    assert f"auto_scale_lr rule='{rule}': LR x {factor:g} = {shown}" in log
+
+
+@pytest.mark.parametrize('optimizer, counts, auto, warned', [
+    ('AdamW', 4, {}, True),             # effective batch 8: LR x 8
+    ('AdamW', 2, {}, False),            # LR x 4: not more than 4x
+    ('AdamW', 4, dict(rule='linear'), False),  # the rule chosen
+    ('AdamW', 4, dict(rule='sqrt'), False),
+    ('SGD', 4, {}, False),
+])
+def test_adam_scaled_linearly_beyond_4x_suggests_sqrt(
+        tmp_path, optimizer, counts, auto, warned):
+    cfg = _cfg(tmp_path, auto_scale_lr=dict(enable=True, base_batch_size=1,
+                                            **auto),
+               optim_wrapper=dict(optimizer=OPTIMIZERS[optimizer],
+                                  accumulative_counts=counts))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        build_runner(cfg).train()
+    suggested = [str(w.message) for w in caught if 'sqrt' in str(w.message)]
+    assert len(suggested) == warned
+    if warned:
+        assert "AdamW's LR by 8 (linear rule): consider rule='sqrt'" in (
+            suggested[0])
+        assert suggested[0] in open(glob_log(tmp_path)).read()
+
+
+@pytest.mark.parametrize('auto, error, fragment', [
+    (dict(base_batch_size=None), TypeError, 'base_batch_size=None'),
+    (dict(), TypeError, 'base_batch_size=None'),
+    (dict(base_batch_size=0), ValueError, 'base_batch_size=0: expected > 0'),
+    (dict(base_batch_size=8, rule='Sqrt'), ValueError, "rule='Sqrt'"),
+    (dict(base_batch_size=8, rules='sqrt'), TypeError, "key 'rules'"),
+])
+def test_a_bad_auto_scale_lr_is_refused_before_training(
+        tmp_path, auto, error, fragment):
+    """In the run's log file too (issue 33: base_batch_size=None was
+    mmengine's TypeError from a division)."""
+    runner = build_runner(_cfg(tmp_path, auto_scale_lr=dict(enable=True,
+                                                             **auto)))
+    with pytest.raises(error, match=re.escape(fragment)):
+        runner.train()
+    assert runner.iter == 0
+    [line] = logged_errors(tmp_path)
+    assert f'{error.__name__}: auto_scale_lr' in line and fragment in line
+
+
 def test_mmengine_runner_with_accumulation_is_refused(tmp_path):
     """The toolboxes' tools/train.py builds mmengine's Runner, which scales
     the LR by loader batch 2 x world size 1 / 8: the AGVM wrapper sees the
@@ -111,9 +191,26 @@ def test_mmengine_runner_with_accumulation_is_refused(tmp_path):
     runner = MMEngineRunner.from_cfg(_cfg(tmp_path, auto_scale_lr=AUTO))
     with pytest.raises(ValueError) as err:
         runner.train()
-    assert "accumulative_counts=2. Set runner_type='mmext.Runner'" in str(
-        err.value)
+    refused = "accumulative_counts=2. Set runner_type='mmext.Runner'"
+    assert refused in str(err.value)
     assert runner.iter == 0
+    # In the run's log file too, with mmengine's own Runner.
+    [line] = logged_errors(tmp_path)
+    assert refused in line and 'ValueError: auto_scale_lr is leaving' in line
+
+
+def test_mmengine_runner_ignoring_the_sqrt_rule_is_refused(tmp_path):
+    """mmengine's Runner scales linearly whatever the rule: the AGVM
+    wrapper stops the run before the first step."""
+    runner = MMEngineRunner.from_cfg(_cfg(
+        tmp_path, auto_scale_lr=dict(AUTO, rule='sqrt'),
+        optim_wrapper=dict(AGVM_WRAPPER, accumulative_counts=2)))
+    with pytest.raises(ValueError, match=re.escape(
+            "rule='sqrt' needs runner_type='mmext.Runner'")):
+        runner.train()
+    assert runner.iter == 0
+    [line] = logged_errors(tmp_path)
+    assert "ValueError: auto_scale_lr.rule='sqrt' needs" in line
 
 
 def test_mmengine_runner_without_auto_scale_lr_trains_agvm(tmp_path):
@@ -145,6 +242,8 @@ def test_resume_agvm_checkpoint_into_plain_config(tmp_path):
     assert f'{ckpt} has AGVM state' in msg
     assert "type='mmext.AGVMOptimWrapper'" in msg
     assert runner.iter == 0
+    [line] = logged_errors(tmp_path / 'second')  # the guard's refusal
+    assert f'ValueError: {ckpt} has AGVM state' in line
 
 
 def test_resume_plain_checkpoint_into_agvm_config(tmp_path):
@@ -225,14 +324,22 @@ def _video_loader(ann_file, **dataset):
                              pipeline=[], **dataset))
 
 
-def test_a_missing_or_empty_annotation_list_is_named(tmp_path):
+def test_a_missing_or_empty_annotation_list_is_named(tmp_path, monkeypatch):
     from mmengine.registry import DefaultScope
+    for name in DATA_ROOT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     with DefaultScope.overwrite_default_scope('mmaction'):
         with pytest.raises(FileNotFoundError, match=re.escape(
-                f'no/such/folder/train.txt does not exist in {os.getcwd()}')):
+                f'no/such/folder/train.txt does not exist in {os.getcwd()}: '
+                'run from the project root')) as err:
             Runner.build_dataloader(_video_loader('no/such/folder/train.txt'))
-        with pytest.raises(FileNotFoundError, match='MMEXT_DATA_ROOT'):
-            Runner.build_dataloader(_video_loader('no-such-set/train.txt'))
+        assert 'MMEXT' not in str(err.value)  # the config reads none
+        # mmext's configs' default folders: the variable that moves them.
+        for variable, folder in DATA_ROOT_VARIABLES.items():
+            with pytest.raises(FileNotFoundError,
+                               match=f'root, or set {variable}$'):
+                Runner.build_dataloader(_video_loader(
+                    osp.join(folder, 'no-such-set', 'train.txt')))
         missing = str(tmp_path / 'absent.txt')
         with pytest.raises(FileNotFoundError,
                            match=f'^ann_file {re.escape(missing)} does not '
@@ -243,6 +350,39 @@ def test_a_missing_or_empty_annotation_list_is_named(tmp_path):
             with pytest.raises(ValueError,
                                match='empty.txt lists no samples'):
                 Runner.build_dataloader(_video_loader(tmp_path / 'empty.txt'))
+
+
+def test_a_missing_ann_file_is_in_the_run_log(tmp_path):
+    cfg = _cfg(tmp_path)
+    cfg.train_dataloader.dataset.ann_file = 'no/such/train.txt'
+    runner = build_runner(cfg)
+    with pytest.raises(FileNotFoundError):
+        runner.train()
+    [line] = logged_errors(tmp_path)
+    assert 'FileNotFoundError: ann_file no/such/train.txt does not' in line
+
+
+@pytest.mark.parametrize('config, variable', [
+    ('configs/multigrid/recognizer3d_r18_multigrid_fight.py',
+     'MMEXT_DATA_ROOT'),  # ann_file under data_root
+    ('configs/agvm/fpn_r18_agvm_camvid-cpu.py', 'MMEXT_DATA_ROOT'),
+    ('configs/demo/faster-rcnn_r18_fpn_demo-det.py', 'MMEXT_DEMO_DATA'),
+])
+def test_a_wrong_data_root_variable_is_named(tmp_path, monkeypatch, config,
+                                             variable):
+    """Issue 33: the variable set to a folder without the data was reported
+    as a missing file only."""
+    from mmengine.registry import DefaultScope
+    wrong = str(tmp_path / 'wrong')
+    monkeypatch.setenv(variable, wrong)
+    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    cfg = Config.fromfile(osp.join(root, config))
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        for loader in (cfg.train_dataloader, cfg.val_dataloader):
+            with pytest.raises(FileNotFoundError, match=re.escape(
+                    f'does not exist: check {variable}={wrong}')) as err:
+                Runner.build_dataloader(loader)
+            assert f'ann_file {wrong}' in str(err.value)
 
 
 def test_a_custom_hooks_override_that_drops_a_base_hook_warns(tmp_path):

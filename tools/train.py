@@ -4,22 +4,26 @@
 of the config's ``default_scope`` (mmdet, mmaction, mmseg), so the options
 are that toolbox's (``tools/train.py CONFIG -h``). mmext adds its
 registries and the ``mmext::`` prefix, ``mmext.Runner`` for a config naming
-no runner, AGVM's ``--amp``, gloo without CUDA, trusted checkpoint loads
-and the process group's tear-down (docs/en/get_started.md, "Tool
+no runner, AGVM's ``--amp``, gloo without CUDA, trusted checkpoint loads,
+the process group's tear-down, the exception that ends a run in its log
+file and, at the end, where the run wrote (docs/en/get_started.md, "Tool
 options"). ``tools/test.py`` runs the toolbox's ``tools/test.py`` alike.
 """
 import importlib
 import importlib.util
+import logging
 import os.path as osp
 import sys
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 from mmengine.config import Config
+from mmengine.logging import MMLogger
 
 import mmext.registry  # noqa: F401  (mmext's scope and mmext:: configs)
 from mmext.compat import trusted_checkpoint_loading
+from mmext.log import refuse
 
 CONFIG_SUFFIXES = ('.py', '.json', '.yaml', '.yml')
 RUNNER_TYPE = 'mmext.Runner'
@@ -144,15 +148,59 @@ def toolbox_arguments(name: str, argv: List[str]):
     return tool, argv, args.launcher
 
 
+def run_files(logger: MMLogger, name: str) -> List[Tuple[str, str]]:
+    """Where a run's logger wrote: ``(what, path)`` for the work_dir, the
+    log file, the metrics json and (training) the last checkpoint, those
+    that exist.
+
+    mmengine lays them out as ``<work_dir>/<timestamp>/<timestamp>.log``,
+    ``.../vis_data/scalars.json`` (training; testing:
+    ``.../<timestamp>.json``) and ``<work_dir>/last_checkpoint`` (the path
+    of the last checkpoint saved).
+    """
+    logs = [h.baseFilename for h in logger.handlers
+            if isinstance(h, logging.FileHandler)]
+    if not logs:
+        return []
+    log_dir, log_name = osp.split(logs[0])
+    work_dir = osp.dirname(log_dir)
+    files = [('work_dir', work_dir), ('log', logs[0])]
+    metrics = osp.join(log_dir, 'vis_data', 'scalars.json') if (
+        name == 'train') else osp.join(log_dir,
+                                       osp.splitext(log_name)[0] + '.json')
+    if osp.isfile(metrics):
+        files.append(('metrics', metrics))
+    last = osp.join(work_dir, 'last_checkpoint')
+    if name == 'train' and osp.isfile(last):
+        with open(last) as f:
+            files.append(('checkpoint', f.read().strip()))
+    return files
+
+
 def main(name: str = 'train', argv: Optional[Sequence[str]] = None) -> None:
     """Run the toolbox's ``tools/<name>.py`` with ``argv`` (default: the
-    command line's) and mmext's additions."""
+    command line's) and mmext's additions; print where the run wrote.
+
+    An exception that ends the run is also written to the run's log file
+    (:func:`mmext.log.refuse`), once its runner has made one.
+    """
     tool, argv, launcher = toolbox_arguments(
         name, list(sys.argv[1:] if argv is None else argv))
     sys.argv = [tool.__file__, *argv]
     start_cpu_process_group(launcher)
-    with trusted_checkpoint_loading():  # torch>=2.6 refuses mmengine's
-        tool.main()
+    before = MMLogger.get_current_instance()
+    try:
+        with trusted_checkpoint_loading():  # torch>=2.6 refuses mmengine's
+            tool.main()
+    except Exception as exc:
+        if MMLogger.get_current_instance() is not before:  # the run's
+            refuse(exc)
+        raise
+    logger = MMLogger.get_current_instance()
+    if logger is not before and (not dist.is_initialized()
+                                 or dist.get_rank() == 0):
+        for what, path in run_files(logger, name):
+            print(f'{what:<10} {path}')
     if dist.is_initialized():  # gloo may abort at exit (pytorch#179291)
         dist.barrier()
         dist.destroy_process_group()
