@@ -1,13 +1,14 @@
 """mmext's warnings and refusals: on stderr and in the run's log file."""
+import functools
 import inspect
 import logging
 import traceback
 import warnings
-from typing import Tuple
+from typing import Callable, Tuple
 
 from mmengine.logging import MMLogger
 
-__all__ = ['warn', 'refuse']
+__all__ = ['warn', 'refuse', 'logs_refusals']
 
 # Set on an exception once :func:`refuse` has written it to the log file.
 LOGGED = 'mmext_logged'
@@ -69,3 +70,21 @@ def refuse(exc: BaseException) -> BaseException:
         _to_log_file(logging.ERROR, f'{type(exc).__name__}: {exc}', where)
         setattr(exc, LOGGED, True)
     return exc
+
+
+def logs_refusals(method: Callable) -> Callable:
+    """Decorate a lifecycle method of a hook or wrapper: an exception
+    leaving it is also written to the run's log file (:func:`refuse`).
+
+    One decorator on the entry points (``__init__``, ``before_run``, ...)
+    covers every check they call, pure ones included.
+    """
+
+    @functools.wraps(method)
+    def logged(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:
+            raise refuse(exc)
+
+    return logged

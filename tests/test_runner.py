@@ -199,6 +199,23 @@ def test_mmengine_runner_with_accumulation_is_refused(tmp_path):
     assert refused in line and 'ValueError: auto_scale_lr is leaving' in line
 
 
+@pytest.mark.parametrize('wrapper,error,fragment', [
+    (dict(module_names=['backbon']), ValueError, "'backbon' is not"),
+    (dict(update_interval=0), ValueError, 'update_interval=0'),
+    (dict(paramwise_cfg=['x']), TypeError, 'paramwise_cfg should be'),
+])
+def test_agvm_refusals_reach_the_log_with_mmengines_runner(
+        tmp_path, wrapper, error, fragment):
+    """The constructor and the wrapper (built in Runner.train) log what
+    stops a run from their own lifecycle, without mmext.Runner."""
+    runner = MMEngineRunner.from_cfg(_cfg(
+        tmp_path, optim_wrapper=dict(AGVM_WRAPPER, **wrapper)))
+    with pytest.raises(error, match=re.escape(fragment)):
+        runner.train()
+    [line] = logged_errors(tmp_path)
+    assert f'{error.__name__}: ' in line and fragment in line
+
+
 def test_mmengine_runner_ignoring_the_sqrt_rule_is_refused(tmp_path):
     """mmengine's Runner scales linearly whatever the rule: the AGVM
     wrapper stops the run before the first step."""

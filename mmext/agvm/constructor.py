@@ -16,7 +16,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from mmext.compat import calling_runner
-from mmext.log import warn
+from mmext.log import logs_refusals, warn
 from mmext.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
 from .optim_wrapper import is_agvm_type
 
@@ -383,6 +383,7 @@ class AGVMOptimWrapperConstructor:
         KeyError: If ``base_constructor`` is not registered.
     """
 
+    @logs_refusals
     def __init__(self,
                  optim_wrapper_cfg: dict,
                  paramwise_cfg: Optional[dict] = None):
@@ -436,6 +437,7 @@ class AGVMOptimWrapperConstructor:
             _warn_unmatched_custom_keys(model, self.paramwise_cfg)
         return optimizer
 
+    @logs_refusals
     def __call__(self, model: nn.Module) -> OptimWrapper:
         """Build the AGVM wrapper for ``model`` (DDP-wrapped or not).
 

@@ -23,7 +23,7 @@ from torch.optim import Optimizer
 
 from mmext.compat import (accumulative_counts, calling_runner,
                           drop_logged_scalar, grad_clipping_off, max_counts)
-from mmext.log import warn
+from mmext.log import logs_refusals, warn
 from mmext.lr_scaling import check_auto_scale_lr, optim_wrappers, scaled_lrs
 from mmext.nan_guard import NaNGuardHook
 from mmext.registry import OPTIM_WRAPPERS
@@ -270,6 +270,7 @@ class AGVMOptimWrapper(OptimWrapper):
             < 2 ``accumulative_counts``.
     """
 
+    @logs_refusals
     def __init__(self,
                  optimizer: Optimizer,
                  module_names: Optional[Sequence[str]] = None,
@@ -333,6 +334,7 @@ class AGVMOptimWrapper(OptimWrapper):
         # training starts).
         self._nan_guard = False
 
+    @logs_refusals
     def initialize_count_status(self, model: nn.Module, init_counts: int,
                                 max_counts: int) -> None:
         """mmengine's set-up of the counters, then the checks against the run.
@@ -378,33 +380,6 @@ class AGVMOptimWrapper(OptimWrapper):
         messages += ema_interval_messages(hooks, self._counts[1])
         for message in messages:
             warn(message)
-
-    def rescale_iterations(self, scale) -> List[str]:
-        """Rescale ``start_iter``, ``end_iter`` and ``clip_grad_window`` with
-        ``scale(iterations)`` (``mmext.Runner``'s ``auto_scale_schedule``).
-
-        A window that rounding would empty keeps one iteration.
-
-        Returns:
-            list[str]: ``'optim_wrapper.<option> a -> b'`` per change.
-        """
-        old = self.schedule
-        window = old.clip_grad_window
-        if window is not None:
-            begin = scale(window[0])
-            window = (begin, max(scale(window[1]), begin + 1))
-        start = scale(old.start_iter)
-        end = (None if old.end_iter == math.inf else max(
-            scale(old.end_iter), start + 1))
-        self.schedule = AGVMSchedule(old.update_interval, start, end,
-                                     old.accumulative_counts, window)
-        return [
-            f'optim_wrapper.{name} {a} -> {b}' for name, a, b in (
-                ('start_iter', old.start_iter, self.schedule.start_iter),
-                ('end_iter', old.end_iter, self.schedule.end_iter),
-                ('clip_grad_window', old.clip_grad_window, window))
-            if a != b
-        ]
 
     def summary(self, max_iters: Optional[int] = None) -> str:
         """What AGVM will do in this run (:func:`run_summary`)."""
@@ -576,6 +551,7 @@ class AGVMOptimWrapper(OptimWrapper):
             last_variance=self.last_variance.clone())
         return state
 
+    @logs_refusals
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore :meth:`state_dict` output.
 

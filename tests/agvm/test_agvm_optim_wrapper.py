@@ -500,27 +500,6 @@ def test_good_options_and_config_keys_pass():
                                    'adam')
 
 
-def test_rescale_iterations_keeps_every_window_non_empty():
-    """What mmext.Runner's auto_scale_schedule does to the window: each
-    count / 4, rounded; a window that rounding would empty keeps one
-    iteration (as the runner's param schedulers do)."""
-    wrapper = build_wrapper(ToyModel(), accumulative_counts=2, start_iter=20,
-                            end_iter=100, clip_grad=dict(max_norm=1.),
-                            clip_grad_window=(4, 20), update_interval=3)
-    assert wrapper.rescale_iterations(lambda v: round(v / 4)) == [
-        'optim_wrapper.start_iter 20 -> 5', 'optim_wrapper.end_iter 100 -> 25',
-        'optim_wrapper.clip_grad_window (4, 20) -> (1, 5)']
-    schedule = wrapper.schedule
-    assert (schedule.start_iter, schedule.end_iter, schedule.clip_grad_window,
-            schedule.update_interval) == (5, 25, (1, 5), 3)
-    wrapper = build_wrapper(ToyModel(), accumulative_counts=2, start_iter=9,
-                            end_iter=10, clip_grad=dict(max_norm=1.),
-                            clip_grad_window=(9, 10))
-    wrapper.rescale_iterations(lambda v: round(v / 8))
-    assert (wrapper.schedule.start_iter, wrapper.schedule.end_iter,
-            wrapper.schedule.clip_grad_window) == (1, 2, (1, 2))
-
-
 # ---------------------------------------------------------------- summary
 def test_halves_of_ranks_and_of_micro_batches():
     assert halves_description(8, 1) == 'ranks 0-3 vs ranks 4-7 (world size 8)'
