@@ -183,6 +183,11 @@ def test_sqrt_lr_rule_turns_the_linear_factor_into_its_root(tool):
     tool.SqrtLRRule().before_train_iter(runner, 0)
     assert [g['lr'] for g in groups] == pytest.approx(
         [1e-3 * math.sqrt(8), 1e-4 * math.sqrt(8)])
+    # It runs after the hook scaled the LR and before mmengine logs it.
+    from mmengine.hooks import RuntimeInfoHook
+    from mmengine.runner import get_priority
+    assert get_priority(MultigridHook.priority) < get_priority(
+        tool.SqrtLRRule.priority) < get_priority(RuntimeInfoHook.priority)
 
 
 def test_shorter_schedules_scale_milestones_and_warm_up(tool):
@@ -263,8 +268,9 @@ def test_tiny_protocol_end_to_end(tmp_path, shared_data):
         f'val_dataloader.dataset.ann_file={tmp_path}/val.txt'],
         env=dict(MMEXT_DATA_ROOT=shared_data))
     out = json.loads(proc.stdout.strip().splitlines()[-1])
+    # The default multigrid arm: square-root LR scaling.
     assert sorted((r['arm'], r['epochs'], r['seed']) for r in out['runs']) == [
-        ('multigrid', 4, 0), ('multigrid', 4, 1), ('recipe', 2, 0),
+        ('multigrid-sqrt', 4, 0), ('multigrid-sqrt', 4, 1), ('recipe', 2, 0),
         ('recipe', 2, 1), ('recipe', 4, 0), ('recipe', 4, 1)]
     flops = {k: v * 1e9 for k, v in out['clip_gflops'].items()}
     for r in out['runs']:
@@ -279,7 +285,7 @@ def test_tiny_protocol_end_to_end(tmp_path, shared_data):
     # 41 clips a recipe epoch.
     recipe = [r for r in out['runs'] if r['arm'] == 'recipe']
     assert {r['clips'] for r in recipe} == {82, 164}
-    mg = [r for r in out['runs'] if r['arm'] == 'multigrid']
+    mg = [r for r in out['runs'] if r['arm'] == 'multigrid-sqrt']
     diff = out['comparisons'][0]['16']['difference']['differences']
     assert diff == pytest.approx([
         m['top1_at']['16'] - r['top1_at']['16']

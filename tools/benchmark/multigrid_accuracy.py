@@ -60,7 +60,9 @@ class SqrtLRRule(Hook):
     of the Adam family: the LR times sqrt(k) instead of the hook's k (k: the
     long-cycle batch factor). Undone with the hook's own restore."""
 
-    priority = 'VERY_HIGH'  # after MultigridHook (HIGHEST) scaled the LR
+    # After MultigridHook (HIGHEST, 0) scaled the LR, before RuntimeInfoHook
+    # (VERY_HIGH, 10) logs it.
+    priority = 5
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         hook = next(h for h in runner.hooks if isinstance(h, MultigridHook))
@@ -457,7 +459,7 @@ def main():
                         default=[1.0, 0.5],
                         help='multigrid at these fractions (all seeds)')
     parser.add_argument('--lr-rule', nargs='+', choices=sorted(MG_ARMS),
-                        default=['linear'],
+                        default=['sqrt'],
                         help="multigrid's LR for its batches: linear (the "
                              "hook's), sqrt (Adam family); one arm each")
     parser.add_argument('--jobs', type=int, default=2,
