@@ -13,7 +13,10 @@ from mmext.multigrid.checks import check_clip_lengths
 from mmext.multigrid.data import parse_grid_shape
 from mmext.multigrid.plan import find_lr_steps
 
-CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'multigrid', '*.py')) +
+# The configs with a MultigridHook (a plain recipe beside its multigrid config
+# has no "multigrid" in its name).
+CONFIGS = sorted(glob.glob(osp.join(ROOT, 'configs', 'multigrid',
+                                    '*multigrid*.py')) +
                  glob.glob(osp.join(ROOT, 'configs', 'demo', '*multigrid*')))
 
 

@@ -150,7 +150,8 @@ class LoadSampler:
     """Context manager: every ``interval`` s, a thread samples
     ``(perf_counter, 1-minute load average, other cores)``, other cores
     being those busy outside this process tree (the direct measure of
-    contention; the load average counts this run's threads too)."""
+    contention; the load average counts this run's threads too);
+    ``cpu_seconds``: CPU time of this process tree inside the context."""
 
     def __init__(self, interval: float = 2.0):
         self.interval = interval
@@ -181,6 +182,7 @@ class LoadSampler:
             last, busy, own = now, busy2, own2
 
     def __enter__(self) -> 'LoadSampler':
+        self.cpu_seconds = -self._cpu()[1]
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -188,6 +190,7 @@ class LoadSampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self.cpu_seconds += self._cpu()[1]
 
     def during(self, times: Sequence[float]) -> Dict[str, float]:
         """Mean load average and other cores over the samples that follow

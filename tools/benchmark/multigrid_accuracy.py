@@ -1,64 +1,117 @@
-"""Recipe vs multigrid top-1 over seeds, paired, with a verdict; both arms
-also evaluated at T/2 and T/4.
+"""Time to accuracy: multigrid against the recipe's own trade-off curve.
 
 Usage: python tools/benchmark/multigrid_accuracy.py [--config CONFIG]
-[--seeds 0 1 2 3 4] [--epochs N] [--device cpu|cuda] [--threads N] [--json]
-[--work-dir DIR] [--cfg-options key=value ...]
+[--seeds 0 1 2 3 4] [--fractions 0.25 0.5 0.75 1] [--curve-seeds 3]
+[--mg-fractions 1 0.5] [--lr-rule linear|sqrt ...] [--jobs 2] [--threads 1]
+[--epochs N] [--margin 0.05] [--device cpu|cuda] [--json] [--work-dir DIR]
+[--cfg-options key=value ...]
+python tools/benchmark/multigrid_accuracy.py --from-json FILE
 
-Per seed, one run of ``multigrid_speedup.train_arm`` without the config's
-``MultigridHook`` (the recipe) and one with it. Prints per seed and arm the
-top-1 at each T, per arm mean +- std, the paired difference at each T with
-its 95 % t interval and detectable difference, and the verdict. Details:
-docs/en/benchmarks.md (Accuracy: recipe vs multigrid over seeds).
+The recipe (the config without its ``MultigridHook``) trains at each of
+``--fractions`` of its epochs with its LR schedule scaled in proportion (its
+trade-off curve), multigrid at each of ``--mg-fractions`` with the recipe's
+seeds; every run is one ``multigrid_speedup.train_arm`` in a subprocess,
+``--jobs`` at a time, evaluated at the recipe's T and T/2. Prints per arm and
+schedule top-1, training time, CPU time, FLOPs, data wait and load; the
+paired difference at equal schedule and the verdict; the speed-up at equal
+accuracy read off the recipe's curve. Writes ``accuracy.json`` and
+``accuracy.png`` into the work dir; ``--from-json`` re-makes both from such
+a file without training. Rules and figures: docs/en/benchmarks.md (Time to
+accuracy).
 """
 import argparse
 import json
+import math
 import os
 import os.path as osp
+import statistics
+import subprocess
+import sys
 import time
 from argparse import Namespace
 
-import mmext  # noqa: F401
+from mmengine.hooks import Hook
 from multigrid_speedup import (add_run_options, check_run_options,
                                setup_torch, shorten_schedule, train_arm)
-from seed_stats import detectable_difference, format_summary, paired, summary
+from seed_stats import (bootstrap_groups, detectable_difference,
+                        format_summary, paired, summary)
 
 from bench_utils import load_run_config
-from mmext.multigrid import MultigridPlan
+from mmext.multigrid import MultigridHook, MultigridPlan
+from mmext.multigrid.checks import check_run
 from mmext.multigrid.data import parse_grid_shape
+from mmext.multigrid.transformers import install_shape_adapters
 
-ACCURACY_CONFIG = 'configs/multigrid/recognizer3d_r18_adamw_multigrid_fight.py'
-ARMS = ('recipe', 'multigrid')
-# The recipe must beat chance by this much for the run to decide parity.
+DEFAULT_CONFIG = ('configs/multigrid/'
+                  'recognizer3d_r18_adamw_multigrid_msr-action3d.py')
+# Rules of the verdict, fixed before any run (docs/en/benchmarks.md): the
+# recipe must beat chance by LEARNS at its full schedule, else the task cannot
+# tell the arms apart; parity needs the paired 95 % interval inside +-margin.
 LEARNS = 0.25
+MARGIN = 0.05
+# Multigrid arms by LR rule: the hook's linear rule, or sqrt (SqrtLRRule).
+MG_ARMS = {'linear': 'multigrid', 'sqrt': 'multigrid-sqrt'}
+# The keys of a run that its cached result must match to be reused.
+RUN_KEYS = ('config', 'cfg_options', 'device', 'threads', 'channels_last',
+            'compile', 'amp', 'repeat_aug')
 
 
-def summarize(runs, chance):
-    """The benchmark's figures from its per-seed runs
-    (``dict(seed=S, recipe=R, multigrid=M)``, each arm with ``top1_at``,
-    the recipe's T first, and ``seconds``); ``chance`` is 1 / classes."""
-    seeds = [r['seed'] for r in runs]
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f'each seed once, got {seeds}')
-    lens = list(runs[0]['recipe']['top1_at'])
-    # Clip lengths the model refuses have no top-1.
-    clip_lens = [t for t in lens if runs[0]['recipe']['top1_at'][t]
-                 is not None]
-    out = dict(seeds=seeds, clip_lens=clip_lens, chance=chance,
-               refused=[t for t in lens if t not in clip_lens])
-    for t in clip_lens:
-        top1 = {arm: {r['seed']: r[arm]['top1_at'][t] for r in runs}
-                for arm in ARMS}
-        diff = paired(top1['recipe'], top1['multigrid'])
-        diff['detectable'] = detectable_difference(
-            diff['summary']['std'], len(seeds))
-        out[str(t)] = dict(difference=diff, **{
-            arm: summary(list(top1[arm].values())) for arm in ARMS})
-    secs = {arm: [r[arm]['seconds'] for r in runs] for arm in ARMS}
-    out.update(seconds={arm: summary(v) for arm, v in secs.items()},
-               speedup=sum(secs['recipe']) / sum(secs['multigrid']))
-    out['verdict'] = verdict(out[str(clip_lens[0])], chance)
-    return out
+class SqrtLRRule(Hook):
+    """Square-root LR scaling for multigrid's larger batches, the usual rule
+    of the Adam family: the LR times sqrt(k) instead of the hook's k (k: the
+    long-cycle batch factor). Undone with the hook's own restore."""
+
+    # After MultigridHook (HIGHEST, 0) scaled the LR, before RuntimeInfoHook
+    # (VERY_HIGH, 10) logs it.
+    priority = 5
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        hook = next(h for h in runner.hooks if isinstance(h, MultigridHook))
+        factor = hook.plan.stage_at(runner.epoch).shape.batch_factor
+        for group in runner.optim_wrapper.optimizer.param_groups:
+            group['lr'] /= math.sqrt(factor)
+
+
+# ---------------------------------------------------------------- arithmetic
+def reach(curve, target):
+    """Where the piecewise-linear ``curve`` (``[(x, top1), ...]``, x
+    ascending) first reaches top-1 ``target``: ``(x, bound)``, ``bound``
+    None inside the curve; below its first point ``'at most'`` (reached by
+    then); above all its points ``'at least'`` (not reached on the curve: its
+    last x is a lower bound, not an extrapolation)."""
+    if target <= curve[0][1]:
+        return curve[0][0], 'at most'
+    for (xa, ya), (xb, yb) in zip(curve, curve[1:]):
+        if yb >= target > ya:
+            return xa + (target - ya) * (xb - xa) / (yb - ya), None
+    return curve[-1][0], 'at least'
+
+
+def _mean(runs, key):
+    return statistics.fmean(r[key] for r in runs)
+
+
+def _top1(runs, t):
+    return statistics.fmean(r['top1_at'][t] for r in runs)
+
+
+def speedup(curve_groups, mg, key, t):
+    """The recipe's ``key`` (seconds, flops) to reach multigrid's mean top-1
+    at ``t`` on the recipe's mean curve (``curve_groups``: the recipe's runs
+    per schedule, shortest first), over multigrid's mean ``key``; with its
+    bound (:func:`reach`) and a 95 % bootstrap interval over seeds (each
+    schedule's seeds resampled on their own)."""
+
+    def ratio(groups):
+        *recipe, runs = groups
+        curve = [(_mean(g, key), _top1(g, t)) for g in recipe]
+        x, bound = reach(curve, _top1(runs, t))
+        return x / _mean(runs, key), bound
+
+    groups = [*curve_groups, mg]
+    value, bound = ratio(groups)
+    low, high = bootstrap_groups(groups, lambda g: ratio(g)[0])
+    return dict(value=value, bound=bound, low=low, high=high)
 
 
 def _interval(s):
@@ -67,50 +120,327 @@ def _interval(s):
         *(round(s[k], 3) + 0.0 for k in ('mean', 'low', 'high')))
 
 
-def verdict(at_t, chance):
-    """The verdict at the recipe's T."""
-    recipe, diff = at_t['recipe']['mean'], at_t['difference']
-    s = diff['summary']
-    interval = _interval(s)
-    if recipe - chance < LEARNS:
-        return (f'undecided: the recipe reaches top-1 {recipe:.3f}, less '
-                f'than {LEARNS} above chance ({chance:.2f}); the task does '
-                f'not tell the arms apart')
-    if not diff['summary']['covers_zero']:
+def verdict(recipe_top1, difference, chance, margin=MARGIN):
+    """The verdict at equal schedule from the recipe's mean top-1 and the
+    paired difference (multigrid - recipe), by the rules above."""
+    s = difference['summary']
+    if recipe_top1 - chance < LEARNS:
+        return (f'undecided: the recipe reaches top-1 {recipe_top1:.3f}, '
+                f'less than {LEARNS} above chance ({chance:.2f})')
+    if s['low'] > 0 or s['high'] < 0:
         side = 'better' if s['mean'] > 0 else 'worse'
-        return f'multigrid is {side} than the recipe: {interval}'
-    return (f'parity: multigrid - recipe {interval} covers 0; this run '
-            f'detects a true difference of {diff["detectable"]:.3f} or more '
-            f'(80 % power)')
+        return f'{side}: multigrid - recipe {_interval(s)} excludes 0'
+    if -margin <= s['low'] and s['high'] <= margin:
+        return (f'parity: multigrid - recipe {_interval(s)} lies within '
+                f'+-{margin}')
+    return (f'undecided: multigrid - recipe {_interval(s)} covers 0 but '
+            f'not within +-{margin}; this run detects '
+            f'{difference["detectable"]:.3f} (80 % power)')
+
+
+def summarize(runs, clip_lens, chance, margin=MARGIN):
+    """The benchmark's figures from its runs (each with ``arm``,
+    ``fraction``, ``epochs``, ``seed``, ``top1_at`` keyed by ``str(T)``,
+    ``seconds``, ``cpu_seconds``, ``flops``, ``data_share``, ``load``):
+    per (arm, schedule) ``groups``; per multigrid arm and schedule the
+    paired difference, speed-ups and verdict at each T (``comparisons``)."""
+    by = {}
+    for r in runs:
+        by.setdefault((r['arm'], r['fraction']), []).append(r)
+    lens = [str(t) for t in clip_lens]
+    groups = []  # the recipe's curve first
+    for (arm, fraction), rs in sorted(
+            by.items(), key=lambda kv: (kv[0][0] != 'recipe', kv[0])):
+        seeds = [r['seed'] for r in rs]
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f'{arm} at {fraction}: each seed once, got '
+                             f'{seeds}')
+        groups.append(dict(
+            arm=arm, fraction=fraction, epochs=rs[0]['epochs'], seeds=seeds,
+            top1={t: summary([r['top1_at'][t] for r in rs]) for t in lens},
+            load={k: statistics.fmean(r['load'][k] for r in rs)
+                  for k in ('load_average', 'other_cores')},
+            **{k: summary([r[k] for r in rs]) for k in (
+                'seconds', 'cpu_seconds', 'flops', 'data_share')}))
+    recipe = {f: rs for (arm, f), rs in by.items() if arm == 'recipe'}
+    curve = [recipe[f] for f in sorted(recipe)]
+    comparisons = []  # the full schedule first
+    for (arm, fraction), rs in sorted(by.items(),
+                                      key=lambda kv: (kv[0][0], -kv[0][1])):
+        if arm == 'recipe':
+            continue
+        c = dict(arm=arm, fraction=fraction)
+        for t in lens:
+            at = c[t] = dict(speedup={k: speedup(curve, rs, k, t)
+                                      for k in ('seconds', 'flops')})
+            if fraction in recipe:
+                diff = at['difference'] = paired(
+                    {r['seed']: r['top1_at'][t] for r in recipe[fraction]},
+                    {r['seed']: r['top1_at'][t] for r in rs})
+                diff['detectable'] = detectable_difference(
+                    diff['summary']['std'], len(diff['seeds']))
+        if fraction in recipe:
+            c['verdict'] = verdict(_top1(recipe[fraction], lens[0]),
+                                   c[lens[0]]['difference'], chance, margin)
+        comparisons.append(c)
+    return dict(clip_lens=clip_lens, chance=chance, margin=margin,
+                groups=groups, comparisons=comparisons)
+
+
+# ---------------------------------------------------------------- report
+def _speedup_text(s):
+    sign = {None: '', 'at least': '>= ', 'at most': '<= '}[s['bound']]
+    return f'{sign}{s["value"]:.2f}x [{s["low"]:.2f}, {s["high"]:.2f}]'
 
 
 def report(result):
     """The printed tables of :func:`summarize`'s result."""
-    lens = result['clip_lens']
-    lines = [f'{"seed":>4} ' + ' '.join(
-        f'{f"{arm} T={t}":>16}' for t in lens for arm in ARMS)]
-    for k, seed in enumerate(result['seeds']):
-        lines.append(f'{seed:>4} ' + ' '.join(
-            f'{result[str(t)][arm]["values"][k]:>16.3f}'
-            for t in lens for arm in ARMS))
-    for t in lens:
-        at = result[str(t)]
-        s = at['difference']['summary']
+    lens = [str(t) for t in result['clip_lens']]
+    lines = [f'{"arm":>14} {"sched":>5} {"epochs":>6} {"seeds":>5} '
+             + ' '.join(f'{f"top-1 T={t}":>22}' for t in lens)
+             + f' {"train min":>16} {"CPU min":>7} {"TFLOPs":>7} '
+               f'{"data wait":>9} {"load":>5} {"other cores":>11}']
+    for g in result['groups']:
         lines.append(
-            f'T={t}: recipe {format_summary(at["recipe"])}, multigrid '
-            f'{format_summary(at["multigrid"])}; multigrid - recipe '
-            f'{_interval(s)}, detectable {at["difference"]["detectable"]:.3f}')
-    if result['refused']:
-        lines.append(f'not evaluated: T={result["refused"]} (the model '
-                     f'refuses these clip lengths)')
-    secs = result['seconds']
-    lines += [
-        f'wall-clock per run: recipe '
-        f'{format_summary(secs["recipe"], digits=1)} s, multigrid '
-        f'{format_summary(secs["multigrid"], digits=1)} s -> '
-        f'speed-up {result["speedup"]:.2f}x',
-        f'verdict: {result["verdict"]}']
+            f'{g["arm"]:>14} {g["fraction"]:>5.2f} {g["epochs"]:>6} '
+            f'{len(g["seeds"]):>5} '
+            + ' '.join(f'{format_summary(g["top1"][t]):>22}' for t in lens)
+            + f' {format_summary(g["seconds"], 1 / 60, 1):>16} '
+              f'{g["cpu_seconds"]["mean"] / 60:>7.1f} '
+              f'{g["flops"]["mean"] / 1e12:>7.1f} '
+              f'{g["data_share"]["mean"]:>9.0%} '
+              f'{g["load"]["load_average"]:>5.2f} '
+              f'{g["load"]["other_cores"]:>11.2f}')
+    for c in result['comparisons']:
+        lines.append(f'{c["arm"]} at {c["fraction"]:g} of the recipe\'s '
+                     f'schedule:')
+        for t in lens:
+            at, text = c[t], f'  T={t}:'
+            if 'difference' in at:
+                d = at['difference']
+                text += (f' paired multigrid - recipe '
+                         f'{_interval(d["summary"])} (n={len(d["seeds"])}), '
+                         f'detectable {d["detectable"]:.3f};')
+            s = at['speedup']
+            lines.append(f'{text} speed-up at equal top-1: time '
+                         f'{_speedup_text(s["seconds"])}, FLOPs '
+                         f'{_speedup_text(s["flops"])}')
+        if 'verdict' in c:
+            lines.append(f'  verdict: {c["verdict"]}')
     return '\n'.join(lines)
+
+
+def plot(result, path):
+    """Val top-1 against training time and FLOPs (a row per T): the
+    recipe's curve (mean, +-1 std band, seeds) and multigrid's runs."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    lens = [str(t) for t in result['clip_lens']]
+    axes = [('seconds', 1 / 60, 'training wall time (min)'),
+            ('flops', 1e-12, 'training FLOPs (forward, TFLOPs)')]
+    fig, grid = plt.subplots(len(lens), 2, figsize=(12, 4.5 * len(lens)),
+                             squeeze=False)
+    colours = dict(zip(['multigrid', 'multigrid-sqrt'], ['C3', 'C2']))
+    markers = {1.0: 'o', 0.5: 's'}
+    for row, t in zip(grid, lens):
+        for ax, (key, scale, label) in zip(row, axes):
+            recipe = [g for g in result['groups'] if g['arm'] == 'recipe']
+            x = [g[key]['mean'] * scale for g in recipe]
+            y = [g['top1'][t]['mean'] for g in recipe]
+            sd = [g['top1'][t]['std'] if g['top1'][t]['n'] > 1 else 0
+                  for g in recipe]
+            ax.plot(x, y, '-o', color='C0', label='recipe (mean)')
+            ax.fill_between(x, [a - b for a, b in zip(y, sd)],
+                            [a + b for a, b in zip(y, sd)], color='C0',
+                            alpha=0.2, label='recipe +-1 std over seeds')
+            for g in result['groups']:
+                xs = [v * scale for v in g[key]['values']]
+                ys = g['top1'][t]['values']
+                if g['arm'] == 'recipe':
+                    ax.plot(xs, ys, '.', color='C0', alpha=0.5)
+                    continue
+                colour = colours.get(g['arm'], 'C1')
+                ax.plot(xs, ys, markers.get(g['fraction'], '^'),
+                        color=colour, alpha=0.4)
+                ax.errorbar(statistics.fmean(xs), g['top1'][t]['mean'],
+                            xerr=g[key]['std'] * scale,
+                            yerr=g['top1'][t]['std'],
+                            fmt=markers.get(g['fraction'], '^'),
+                            color=colour, ms=9, capsize=3,
+                            label=f'{g["arm"]} at {g["fraction"]:g} of the '
+                                  f'schedule (seeds, mean +-1 std)')
+            ax.axhline(result['chance'], ls=':', color='grey',
+                       label='chance')
+            ax.set(xlabel=label, ylabel=f'val top-1 at T={t}')
+            ax.grid(alpha=0.3)
+    grid[0][0].legend(fontsize=8, loc='lower right')
+    title = [f'{c["arm"]} at {c["fraction"]:g}: speed-up at equal top-1 '
+             f'{_speedup_text(c[lens[0]]["speedup"]["seconds"])} (time), '
+             f'{_speedup_text(c[lens[0]]["speedup"]["flops"])} (FLOPs)'
+             + (f'; {c["verdict"].split(":")[0]}' if 'verdict' in c else '')
+             for c in result['comparisons']]
+    fig.suptitle('\n'.join(title), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- runs
+def plan_runs(seeds, fractions, curve_seeds, mg_fractions, lr_rules, epochs):
+    """Every run: the recipe at each fraction (all seeds at 1, the first
+    ``curve_seeds`` below), multigrid at each of ``mg_fractions`` and LR
+    rule with all seeds; longest first (fewer idle slots at the end), the
+    arms of a seed side by side."""
+    runs = [dict(arm='recipe', fraction=f, seed=s) for f in fractions
+            for s in (seeds if f == 1 else seeds[:curve_seeds])]
+    runs += [dict(arm=MG_ARMS[rule], fraction=f, seed=s)
+             for rule in lr_rules for f in mg_fractions for s in seeds]
+    for r in runs:
+        r['epochs'] = round(r['fraction'] * epochs)
+    return sorted(runs, key=lambda r: (-r['epochs'], r['seed'], r['arm']))
+
+
+def _run_one(spec_file):
+    """Worker (``--run``): train one run, write its result JSON."""
+    with open(spec_file) as f:
+        spec = json.load(f)
+    args = Namespace(**spec['args'])
+    setup_torch(None, args)
+    arm = spec['run']['arm']
+    hooks = [SqrtLRRule()] if arm == MG_ARMS['sqrt'] else []
+    result = train_arm(args, arm != 'recipe', spec['clip_lens'],
+                       hooks)[0]
+    result['top1_at'] = {str(t): v for t, v in result['top1_at'].items()}
+    with open(spec['result'], 'w') as f:
+        json.dump(dict(spec['run'], key=spec['key'], **result), f,
+                  default=str)
+
+
+def launch(runs, args, clip_lens):
+    """Run every run as a subprocess, ``args.jobs`` at a time; a run whose
+    result file holds the same run is reused. Returns the results."""
+    pending, active, done = list(runs), [], []
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    start = time.perf_counter()
+    while pending or active:
+        while pending and len(active) < args.jobs:
+            run = pending.pop(0)
+            name = f'{run["arm"]}_{run["fraction"]:g}_seed{run["seed"]}'
+            run_dir = osp.join(args.work_dir, name)
+            options = dict(args.cfg_options or {},
+                           **{'randomness.seed': run['seed']})
+            key = dict(run, clip_lens=clip_lens, **{
+                k: getattr(args, k) for k in RUN_KEYS})
+            key['cfg_options'] = options
+            result = osp.join(run_dir, 'result.json')
+            if osp.isfile(result):
+                with open(result) as f:
+                    cached = json.load(f)
+                if cached.get('key') == json.loads(json.dumps(key)):
+                    print(f'{name}: reusing {result}', flush=True)
+                    done.append(cached)
+                    continue
+            os.makedirs(run_dir, exist_ok=True)
+            spec = dict(run=run, key=key, clip_lens=clip_lens, result=result,
+                        args=dict(vars(args), cfg_options=options,
+                                  epochs=run['epochs'], work_dir=run_dir,
+                                  synthetic=False))
+            spec_file = osp.join(run_dir, 'spec.json')
+            with open(spec_file, 'w') as f:
+                json.dump(spec, f)
+            log = open(osp.join(run_dir, 'log.txt'), 'w')
+            active.append((name, result, log, subprocess.Popen(
+                [sys.executable, __file__, '--run', spec_file], stdout=log,
+                stderr=subprocess.STDOUT, env=env)))
+        time.sleep(1)
+        for item in [a for a in active if a[3].poll() is not None]:
+            name, result, log, proc = item
+            active.remove(item)
+            log.close()
+            if proc.returncode:
+                for _, _, _, other in active:
+                    other.terminate()
+                sys.exit(f'{name} failed (exit {proc.returncode}); see '
+                         f'{log.name}')
+            with open(result) as f:
+                done.append(json.load(f))
+            r = done[-1]
+            print(f'{name}: top-1 ' + ', '.join(
+                f'T={t} {v:.3f}' for t, v in r['top1_at'].items())
+                + f'; {r["seconds"] / 60:.1f} min, data wait '
+                  f'{r["data_share"]:.0%}, load '
+                  f'{r["load"]["load_average"]:.1f} ({len(done)}/{len(runs)} '
+                  f'after '
+                  f'{(time.perf_counter() - start) / 60:.0f} min)',
+                flush=True)
+    return done
+
+
+def clip_flops(cfg):
+    """``{'TxS': forward FLOPs of one clip}`` at every grid shape of the
+    config's multigrid plan (the recipe's shape included), counted on the
+    model as the hook counts them."""
+    from mmaction.registry import MODELS
+    plan, model = MultigridPlan.from_config(cfg), MODELS.build(cfg.model)
+    install_shape_adapters(model)  # as the hook does before its checks
+    check_run(plan, model, cfg.train_dataloader.dataset.pipeline)
+    return {f'{t}x{s}': f for (t, s), f in plan.clip_flops.items()}
+
+
+def run_flops(run, flops):
+    """Forward FLOPs of the clips a run trained (its per-shape table)."""
+    return sum(s['iters'] * s['batch'] * flops[
+        f'{s["clip_len"]}x{s["crop_size"]}'] for s in run['shapes'])
+
+
+def _train(parser, args):
+    """Check the options, train every run, return the summary."""
+    check_run_options(parser, args, ('epochs', 'threads', 'jobs',
+                                     'curve_seeds'))
+    seeds = args.seeds
+    if len(seeds) < 2 or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        parser.error(f'--seeds: at least 2 distinct seeds >= 0, got {seeds}')
+    if 1 not in args.fractions or not set(args.mg_fractions) <= set(
+            args.fractions):
+        parser.error(f'--fractions {args.fractions} must hold 1 (the full '
+                     f'schedule) and every --mg-fractions '
+                     f'{args.mg_fractions} (the pairs at equal schedule)')
+    cfg = load_run_config(args.config, args.cfg_options)
+    epochs = args.epochs or cfg.train_cfg.max_epochs
+    runs = plan_runs(seeds, args.fractions, args.curve_seeds,
+                     args.mg_fractions, args.lr_rule, epochs)
+    lengths = sorted({(r['fraction'], r['epochs']) for r in runs})
+    if min(e for _, e in lengths) < 1 or len({e for _, e in lengths}) < len(
+            lengths):
+        parser.error(f'--fractions of {epochs} epochs give {lengths}: each '
+                     f'needs its own number of epochs >= 1')
+    for fraction in args.mg_fractions:
+        short = cfg.copy()
+        shorten_schedule(short, round(fraction * epochs))
+        try:
+            MultigridPlan.from_config(short)
+        except ValueError as error:
+            parser.error(f'multigrid at {fraction:g} of {epochs} epochs: '
+                         f'{error}')
+    base_t = parse_grid_shape(cfg.val_dataloader.dataset.pipeline)[0]
+    clip_lens = [base_t, base_t // 2]
+    setup_torch(parser, args)
+    flops = clip_flops(cfg)
+    start, load_before = time.perf_counter(), os.getloadavg()
+    print(f'{len(runs)} runs, {args.jobs} at a time', flush=True)
+    done = launch(runs, args, clip_lens)
+    for r in done:
+        r['flops'] = run_flops(r, flops)
+    result = summarize(done, clip_lens, 1 / cfg.model.cls_head.num_classes,
+                       args.margin)
+    result.update(config=args.config, epochs=epochs, device=args.device,
+                  threads=args.threads, jobs=args.jobs,
+                  total_seconds=time.perf_counter() - start,
+                  load_before=load_before, load_after=os.getloadavg(),
+                  clip_gflops={k: v / 1e9 for k, v in flops.items()},
+                  runs=done)
+    return result
 
 
 def main():
@@ -119,48 +449,47 @@ def main():
     add_run_options(parser, 'work_dirs/mg_accuracy')
     parser.add_argument('--seeds', type=int, nargs='+',
                         default=[0, 1, 2, 3, 4],
-                        help='seeds; each trains the recipe and multigrid')
-    parser.set_defaults(config=ACCURACY_CONFIG, epochs=40, threads=1)
+                        help='seeds of the full schedules (and multigrid)')
+    parser.add_argument('--fractions', type=float, nargs='+',
+                        default=[0.25, 0.5, 0.75, 1.0],
+                        help="the recipe's curve: fractions of its epochs")
+    parser.add_argument('--curve-seeds', type=int, default=3,
+                        help='the first N --seeds (all if fewer) train the '
+                             'fractions below 1')
+    parser.add_argument('--mg-fractions', type=float, nargs='+',
+                        default=[1.0, 0.5],
+                        help='multigrid at these fractions (all seeds)')
+    parser.add_argument('--lr-rule', nargs='+', choices=sorted(MG_ARMS),
+                        default=['sqrt'],
+                        help="multigrid's LR for its batches: linear (the "
+                             "hook's), sqrt (Adam family); one arm each")
+    parser.add_argument('--jobs', type=int, default=2,
+                        help='trainings at a time (subprocesses)')
+    parser.add_argument('--margin', type=float, default=MARGIN,
+                        help='parity: the paired interval within +-margin')
+    parser.add_argument('--from-json', metavar='FILE',
+                        help='report and plot a JSON of this tool; no runs')
+    parser.add_argument('--run', help=argparse.SUPPRESS)
+    parser.set_defaults(config=DEFAULT_CONFIG, epochs=None, threads=1)
     args = parser.parse_args()
-    check_run_options(parser, args, ('epochs', 'threads'))
-    if len(args.seeds) < 2 or min(args.seeds) < 0 or len(set(
-            args.seeds)) != len(args.seeds):
-        parser.error(f'--seeds: at least 2 distinct seeds >= 0, got '
-                     f'{args.seeds}')
-    cfg = load_run_config(args.config, args.cfg_options)
-    shorten_schedule(cfg, args.epochs)
-    try:
-        MultigridPlan.from_config(cfg)
-    except ValueError as error:
-        parser.error(f'--epochs {args.epochs}: {error}')
-    base_t = parse_grid_shape(cfg.val_dataloader.dataset.pipeline)[0]
-    clip_lens = [base_t, base_t // 2, base_t // 4]
-    torch = setup_torch(parser, args)
-    start, load_before = time.perf_counter(), os.getloadavg()
-    runs = []
-    for seed in args.seeds:
-        options = dict(args.cfg_options or {}, **{'randomness.seed': seed})
-        run_args = Namespace(**dict(vars(args), cfg_options=options,
-                                    synthetic=False,
-                                    work_dir=osp.join(args.work_dir,
-                                                      f'seed{seed}')))
-        run = dict(seed=seed)
-        for arm in ARMS:
-            run[arm] = train_arm(run_args, arm == 'multigrid', clip_lens)[0]
-        runs.append(run)
-        print(f'seed {seed}: top-1 ' + ', '.join(
-            f'{arm} {run[arm]["top1"]:.3f} ({run[arm]["seconds"]:.0f} s)'
-            for arm in ARMS), flush=True)
-    result = summarize(runs, 1 / cfg.model.cls_head.num_classes)
+    if args.run:
+        return _run_one(args.run)
+    if args.from_json:
+        with open(args.from_json) as f:
+            result = json.load(f)
+        out = osp.splitext(args.from_json)[0]
+    else:
+        result = _train(parser, args)
+        out = osp.join(args.work_dir, 'accuracy')
+        with open(out + '.json', 'w') as f:
+            json.dump(result, f, default=str)
     print(report(result))
-    result.update(config=args.config, epochs=args.epochs,
-                  device=args.device, threads=torch.get_num_threads(),
-                  total_seconds=time.perf_counter() - start,
-                  load_before=load_before, load_after=os.getloadavg(),
-                  runs=runs)
-    print(f'total {result["total_seconds"] / 60:.1f} min; load average '
-          f'(1, 5, 15 min) before {load_before}, after '
-          f'{result["load_after"]}')
+    plot(result, out + '.png')
+    print(f'wrote {out}.json and {out}.png')
+    if 'total_seconds' in result:
+        print(f'total {result["total_seconds"] / 60:.1f} min; load average '
+              f'(1, 5, 15 min) before {result["load_before"]}, after '
+              f'{result["load_after"]}')
     if args.json:
         print(json.dumps(result, default=str))
 

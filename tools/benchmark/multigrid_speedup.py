@@ -75,7 +75,8 @@ def keeps_freed_memory():
 
 
 def shorten_schedule(cfg, epochs):
-    """Train ``epochs`` recipe epochs, evaluating only at the end."""
+    """Train ``epochs`` recipe epochs, the LR schedule scaled in proportion
+    (milestones, warm-up), evaluating only at the end."""
     old = cfg.train_cfg.max_epochs
     cfg.train_cfg.max_epochs = epochs
     cfg.train_cfg.val_begin = 10**6  # not even after the last epoch
@@ -83,7 +84,8 @@ def shorten_schedule(cfg, epochs):
         if 'milestones' in s:
             s.milestones = sorted({int(m * epochs / old)
                                    for m in s.milestones} - {0})
-        s.end = min(s.end, epochs)
+        s.begin = s.get('begin', 0) * epochs / old
+        s.end = min(s.end * epochs / old, epochs)
     # Checkpoint writing is not what is compared.
     cfg.default_hooks.checkpoint = dict(type='CheckpointHook',
                                         interval=10**6, save_last=False)
@@ -202,9 +204,10 @@ def evaluate_at(runner, cfg, clip_lens, top1=None):
     return out
 
 
-def train_arm(args, multigrid, clip_lens=()):
-    """Train one run: its figures (with ``top1_at`` ``clip_lens``), config,
-    clips per process and the hook's plan."""
+def train_arm(args, multigrid, clip_lens=(), hooks=()):
+    """Train one run (with ``hooks`` registered too): its figures (with
+    ``top1_at`` ``clip_lens``), config, clips per process and the hook's
+    plan."""
     name = 'multigrid' if multigrid else 'baseline'
     work_dir = osp.join(args.work_dir, name)
     cfg = load_run_config(args.config, args.cfg_options, work_dir)
@@ -219,7 +222,8 @@ def train_arm(args, multigrid, clip_lens=()):
     if not multigrid:
         runner.register_hook(_Baseline(keep_cpu_memory))
     recorder = RunRecorder()
-    runner.register_hook(recorder)
+    for hook in (recorder, *hooks):
+        runner.register_hook(hook)
     with _compile_count(args) as compiled, LoadSampler() as load:
         start = time.perf_counter()
         runner.train()
@@ -294,7 +298,7 @@ def _summarise(recorder, seconds, top1, load):
         seconds=seconds, iters=len(rows), clips=clips,
         clips_per_s=clips / seconds, data_seconds=data,
         compute_seconds=total - data, other_seconds=seconds - total,
-        data_share=share,
+        data_share=share, cpu_seconds=load.cpu_seconds,
         bound='data' if share > DATA_WAIT_THRESHOLD else 'compute', top1=top1,
         loader_rebuild_seconds=sum(g for _, g in recorder.epoch_gaps),
         epoch_end_seconds=sum(g for _, g in recorder.epoch_tails),

@@ -8,7 +8,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 from scipy import stats
 
 __all__ = ['summary', 'paired', 'format_summary', 'format_interval',
-           'bootstrap_interval', 'detectable_difference']
+           'bootstrap_groups', 'bootstrap_interval', 'detectable_difference']
 
 
 def _t(n: int, level: float) -> float:
@@ -56,20 +56,29 @@ def detectable_difference(std: float, n: int, level: float = 0.95,
     return (_t(n, level) + float(stats.norm.ppf(power))) * std / math.sqrt(n)
 
 
+def bootstrap_groups(groups: Sequence[Sequence], statistic: Callable,
+                     level: float = 0.95, samples: int = 2000,
+                     seed: int = 0) -> Tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic(groups)``, each group
+    resampled with replacement on its own (a bootstrap stratified by group:
+    the seeds of each arm and schedule); the same ``seed``, the same
+    interval."""
+    rng = random.Random(seed)
+    draws = sorted(statistic([rng.choices(g, k=len(g)) for g in groups])
+                   for _ in range(samples))
+    tail = (1 - level) / 2
+    return (draws[int(tail * (samples - 1))],
+            draws[int((1 - tail) * (samples - 1))])
+
+
 def bootstrap_interval(first: Sequence[float], second: Sequence[float],
                        statistic: Callable, level: float = 0.95,
                        samples: int = 2000, seed: int = 0
                        ) -> Tuple[float, float]:
     """Percentile bootstrap interval of ``statistic(first, second)``, each
     sample resampled with replacement on its own."""
-    rng = random.Random(seed)
-    draws = sorted(
-        statistic(rng.choices(first, k=len(first)),
-                  rng.choices(second, k=len(second)))
-        for _ in range(samples))
-    tail = (1 - level) / 2
-    return (draws[int(tail * (samples - 1))],
-            draws[int((1 - tail) * (samples - 1))])
+    return bootstrap_groups([first, second], lambda g: statistic(*g), level,
+                            samples, seed)
 
 
 def format_interval(interval: Tuple[float, float]) -> str:
