@@ -1,34 +1,22 @@
 """AGVM at a large batch by the paper's protocol: tune each arm, then seeds.
 
-Usage: python tools/benchmark/agvm_large_batch.py [--block sgd|adamw|all]
-    [--seeds 0 1 ... 7] [--k 8] [--epochs 12] [--lrs-small ...] [--jobs 2]
-    [--device cpu|cuda] [--json]
-
 Setting (Xue et al., NeurIPS 2022, Sec. 3, CPU-sized): segmentation of
 generated scenes (``scenes.py``) by a small FPN whose backbone is pre-trained
 once (cached by code and settings), fresh neck and head per run. BN sees one
 micro-batch of ``--batch``; a large step accumulates ``--k``. Every arm:
-exponential warm-up over ``--warmup-share``, then poly decay; the optimizers
-of :data:`OPTIMIZERS`.
+exponential warm-up over ``--warmup-share``, then poly decay.
 
-Protocol (the paper's Sec. 4: baselines at their tuned LR), for the arms of
-:data:`ARMS` in ``--block``:
-
-1. Tune each arm with a grid on ``--tune-seed``; the lowest val loss wins.
-   The others take the tuned LR of the arm they name.
-2. Gate (SGD block; reported, deciding nothing): d_backbone / d_i at
-   N = 2 B and k B on the tuned ``large`` run at AGVM's start and
-   mid-training, with a bootstrap interval of the change of the clamped
-   ratio.
-3. Every arm over ``--seeds``; a static arm (AGVM's mean factors, fixed)
-   after its AGVM arm, tuned first if it has a grid.
-
-A run whose loss turns non-finite, or whose AGVM stops on non-finite
-gradients, is recorded as diverged and left out of the statistics.
-Printed: the tuning table, the gate, per arm mIoU and val loss (mean +- std)
-and paired differences with 95 % t intervals as the Markdown rows of
-docs/en/benchmarks.md, the share of each block's small/large gap closed,
-run times and the load; ``--json`` prints everything as one line.
+Protocol (the paper's Sec. 4: baselines at their tuned LR) for the arms of
+:data:`ARMS` in ``--block``: each arm with a grid is tuned on
+``--tune-seed`` (lowest val loss), the others take the LR of the arm they
+name; the gate (SGD block; reported, deciding nothing) measures
+d_backbone / d_i at N = 2 B and k B on the tuned ``large`` run; then every
+arm over ``--seeds``, a static arm (AGVM's mean factors, fixed) after its
+AGVM arm. A run with a non-finite loss, or whose AGVM stops on non-finite
+gradients, is recorded as diverged and left out of the statistics. Printed:
+tuning, gate, the arm and paired-difference tables as Markdown rows
+(docs/en/benchmarks.md), each block's small/large gap closed; ``--json``
+everything as one line.
 """
 import argparse
 import concurrent.futures
