@@ -194,6 +194,10 @@ def _script(script: str, *args: str) -> Callable[[str], List[str]]:
 
 SPEEDUP = 'tools/benchmark/multigrid_speedup.py'
 SPEEDUP_GPU = (SPEEDUP, '--synthetic', '--device', 'cuda', '--epochs', '1')
+LARGE_BATCH = 'tools/benchmark/agvm_large_batch.py'
+LARGE_BATCH_GPU = (LARGE_BATCH, '--device', 'cuda', '--jobs', '4', '--k',
+                   '32', '--train-images', '2048', '--epochs', '2', '--seeds',
+                   '0', '1', '--lrs-lamb', '0.02')
 LINES = [
     Line('cuda-tests', 'pytest -m cuda',
          lambda _: [_python(), '-m', 'pytest', 'tests', '-m', 'cuda', '-q',
@@ -233,16 +237,19 @@ LINES = [
                  '--project-iters', '2'),
          check_last_line, 150),
     # The benchmarks' CUDA settings, shortened to their code paths: the
-    # protocol at --k 32 (tuning, gate, all arms, parallel jobs) and the
-    # time-to-accuracy benchmark on the MSR Action3D clips (its curve at
-    # 8 epochs, 2 seeds; MMEXT_DATA_ROOT must hold msr_action3d/).
+    # protocol's SGD and AdamW blocks at --k 32 (tuning, gate, all arms,
+    # parallel jobs) and the time-to-accuracy benchmark on the MSR Action3D
+    # clips (its curve at 8 epochs, 2 seeds; MMEXT_DATA_ROOT must hold
+    # msr_action3d/).
     Line('agvm-large-batch-gpu',
-         'tools/benchmark/agvm_large_batch.py --device cuda --k 32',
-         _script('tools/benchmark/agvm_large_batch.py', '--device', 'cuda',
-                 '--jobs', '4', '--k', '32', '--train-images', '2048',
-                 '--epochs', '2', '--seeds', '0', '1', '--gate-repeats', '2',
-                 '--lrs-small', '0.16', '--lrs-large', '0.32',
-                 '--lrs-lamb', '0.02'),
+         f'{LARGE_BATCH} --block sgd --device cuda --k 32',
+         _script(*LARGE_BATCH_GPU, '--block', 'sgd', '--gate-repeats', '2',
+                 '--lrs-small', '0.16', '--lrs-large', '0.32'),
+         check_last_line, 150, True),
+    Line('agvm-large-batch-adamw-gpu',
+         f'{LARGE_BATCH} --block adamw --device cuda --k 32',
+         _script(*LARGE_BATCH_GPU, '--block', 'adamw', '--lrs-small-adamw',
+                 '0.008', '--lrs-large-adamw', '0.032'),
          check_last_line, 150, True),
     Line('mg-accuracy-gpu',
          'tools/benchmark/multigrid_accuracy.py --device cuda (MSR clips)',
@@ -250,7 +257,7 @@ LINES = [
                  '--epochs', '8', '--seeds', '0', '1', '--jobs', '4',
                  '--threads', '2', '--work-dir', 'work_dirs/gpu_mg_accuracy',
                  '--cfg-options', 'train_dataloader.num_workers=3'),
-         check_last_line, 150),
+         check_last_line, 300),
 ]
 
 

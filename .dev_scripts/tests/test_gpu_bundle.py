@@ -216,4 +216,4 @@ def test_bundle_dry_run_in_the_python_312_proof_environment(tmp_path):
     assert 'modules the check imports load' in lines[0]
     assert lines[-1] == (
         'gpu_check: no CUDA device visible to torch, nothing to run '
-        '(dry run OK: 12 lines, configs parse).')
+        '(dry run OK: 13 lines, configs parse).')

@@ -23,7 +23,7 @@ def test_without_cuda_one_line_and_exit_0_after_the_dry_run():
     else:
         assert lines == [
             'gpu_check: no CUDA device visible to torch, nothing to run '
-            '(dry run OK: 12 lines, configs parse).'
+            '(dry run OK: 13 lines, configs parse).'
         ]
 
 

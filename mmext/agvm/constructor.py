@@ -6,6 +6,7 @@ module or to ``'others'`` (the reference ``GroupOptimizerConstructor``
 dropped those); frozen ones stay, as mmengine keeps them.
 """
 import copy
+import difflib
 import inspect
 from typing import Dict, List, Optional, Sequence
 
@@ -423,13 +424,22 @@ class AGVMOptimWrapperConstructor:
 
         Raises:
             ValueError: If ``base_constructor`` left ``paramwise_cfg`` keys
-                unread.
+                unread: misspelt ones (close to a key it looked up) with
+                that key, the others with the ``base_constructor`` hint.
         """
         optimizer = self.base(model).optimizer
         unread = sorted(set(dict.keys(self.paramwise_cfg)) -
                         self.paramwise_cfg.read)
         name = self.base_constructor if isinstance(
             self.base_constructor, str) else self.base_constructor.__name__
+        # A key close to one the constructor looked up is a typo; any other
+        # belongs to another constructor (the recipe's former one).
+        close = {key: difflib.get_close_matches(key, self.paramwise_cfg.read,
+                                                1, 0.8) for key in unread}
+        typos = {key: match[0] for key, match in close.items() if match}
+        if typos:
+            raise ValueError(f'unknown paramwise_cfg keys {list(typos)}: did '
+                             f'you mean {list(typos.values())}?')
         if unread:
             raise ValueError(f'{name} reads no paramwise_cfg keys {unread}: '
                              "set the recipe's base_constructor or drop them")

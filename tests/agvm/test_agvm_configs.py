@@ -3,6 +3,7 @@ import glob
 import os.path as osp
 
 import pytest
+import torch
 import torch.distributed as dist
 from helpers import cpu_norm
 from mmengine.config import Config
@@ -16,7 +17,8 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIGS = sorted(
     glob.glob(osp.join(ROOT, 'configs', 'agvm', '*.py')) +
     glob.glob(osp.join(ROOT, 'configs', 'demo', '*agvm*.py')))
-
+# A stock AdamW recipe with AGVM swapped in: its own schedule, no clipping.
+SEGFORMER = 'segformer_mit-b0_agvm_8xb2-160k_ade20k-512x512.py'
 
 
 def test_all_configs_found():
@@ -33,7 +35,8 @@ def test_all_configs_found():
             'faster-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py',
             'mask-rcnn_r50_fpn_agvm_16xb16-16e_coco.py',
             'mask-rcnn_r50_fpn_align_agvm_16xb16-16e_coco.py',
-            'mask-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py'} <= names
+            'mask-rcnn_r50_fpn_align_agvm_32xb16-16e_coco.py',
+            SEGFORMER} <= names
 
 
 @pytest.mark.parametrize('path', CONFIGS, ids=osp.basename)
@@ -73,8 +76,9 @@ def test_configs_turn_the_nan_guard_on(path):
     assert dict(type='mmext.NaNGuardHook') in hooks
 
 
-PAPER = [c for c in CONFIGS if c.endswith('_coco.py')
-         or c.endswith('ade20k-512x512.py')]
+PAPER = [c for c in CONFIGS if (c.endswith('_coco.py')
+                                 or c.endswith('ade20k-512x512.py'))
+         and osp.basename(c) != SEGFORMER]
 
 
 @pytest.mark.parametrize('path', PAPER, ids=osp.basename)
@@ -165,3 +169,96 @@ def test_config_builds_model_and_wrapper(path):
     assert wrapper.module_names == list(cfg.optim_wrapper.module_names)
     assert wrapper.layout.numel == sum(
         p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def _options(optimizer, model):
+    """Parameter name -> (lr, weight_decay) of its param group."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {names[id(p)]: (g['lr'], g['weight_decay'])
+            for g in optimizer.param_groups for p in g['params']}
+
+
+def test_segformer_recipe_is_the_stock_adamw_recipe_with_agvm():
+    """Every parameter keeps the stock recipe's lr and weight decay; AGVM
+    measures the Adam-preconditioned gradient of backbone and head from
+    100 iterations after the 1500-iteration warm-up."""
+    cfg = Config.fromfile(osp.join(ROOT, 'configs', 'agvm', SEGFORMER))
+    import mmseg
+    stock = Config.fromfile(osp.join(
+        osp.dirname(mmseg.__file__), '.mim', 'configs', 'segformer',
+        'segformer_mit-b0_8xb2-160k_ade20k-512x512.py'))
+    init_default_scope('mmseg')
+    for c in (cfg, stock):
+        cpu_norm(c.model)
+        c.model.backbone.init_cfg = None
+    # (Inherited with 'mmseg::', the schedulers carry _scope_='mmseg'.)
+    assert [dict(s, _scope_='mmseg') for s in stock.param_scheduler] == (
+        cfg.param_scheduler)
+    assert cfg.param_scheduler[0].end == 1500
+    assert cfg.train_dataloader.batch_size == 2
+    model = MODELS.build(cfg.model)
+    agvm = build_optim_wrapper(model, dict(cfg.optim_wrapper,
+                                           accumulative_counts=2))
+    plain = build_optim_wrapper(model, stock.optim_wrapper)
+    assert type(agvm.optimizer) is type(plain.optimizer) is torch.optim.AdamW
+    options = _options(agvm.optimizer, model)
+    assert options == _options(plain.optimizer, model)
+    assert options['decode_head.conv_seg.weight'] == pytest.approx(
+        (6e-4, 0.01))  # lr x10
+    assert options['backbone.layers.0.1.0.norm1.weight'] == (6e-5, 0.0)
+    assert (agvm.statistic, agvm.module_names, agvm.schedule.start_iter) == (
+        'adam', ['backbone', 'decode_head'], 1600)
+    assert cfg.auto_scale_lr.base_batch_size == 16
+
+
+def test_segformer_recipe_trains_on_camvid(tmp_path, shared_data):
+    """A short run of the recipe on the CamVid subset (BN, no pretrained
+    weights, 128 px crops, 2 x 2 images per step): AGVM re-estimates the
+    AdamW statistic and keeps the head's x10 LR."""
+    import json
+    import sys
+
+    from helpers import run_tool
+    cfg = Config.fromfile(osp.join(ROOT, 'configs', 'agvm', SEGFORMER))
+    camvid = Config.fromfile(osp.join(ROOT, 'configs', 'agvm',
+                                      'fpn_r18_agvm_camvid-cpu.py'))
+    for key in ('train_dataloader', 'val_dataloader', 'val_evaluator',
+                'default_hooks', 'log_processor'):
+        cfg[key] = camvid[key]
+    cfg.test_dataloader = cfg.test_evaluator = cfg.test_cfg = None
+    cfg.train_dataloader.update(num_workers=0, persistent_workers=False)
+    cfg.val_dataloader.update(num_workers=0, persistent_workers=False)
+    cfg.val_dataloader.dataset.indices = 3
+    cpu_norm(cfg.model)
+    cfg.model.data_preprocessor.size = (128, 128)
+    cfg.model.backbone.init_cfg = None
+    cfg.model.decode_head.update(num_classes=11, ignore_index=11)
+    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=8,
+                         val_interval=8)
+    cfg.param_scheduler[0].end = 2
+    cfg.param_scheduler[1].update(begin=2, end=8)
+    cfg.optim_wrapper.update(accumulative_counts=2, start_iter=4,
+                             update_interval=1)
+    cfg.default_hooks.checkpoint.interval = 8
+    cfg.default_hooks.logger.interval = 1
+    config = tmp_path / 'segformer_camvid.py'
+    cfg.dump(str(config))
+    work_dir = tmp_path / 'work'
+    run_tool([sys.executable, 'tools/train.py', str(config), '--work-dir',
+              str(work_dir)])
+    log = next(work_dir.glob('*/*.log')).read_text()
+    assert "statistic 'adam'" in log
+    records = [json.loads(line) for line in next(
+        work_dir.glob('*/vis_data/scalars.json')).read_text().splitlines()]
+    # Steps of 2 micro-batches; re-estimated at each from iteration 4 on.
+    estimates = [r for r in records if 'agvm_d/decode_head' in r]
+    assert [r['step'] for r in estimates] == [6, 8]
+    assert all(0 <= r[f'agvm_d/{m}'] <= 2 for r in estimates
+               for m in ('backbone', 'decode_head'))
+    assert [r['mIoU'] for r in records if 'mIoU' in r] != []
+    assert records[-2]['agvm_mu/decode_head'] != 1.0  # moved
+    ckpt = torch.load(work_dir / 'iter_8.pth', map_location='cpu',
+                      weights_only=False)
+    lrs = {g['agvm_module']: g['lr']
+           for g in ckpt['optimizer']['param_groups']}
+    assert lrs['decode_head'] == pytest.approx(10 * lrs['backbone'])

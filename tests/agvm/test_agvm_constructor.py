@@ -385,8 +385,8 @@ def test_decay_keys_without_their_constructor_raise():
 
 
 @pytest.mark.parametrize('paramwise_cfg,base,unread', [
-    (dict(norm_decay_mul=0.), 'DefaultOptimWrapperConstructor',
-     "['norm_decay_mul']"),
+    (dict(decay_rate=0.9), 'DefaultOptimWrapperConstructor',
+     "['decay_rate']"),
     # The decay constructors replace mmengine's rules: custom_keys does
     # nothing there, even in the recipe alone.
     (dict(CONVNEXT_RECIPE['paramwise_cfg'],
@@ -400,6 +400,25 @@ def test_unread_paramwise_keys_raise(paramwise_cfg, base, unread):
     with pytest.raises(ValueError,
                        match=re.escape(f'paramwise_cfg keys {unread}')):
         build_optim_wrapper(ConvNeXtDetector(), cfg)
+
+
+@pytest.mark.parametrize('paramwise_cfg,base,typo,key', [
+    (dict(norm_decay_mul=0., decay_rate=0.9), 'DefaultOptimWrapperConstructor',
+     'norm_decay_mul', 'norm_decay_mult'),
+    (dict(decay_rate=0.95, decay_typ='stage_wise', num_layers=6),
+     'mmdet.LearningRateDecayOptimizerConstructor', 'decay_typ', 'decay_type'),
+])
+def test_misspelt_paramwise_key_is_told_the_key_it_misses(
+        paramwise_cfg, base, typo, key):
+    """A typo is not sent to base_constructor: the closest key the
+    constructor looked up is named."""
+    cfg = dict(AGVM, optimizer=dict(type='AdamW', lr=1e-4,
+                                    weight_decay=0.05),
+               base_constructor=base, paramwise_cfg=paramwise_cfg)
+    with pytest.raises(ValueError) as err:
+        build_optim_wrapper(ConvNeXtDetector(), cfg)
+    assert f"keys ['{typo}']: did you mean ['{key}']" in str(err.value)
+    assert 'base_constructor' not in str(err.value)
 
 
 def test_custom_key_matching_nothing_warns():

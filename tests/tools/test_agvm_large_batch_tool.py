@@ -1,9 +1,11 @@
 """tools/benchmark/agvm_large_batch.py: the plan, the backbone cache key,
-tuning, the gate, the static arm, paired intervals on hand-made inputs, the
-scenes, and a tiny end-to-end run."""
+the arm table, tuning, the gate, the static arm, diverged runs, paired
+intervals and gap shares on hand-made inputs, the scenes, and a tiny
+end-to-end run."""
 import json
 import math
 import sys
+import warnings
 
 import pytest
 import torch
@@ -12,10 +14,17 @@ from helpers import DEVICES, run_tool
 from scenes import SceneSegmentor, make_scenes, mean_iou
 from seed_stats import bootstrap_interval, detectable_difference, summary
 from tools.benchmark import agvm_large_batch as bench
-from tools.benchmark.agvm_large_batch import (MODULES, StaticFactorWrapper,
+from mmext.agvm import AGVMOptimWrapper
+from mmext.compat import accumulative_counts
+from tools.benchmark.agvm_large_batch import (ARM, MODULES,
+                                              StaticFactorWrapper,
                                               background_floor, compare,
                                               gate_modules, mean_factors,
                                               parse_args, plan, val_loss)
+
+TINY = ['--epochs', '2', '--k', '2', '--batch', '4', '--train-images', '32',
+        '--val-images', '8', '--image-size', '16', '--seeds', '0', '1',
+        '--pretrain-images', '32', '--pretrain-steps', '3']
 
 
 def test_defaults_warm_up_for_30_percent_of_240_large_steps():
@@ -84,7 +93,7 @@ def test_gate_reports_the_clamped_change_with_a_bootstrap_interval():
 def _runs(arm, values, lr=0.1):
     # Seeds listed 2, 0, 1 on purpose: pairing must go by seed.
     return [dict(arm=arm, seed=seed, lr=lr, steps=10, miou=m, val_loss=1 - m,
-                 train_loss=0.5, seconds=10.0 + seed, agvm=[])
+                 train_loss=0.5, seconds=10.0 + seed, agvm=[], diverged=None)
             for seed, m in zip((2, 0, 1), values)]
 
 
@@ -105,13 +114,137 @@ def test_compare_pairs_by_seed_with_t_intervals_and_the_gap_closed():
         (0.01**2 + 0.03**2 + 0.02**2) / 2) / math.sqrt(3), abs=1e-4)
     assert d['summary']['covers_zero']
     gap = 0.60 - 0.45
-    assert result['gap_closed']['large-agvm'] == pytest.approx(0.03 / gap)
-    assert result['gap_closed']['large-agvm0'] == pytest.approx(0.0)
-    assert result['gap_closed']['large-lamb'] == pytest.approx(-0.1 / gap)
+    closed = result['gap_closed']
+    assert list(closed) == ['sgd']  # no AdamW arm ran
+    assert closed['sgd']['large-agvm'] == pytest.approx(0.03 / gap)
+    assert closed['sgd']['large-agvm0'] == pytest.approx(0.0)
+    assert closed['sgd']['large-lamb'] == pytest.approx(-0.1 / gap)
     static = result['differences']['large-agvm - large-static: miou']
     assert static['differences'] == pytest.approx([0.02, 0.0, 0.02])
     loss = result['differences']['large-agvm - large: val_loss']
     assert loss['differences'] == pytest.approx([-0.04, 0.0, -0.05])
+
+
+def test_adamw_block_gap_shares_and_a_diverged_seed_left_out():
+    runs = (_runs('large-lamb', [0.70, 0.60, 0.65]) +
+            _runs('small-adamw', [0.80, 0.80, 0.80]) +
+            _runs('large-adamw', [0.60, 0.70, 0.65]) +
+            _runs('large-adamw-agvm', [0.62, 0.75, 0.65]) +
+            _runs('large-adamw-static', [0.60, 0.70, 0.65]) +
+            _runs('large-lamb-agvm', [0.72, 0.61, 0.0]))
+    runs[-1].update(diverged=30)  # large-lamb-agvm, seed 1
+    for key in ('miou', 'val_loss', 'train_loss'):
+        del runs[-1][key]
+    result = compare(runs)
+    # Gap per seed 2: 0.2, 0: 0.1, 1: 0.15 -> 0.15.
+    shares = result['gap_closed']['adamw']
+    assert shares['large-adamw-agvm'] == pytest.approx((0.02 + 0.05) / 3 /
+                                                       0.15)
+    assert shares['large-adamw-static'] == pytest.approx(0.0)
+    assert shares['large-lamb'] == pytest.approx(0.0)
+    # The diverged seed is listed and paired nowhere: seeds 0 and 2 only.
+    lamb_agvm = result['arms']['large-lamb-agvm']
+    assert lamb_agvm['diverged'] == {1: 30}
+    assert lamb_agvm['miou']['values'] == pytest.approx([0.72, 0.61])
+    d = result['differences']['large-lamb-agvm - large-lamb: miou']
+    assert (d['seeds'], d['differences']) == ([0, 2], pytest.approx(
+        [0.01, 0.02]))
+    assert shares['large-lamb-agvm'] == pytest.approx((-0.09 + 0.12) / 2 /
+                                                      0.15)
+    assert [tuple(p) for p in result['pairs']] == [
+        ('large-lamb', 'large-adamw'), ('small-adamw', 'large-adamw'),
+        ('large-adamw-agvm', 'large-adamw'),
+        ('large-adamw-agvm', 'large-adamw-static'),
+        ('large-adamw-static', 'large-adamw'),
+        ('large-lamb-agvm', 'large-adamw'), ('large-lamb-agvm', 'large-lamb')]
+
+
+def test_arm_table_blocks_optimizers_and_lrs():
+    names = [a.name for a in bench.arms(parse_args(['--block', 'adamw']))]
+    assert names == ['large-lamb', 'small-adamw', 'large-adamw',
+                     'large-adamw-agvm', 'large-adamw-static',
+                     'large-lamb-agvm']
+    assert len(bench.arms(parse_args([]))) == len(bench.ARMS) == 11
+    assert [a.name for a in bench.arms(parse_args(['--block', 'sgd']))] == [
+        'small', 'large', 'large-agvm', 'large-agvm0', 'large-static',
+        'large-lamb']
+    best = dict(large=0.3, small=0.1, **{'large-adamw-static': 0.02})
+    assert bench.tuned_lr(best, ARM['large-static']) == 0.3
+    assert bench.tuned_lr(best, ARM['large-adamw-static']) == 0.02
+
+
+@pytest.mark.parametrize('arm,optimizer,wrapper,statistic,counts', [
+    ('small-adamw', 'AdamW', 'OptimWrapper', None, 1),
+    ('large-adamw', 'AdamW', 'OptimWrapper', None, 4),
+    ('large-adamw-agvm', 'AdamW', 'AGVMOptimWrapper', 'adam', 4),
+    ('large-adamw-static', 'AdamW', 'StaticFactorWrapper', None, 4),
+    ('large-lamb-agvm', 'Lamb', 'AGVMOptimWrapper', 'adam', 4),
+    ('large-agvm0', 'SGD', 'AGVMOptimWrapper', 'grad', 4),
+])
+def test_each_arm_builds_its_optimizer_and_wrapper(arm, optimizer, wrapper,
+                                                   statistic, counts):
+    args = parse_args(['--k', '4'])
+    p = dict(agvm_start=40)
+    model = SceneSegmentor()
+    built = bench.optim_wrapper(args, ARM[arm], 0.01, model, p,
+                                factors=[1.0, 1.1, 1.2])
+    assert type(built).__name__ == wrapper
+    assert type(built.optimizer).__name__ == optimizer
+    assert accumulative_counts(built) == counts
+    groups = built.optimizer.param_groups
+    assert {g['lr'] for g in groups} == {0.01}
+    assert groups[0]['weight_decay'] == (0.01 if optimizer == 'AdamW'
+                                         else 1e-4)
+    if statistic:
+        assert built.statistic == statistic
+        assert built.module_names == MODULES
+        assert built.schedule.start_iter == (0 if arm == 'large-agvm0'
+                                             else 40)
+    if wrapper == 'StaticFactorWrapper':
+        assert [sum(p.numel() for p in g['params']) for g in groups] == [
+            sum(p.numel() for p in getattr(model, m).parameters())
+            for m in MODULES]
+
+
+def test_a_diverging_run_is_recorded_not_raised(monkeypatch, tmp_path):
+    """AGVM's FloatingPointError at a re-estimate (inf gradients, finite
+    loss) and a NaN loss both end the run as diverged."""
+    args = parse_args(TINY + ['--work-dir', str(tmp_path)])
+    p = plan(args)  # 8 large steps of 2 micro-batches; AGVM from 6
+    real = bench.optim_wrapper
+
+    def inf_grads_from_agvm_start(args, arm, lr, model, p, factors=None):
+        built = real(args, arm, lr, model, p, factors)
+        calls = []
+        model.neck.laterals[0].weight.register_hook(lambda g: g * (
+            math.inf if calls.append(1) or len(calls) > p['agvm_start']
+            else 1))
+        return built
+
+    monkeypatch.setattr(bench, 'optim_wrapper', inf_grads_from_agvm_start)
+    bench._quiet()
+    agvm = bench.train(args, 'large-adamw-agvm', 1e-3, 0)
+    assert p['agvm_start'] == 6
+    # Micro-batch 6 (step 4) has inf gradients: AGVM raises there.
+    assert agvm['diverged'] == 4 and 'miou' not in agvm
+    assert isinstance(real(args, ARM['large-adamw-agvm'], 1e-3,
+                           SceneSegmentor(), p), AGVMOptimWrapper)
+    monkeypatch.setattr(bench, 'optim_wrapper', real)
+    plain = bench.train(args, 'large-adamw', 1e6, 0)
+    assert plain['diverged'] is not None and 'val_loss' not in plain
+    monkeypatch.setattr(bench, 'run_all', lambda args, jobs: [
+        agvm, dict(arm='large-adamw-agvm', lr=2e-3, val_loss=0.5,
+                   diverged=None)])
+    assert bench.tune(args, [ARM['large-adamw-agvm']])['best'] == {
+        'large-adamw-agvm': 2e-3}
+
+
+def test_runs_without_a_runner_do_not_warn_about_start_checks(tmp_path):
+    args = parse_args(TINY + ['--work-dir', str(tmp_path)])
+    with warnings.catch_warnings(record=True) as caught:
+        bench._quiet()
+        bench.train(args, 'large-agvm', 0.01, 0, stop=8)
+    assert not [w for w in caught if 'start checks' in str(w.message)]
 
 
 def test_static_arm_takes_agvms_mean_factors_from_its_start():
@@ -137,16 +270,22 @@ def test_static_arm_takes_agvms_mean_factors_from_its_start():
 
 def test_tuning_picks_the_lowest_val_loss(monkeypatch):
     def fake(args, jobs):
-        return [dict(arm=arm, lr=lr, val_loss=abs(lr - 0.05), miou=0.0)
-                for arm, lr, _, _ in jobs]
+        return [dict(arm=arm, lr=lr, val_loss=abs(lr - 0.05), miou=0.0,
+                     diverged=None) for arm, lr, _, _ in jobs]
 
     monkeypatch.setattr(bench, 'run_all', fake)
-    tuned = bench.tune(parse_args([]))
+    args = parse_args([])
+    tuned = bench.tune(args, [a for a in bench.ARMS
+                              if a.lrs.startswith('lrs_')])
     assert tuned['best'] == {'small': 0.04, 'large': 0.08,
-                             'large-lamb': 0.04}
-    assert len(tuned['runs']) == 12
+                             'large-lamb': 0.04, 'small-adamw': 0.016,
+                             'large-adamw': 0.064,
+                             'large-adamw-agvm': 0.064,
+                             'large-adamw-static': 0.064,
+                             'large-lamb-agvm': 0.04}
+    assert len(tuned['runs']) == 8 * 4
     # Each is the edge of its grid.
-    assert tuned['at_grid_edge'] == ['small', 'large', 'large-lamb']
+    assert tuned['at_grid_edge'] == list(tuned['best'])
 
 
 def test_seed_statistics():
@@ -245,24 +384,31 @@ def test_val_loss_is_the_pixel_mean_over_uneven_batches():
 @pytest.mark.slow
 def test_tiny_benchmark_runs_end_to_end(tmp_path):
     proc = run_tool([
-        sys.executable, 'tools/benchmark/agvm_large_batch.py', '--epochs',
-        '2', '--k', '2', '--batch', '4', '--train-images', '32',
-        '--val-images', '8', '--image-size', '16', '--seeds', '0', '1',
-        '--pretrain-images', '32', '--pretrain-steps', '3',
+        sys.executable, 'tools/benchmark/agvm_large_batch.py', *TINY,
         '--lrs-small', '0.02', '0.04', '--lrs-large', '0.04',
-        '--lrs-lamb', '0.01', '--gate-repeats', '2', '--jobs', '1',
-        '--work-dir', str(tmp_path), '--json'
+        '--lrs-lamb', '0.01', '--lrs-small-adamw', '0.001',
+        '--lrs-large-adamw', '0.001', '0.002', '--gate-repeats', '2',
+        '--jobs', '1', '--work-dir', str(tmp_path), '--json'
     ])
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result['plan'] == dict(iters_per_epoch=8, iters=16, warmup=4,
                                   agvm_start=6, large_steps=8)
-    assert list(result['arms']) == list(bench.ARMS)
-    assert result['arms']['small']['steps'] == 16
-    assert result['arms']['large-agvm']['steps'] == 8
-    agvm = [r for r in result['runs'] if r['arm'] == 'large-agvm']
-    # AGVM re-estimates every large step from its start (step 3 of 8).
-    assert [e['step'] for e in agvm[0]['agvm']] == [4, 5, 6, 7, 8]
-    assert result['static_factors'] == pytest.approx(
-        mean_factors([r for r in result['runs'] if r['arm'] == 'large-agvm']))
+    assert list(result['arms']) == [a.name for a in bench.ARMS]
+    assert result['arms']['small-adamw']['steps'] == 16
+    assert result['arms']['large-adamw-agvm']['steps'] == 8
+    # 7 grids (2 + 1 + 1 + 1 + 2 + 2 + 1 LRs), then the static AdamW grid.
+    assert len(result['tuning']['runs']) == 10 + 2
+    assert len(result['runs']) == 11 * 2
+    for arm, of in (('large-static', 'large-agvm'),
+                    ('large-adamw-static', 'large-adamw-agvm')):
+        agvm = [r for r in result['runs'] if r['arm'] == of]
+        # AGVM re-estimates every large step from its start (step 3 of 8).
+        assert [e['step'] for e in agvm[0]['agvm']] == [4, 5, 6, 7, 8]
+        assert result['static_factors'][arm] == pytest.approx(
+            mean_factors(agvm))
+    assert result['arms']['large-static']['lr'] == 0.04  # large's
     assert [g['iteration'] for g in result['gate'].values()] == [6, 8]
     assert 'share of the small/large mIoU gap closed' in proc.stdout
+    assert 'share of the small-adamw/large-adamw mIoU' in proc.stdout
+    assert '| large-adamw-agvm \u2212 large-adamw | ' in proc.stdout
+    assert 'start checks' not in proc.stderr

@@ -1,30 +1,22 @@
 """AGVM at a large batch by the paper's protocol: tune each arm, then seeds.
 
-Usage: python tools/benchmark/agvm_large_batch.py [--seeds 0 1 ... 7]
-    [--k 8] [--epochs 12] [--lrs-small ...] [--lrs-large ...]
-    [--lrs-lamb ...] [--jobs 2] [--device cpu|cuda] [--json]
-
 Setting (Xue et al., NeurIPS 2022, Sec. 3, CPU-sized): segmentation of
 generated scenes (``scenes.py``) by a small FPN whose backbone is pre-trained
 once (cached by code and settings), fresh neck and head per run. BN sees one
 micro-batch of ``--batch``; a large step accumulates ``--k``. Every arm:
-exponential warm-up over ``--warmup-share``, then poly decay; SGD momentum
-0.9 (LAMB: pytorch_optimizer's), weight decay 1e-4.
+exponential warm-up over ``--warmup-share``, then poly decay.
 
-Protocol (the paper's Sec. 4: baselines at their tuned LR):
-
-1. Tune ``small``, ``large`` and ``large-lamb`` on ``--tune-seed`` over
-   their LR grids; the lowest val loss wins.
-2. Gate (reported, deciding nothing): d_backbone / d_i at N = 2 B and k B
-   on the tuned ``large`` run at AGVM's start and mid-training, with a
-   bootstrap interval of the change of the clamped ratio.
-3. Over ``--seeds``: ``small``, ``large``, ``large-agvm`` (from
-   ``--agvm-delay`` of the warm-up after it), ``large-agvm0`` (from step 0),
-   ``large-static`` (AGVM's mean factors, fixed) and ``large-lamb``.
-
-Printed: the tuning table, the gate, per arm mIoU and val loss (mean +- std),
-paired differences with 95 % t intervals, the share of the small/large gap
-closed, run times and the load; ``--json`` prints everything as one line.
+Protocol (the paper's Sec. 4: baselines at their tuned LR) for the arms of
+:data:`ARMS` in ``--block``: each arm with a grid is tuned on
+``--tune-seed`` (lowest val loss), the others take the LR of the arm they
+name; the gate (SGD block; reported, deciding nothing) measures
+d_backbone / d_i at N = 2 B and k B on the tuned ``large`` run; then every
+arm over ``--seeds``, a static arm (AGVM's mean factors, fixed) after its
+AGVM arm. A run with a non-finite loss, or whose AGVM stops on non-finite
+gradients, is recorded as diverged and left out of the statistics. Printed:
+tuning, gate, the arm and paired-difference tables as Markdown rows
+(docs/en/benchmarks.md), each block's small/large gap closed; ``--json``
+everything as one line.
 """
 import argparse
 import concurrent.futures
@@ -42,6 +34,7 @@ import sys
 import time
 import warnings
 from functools import lru_cache
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from mmengine.logging import MMLogger
@@ -52,15 +45,61 @@ from seed_stats import bootstrap_interval, format_interval, paired, summary
 
 import mmext  # noqa: F401
 import scenes as scenes_module
+from mmext.agvm.constructor import build_optimizer
 from mmext.agvm.statistics import DEFAULT_RATIO_RANGE
 from mmext.lr_scaling import scaled_lrs
 from mmext.warmup import ExpWarmupLR
 from scenes import SceneSegmentor, make_scenes, mean_iou, segmentation_loss
 
-ARMS = ('small', 'large', 'large-agvm', 'large-agvm0', 'large-static',
-        'large-lamb')
-TUNED = {'small': 'lrs_small', 'large': 'lrs_large',
-         'large-lamb': 'lrs_lamb'}
+
+class Arm(NamedTuple):
+    """An arm: ``optimizer`` (of :data:`OPTIMIZERS`), the ``--block`` values
+    that run it, ``small`` batch (one micro-batch a step), ``lrs``: its LR
+    grid option or the arm whose tuned LR it takes, AGVM's ``statistic``
+    (None: no AGVM) ``from_start`` or after the warm-up, ``static_of``: the
+    AGVM arm whose mean factors it applies, fixed; paired against ``vs``."""
+    name: str
+    optimizer: str
+    blocks: Tuple[str, ...]
+    small: bool = False
+    lrs: str = 'large'
+    statistic: Optional[str] = None
+    from_start: bool = False
+    static_of: Optional[str] = None
+    vs: Tuple[str, ...] = ()
+
+
+SGD, ADAMW = ('sgd', ), ('adamw', )
+ARMS = (
+    Arm('small', 'SGD', SGD, small=True, lrs='lrs_small', vs=('large', )),
+    Arm('large', 'SGD', SGD, lrs='lrs_large'),
+    Arm('large-agvm', 'SGD', SGD, statistic='grad',
+        vs=('large', 'large-static')),
+    Arm('large-agvm0', 'SGD', SGD, statistic='grad', from_start=True,
+        vs=('large', )),
+    Arm('large-static', 'SGD', SGD, static_of='large-agvm', vs=('large', )),
+    Arm('large-lamb', 'Lamb', SGD + ADAMW, lrs='lrs_lamb',
+        vs=('large', 'large-adamw')),
+    Arm('small-adamw', 'AdamW', ADAMW, small=True, lrs='lrs_small_adamw',
+        vs=('large-adamw', )),
+    Arm('large-adamw', 'AdamW', ADAMW, lrs='lrs_large_adamw'),
+    # The paper's AdamW mode: the cosine of g / (sqrt(v) + eps).
+    Arm('large-adamw-agvm', 'AdamW', ADAMW, lrs='lrs_large_adamw',
+        statistic='adam', vs=('large-adamw', 'large-adamw-static')),
+    Arm('large-adamw-static', 'AdamW', ADAMW, lrs='lrs_large_adamw',
+        static_of='large-adamw-agvm', vs=('large-adamw', )),
+    # LAMB keeps Adam's moments (exp_avg_sq) and steps along Adam's
+    # direction before its trust ratio: the AdamW statistic applies.
+    Arm('large-lamb-agvm', 'Lamb', ADAMW, lrs='lrs_lamb', statistic='adam',
+        vs=('large-adamw', 'large-lamb')),
+)
+ARM = {arm.name: arm for arm in ARMS}
+# Per block: the (small, large) arms whose gap the others may close.
+GAPS = {'sgd': ('small', 'large'), 'adamw': ('small-adamw', 'large-adamw')}
+# The arms' optimizers (lr set per run); LAMB is pytorch_optimizer's.
+OPTIMIZERS = dict(SGD=dict(type='SGD', momentum=0.9, weight_decay=1e-4),
+                  AdamW=dict(type='AdamW', weight_decay=0.01),
+                  Lamb=dict(type='Lamb', weight_decay=1e-4))
 MODULES = ['backbone', 'neck', 'decode_head']
 # Seeds of the three disjoint scene draws.
 TRAIN_SEED, VAL_SEED, PRETRAIN_SEED = 1, 2, 3
@@ -69,6 +108,8 @@ TRAIN_SEED, VAL_SEED, PRETRAIN_SEED = 1, 2, 3
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add = parser.add_argument
+    add('--block', choices=('sgd', 'adamw', 'all'), default='all',
+        help='the arms to run (ARMS); the gate runs with the SGD block')
     add('--seeds', type=int, nargs='+', default=list(range(8)))
     add('--tune-seed', type=int, default=100)
     add('--batch', type=int, default=8,
@@ -81,6 +122,10 @@ def parse_args(argv=None):
     add('--lrs-small', type=float, nargs='+', default=[0.04, 0.08, 0.16, 0.32])
     add('--lrs-large', type=float, nargs='+', default=[0.08, 0.16, 0.32, 0.64])
     add('--lrs-lamb', type=float, nargs='+', default=[0.005, 0.01, 0.02, 0.04])
+    add('--lrs-small-adamw', type=float, nargs='+',
+        default=[0.002, 0.004, 0.008, 0.016])
+    add('--lrs-large-adamw', type=float, nargs='+',
+        default=[0.008, 0.016, 0.032, 0.064])
     add('--warmup-share', type=float, default=0.3)
     add('--agvm-delay', type=float, default=0.2,
         help='AGVM starts this share of the warm-up after its end (the '
@@ -114,14 +159,19 @@ def parse_args(argv=None):
                      f'large batch of --k x --batch = {args.k * args.batch} '
                      f'images')
     if importlib.util.find_spec('pytorch_optimizer') is None:
-        parser.error('the large-lamb arm needs pytorch_optimizer: `pip '
-                     'install pytorch_optimizer`')
+        parser.error('the LAMB arms need pytorch_optimizer: `pip install '
+                     'pytorch_optimizer`')
     if args.device.startswith('cuda') and not torch.cuda.is_available():
         parser.error(f'--device {args.device}: torch sees no CUDA device')
     if not 0 < args.warmup_share < 0.5:
         parser.error(f'--warmup-share must be in (0, 0.5), got '
                      f'{args.warmup_share}')
     return args
+
+
+def arms(args) -> list:
+    """The arms of ``--block``, in :data:`ARMS` order."""
+    return [a for a in ARMS if args.block == 'all' or args.block in a.blocks]
 
 
 def plan(args) -> dict:
@@ -192,36 +242,56 @@ class StaticFactorWrapper(OptimWrapper):
             super().step(**kwargs)
 
 
-def optim_wrapper(args, arm: str, lr: float, model, p: dict, factors=None):
-    """The arm's optimizer wrapper (k micro-batches per step but small)."""
-    k = 1 if arm == 'small' else args.k
-    if arm == 'large-lamb':
+def optimizer_cfg(name: str, lr: float) -> dict:
+    """The config of :data:`OPTIMIZERS` ``name`` at ``lr``."""
+    cfg = dict(OPTIMIZERS[name], lr=lr)
+    if cfg['type'] == 'Lamb':
         from pytorch_optimizer import Lamb
-        return OptimWrapper(Lamb(model.parameters(), lr=lr,
-                                 weight_decay=1e-4), accumulative_counts=k)
-    sgd = dict(lr=lr, momentum=0.9, weight_decay=1e-4)
-    if arm == 'large-static':
-        groups = [dict(params=getattr(model, m).parameters())
+        cfg['type'] = Lamb
+    return cfg
+
+
+def optim_wrapper(args, arm: Arm, lr: float, model, p: dict, factors=None):
+    """The arm's optimizer wrapper (k micro-batches per step but small)."""
+    k = 1 if arm.small else args.k
+    optimizer = optimizer_cfg(arm.optimizer, lr)
+    if arm.static_of:
+        groups = [dict(params=list(getattr(model, m).parameters()))
                   for m in MODULES]
-        return StaticFactorWrapper(torch.optim.SGD(groups, **sgd), factors,
-                                   p['agvm_start'], accumulative_counts=k)
+        return StaticFactorWrapper(build_optimizer(optimizer, groups),
+                                   factors, p['agvm_start'],
+                                   accumulative_counts=k)
     cfg = dict(type='OptimWrapper', accumulative_counts=k,
-               optimizer=dict(type='SGD', **sgd))
-    if arm.startswith('large-agvm'):
+               optimizer=optimizer)
+    if arm.statistic:
         cfg.update(type='mmext.AGVMOptimWrapper',
                    constructor='mmext.AGVMOptimWrapperConstructor',
-                   module_names=MODULES,
-                   start_iter=0 if arm == 'large-agvm0' else p['agvm_start'],
+                   module_names=MODULES, statistic=arm.statistic,
+                   start_iter=0 if arm.from_start else p['agvm_start'],
                    update_interval=args.update_interval,
                    ema_momentum=args.ema_momentum)
     return build_optim_wrapper(model, cfg)
 
 
-def train(args, arm: str, lr: float, seed: int, stop: int = None,
+def micro_batches(args, seed: int):
+    """The micro-batch indices of a run: a shuffle per epoch."""
+    for epoch in range(args.epochs):
+        order = torch.randperm(args.train_images, generator=torch.Generator(
+        ).manual_seed(seed * 1000 + epoch)).to(args.device)
+        for b in range(plan(args)['iters_per_epoch']):
+            yield order[b * args.batch:(b + 1) * args.batch]
+
+
+def train(args, name: str, lr: float, seed: int, stop: int = None,
           factors=None):
-    """Train one arm at ``lr`` from ``seed``: its results, or the model at
-    micro-batch ``stop``."""
-    p = plan(args)
+    """Train arm ``name`` at ``lr`` from ``seed``: its results, or the
+    model at micro-batch ``stop``.
+
+    A non-finite loss, or AGVM's FloatingPointError for non-finite
+    gradients at a re-estimate, ends the run: ``diverged`` is its large step
+    and it has no ``miou``, ``val_loss`` or ``train_loss``.
+    """
+    p, arm = plan(args), ARM[name]
     images, labels = scenes(args.train_images, args.image_size, TRAIN_SEED,
                             args.device)
     torch.manual_seed(seed)
@@ -237,38 +307,43 @@ def train(args, arm: str, lr: float, seed: int, stop: int = None,
     ]
     wrapper.initialize_count_status(model, 0, p['iters'])
     model.train()
-    estimates, losses, it = [], [], 0
+    k = 1 if arm.small else args.k
+    estimates, losses, diverged = [], [], None
     start = time.perf_counter()
-    for epoch in range(args.epochs):
-        order = torch.randperm(len(images), generator=torch.Generator(
-        ).manual_seed(seed * 1000 + epoch)).to(args.device)
-        for b in range(p['iters_per_epoch']):
-            if it == stop:
-                return model
-            idx = order[b * args.batch:(b + 1) * args.batch]
-            with wrapper.optim_context(model):
-                loss = segmentation_loss(model, (images[idx], labels[idx]))
-            ema = getattr(wrapper, 'ema', None)
-            updates = ema.num_updates if ema else 0
+    for it, idx in enumerate(micro_batches(args, seed)):
+        if it == stop:
+            return model
+        with wrapper.optim_context(model):
+            loss = segmentation_loss(model, (images[idx], labels[idx]))
+        losses.append(loss.item())
+        ema = getattr(wrapper, 'ema', None)
+        updates = ema.num_updates if ema else 0
+        try:  # a non-finite loss, or gradients AGVM measures
+            if not math.isfinite(losses[-1]):
+                raise FloatingPointError(f'loss {losses[-1]}')
             wrapper.update_params(loss)
-            for scheduler in schedulers:
-                scheduler.step()
-            if ema and ema.num_updates > updates:
-                estimates.append(dict(step=(it + 1) // args.k,
-                                      d=wrapper.last_variance.tolist(),
-                                      s=ema.factors.tolist()))
-            losses.append(loss.item())
-            it += 1
+        except FloatingPointError:
+            diverged = it // k + 1
+            break
+        for scheduler in schedulers:
+            scheduler.step()
+        if ema and ema.num_updates > updates:
+            estimates.append(dict(step=(it + 1) // args.k,
+                                  d=wrapper.last_variance.tolist(),
+                                  s=ema.factors.tolist()))
     if stop is not None:
         return model
-    val_images, val_labels = scenes(args.val_images, args.image_size,
-                                    VAL_SEED, args.device)
-    return dict(arm=arm, seed=seed, lr=lr,
-                steps=it // (1 if arm == 'small' else args.k),
-                miou=mean_iou(model, val_images, val_labels),
-                val_loss=val_loss(model, val_images, val_labels),
-                train_loss=statistics.fmean(losses[-p['iters_per_epoch']:]),
-                seconds=time.perf_counter() - start, agvm=estimates)
+    result = dict(arm=name, seed=seed, lr=lr, steps=len(losses) // k,
+                  seconds=time.perf_counter() - start, agvm=estimates,
+                  diverged=diverged)
+    if diverged is None:
+        val_images, val_labels = scenes(args.val_images, args.image_size,
+                                        VAL_SEED, args.device)
+        result.update(
+            miou=mean_iou(model, val_images, val_labels),
+            val_loss=val_loss(model, val_images, val_labels),
+            train_loss=statistics.fmean(losses[-p['iters_per_epoch']:]))
+    return result
 
 
 @torch.no_grad()
@@ -290,8 +365,12 @@ def background_floor(labels) -> float:
 
 
 def _quiet():
-    """Silence the notes every run would repeat (mmengine, torch)."""
+    """Silence the notes every run would repeat (mmengine, torch, AGVM)."""
     warnings.filterwarnings('ignore', message='Detected call of')
+    # Runs train without a runner: AGVM's start checks read a runner's
+    # config; plan() places AGVM after the warm-up, without EMA or
+    # auto_scale_lr (large-agvm0 starts in the warm-up on purpose).
+    warnings.filterwarnings('ignore', message='AGVM start checks skipped')
     MMLogger.get_current_instance().setLevel(logging.ERROR)
 
 
@@ -310,17 +389,23 @@ def run_all(args, jobs) -> list:
         return list(ex.map(_job, *zip(*[(args, *job) for job in jobs])))
 
 
-def tune(args) -> dict:
-    """The LR grids on ``--tune-seed``: runs and best LR per arm."""
-    runs = run_all(args, [(arm, lr, args.tune_seed, None)
-                          for arm, key in TUNED.items()
-                          for lr in getattr(args, key)])
-    best = {arm: min((r for r in runs if r['arm'] == arm),
-                     key=lambda r: r['val_loss'])['lr'] for arm in TUNED}
-    edges = [arm for arm, key in TUNED.items() if len(getattr(args, key)) > 1
-             and best[arm] in (min(getattr(args, key)),
-                               max(getattr(args, key)))]
+def tune(args, grid_arms, factors=None) -> dict:
+    """The LR grids of ``grid_arms`` on ``--tune-seed`` (a static arm with
+    its ``factors[name]``): runs and best LR per arm, diverged runs last."""
+    grids = {a.name: getattr(args, a.lrs) for a in grid_arms}
+    runs = run_all(args, [(name, lr, args.tune_seed, (factors or {}).get(
+        name)) for name, grid in grids.items() for lr in grid])
+    best = {name: min((r for r in runs if r['arm'] == name),
+                      key=lambda r: r.get('val_loss', math.inf))['lr']
+            for name in grids}
+    edges = [name for name, grid in grids.items()
+             if len(grid) > 1 and best[name] in (min(grid), max(grid))]
     return dict(runs=runs, best=best, at_grid_edge=edges)
+
+
+def tuned_lr(best: dict, arm: Arm) -> float:
+    """The arm's LR: its own tuned one, or that of the arm it names."""
+    return best[arm.name if arm.lrs.startswith('lrs_') else arm.lrs]
 
 
 def measure_drift(args, model) -> list:
@@ -377,38 +462,51 @@ def gate(args, lr: float) -> dict:
 
 
 def mean_factors(runs) -> list:
-    """AGVM's factors per module averaged over its re-estimates and runs."""
-    values = [e['s'] for r in runs for e in r['agvm']]
+    """AGVM's factors per module averaged over its re-estimates and runs
+    (1 without any: every run diverged before AGVM's start)."""
+    values = [e['s'] for r in runs for e in r['agvm']] or [[1.0] * len(
+        MODULES)]
     return [statistics.fmean(v[i] for v in values)
             for i in range(len(MODULES))]
 
 
 def compare(runs) -> dict:
-    """Per arm summaries and the paired differences the report prints."""
-    by_arm = {}
-    for r in runs:
-        by_arm.setdefault(r['arm'], {})[r['seed']] = r
+    """Per arm summaries (diverged runs listed, left out), the paired
+    differences the report prints and the share of each block's gap
+    closed."""
+    names = [a.name for a in ARMS if any(r['arm'] == a.name for r in runs)]
+    done = {name: {r['seed']: r for r in runs if r['arm'] == name
+                   and r.get('diverged') is None} for name in names}
     arms = {}
-    for arm in sorted(by_arm, key=ARMS.index):
-        rs = list(by_arm[arm].values())
-        arms[arm] = dict(lr=rs[0]['lr'], steps=rs[0]['steps'], **{
-            key: summary([r[key] for r in rs])
-            for key in ('miou', 'val_loss', 'train_loss', 'seconds')})
-    pairs = [('large-agvm', 'large'), ('large-agvm0', 'large'),
-             ('large-static', 'large'), ('large-agvm', 'large-static'),
-             ('large-lamb', 'large'), ('small', 'large')]
+    for name in names:
+        rs = [r for r in runs if r['arm'] == name]
+        arms[name] = dict(
+            lr=rs[0]['lr'], steps=max(r['steps'] for r in rs),
+            diverged={r['seed']: r['diverged'] for r in rs
+                      if r.get('diverged') is not None},
+            **{key: summary([r[key] for r in done[name].values()])
+               for key in ('miou', 'val_loss', 'train_loss', 'seconds')
+               if done[name]})
+    pairs = [(a, b) for a in names for b in ARM[a].vs
+             if b in names and set(done[a]) & set(done[b])]
     diffs = {}
     for a, b in pairs:
         for key in ('miou', 'val_loss'):
             diffs[f'{a} - {b}: {key}'] = paired(
-                {s: r[key] for s, r in by_arm[b].items()},
-                {s: r[key] for s, r in by_arm[a].items()})
-    gap = diffs['small - large: miou']['summary']['mean']
-    closed = {a: diffs[f'{a} - large: miou']['summary']['mean'] / gap
-              if gap > 0 else math.nan
-              for a in ('large-agvm', 'large-agvm0', 'large-static',
-                        'large-lamb')}
-    return dict(arms=arms, differences=diffs, gap_closed=closed)
+                {s: r[key] for s, r in done[b].items()},
+                {s: r[key] for s, r in done[a].items()})
+
+    def mean(a, b):
+        d = diffs.get(f'{a} - {b}: miou')
+        return d['summary']['mean'] if d else math.nan
+
+    closed = {}
+    for block, (small, large) in GAPS.items():
+        gap = mean(small, large)
+        closed[block] = {a: mean(a, large) / gap if gap > 0 else math.nan
+                         for a, b in pairs if b == large and a != small}
+    return dict(arms=arms, pairs=pairs, differences=diffs, gap_closed={
+        block: shares for block, shares in closed.items() if shares})
 
 
 def _load() -> str:
@@ -420,15 +518,23 @@ def report_tuning(args, tuning):
     print(f'\ntuning on seed {args.tune_seed} (lowest val loss wins):')
     for r in sorted(tuning['runs'], key=lambda r: (r['arm'], r['lr'])):
         mark = ' <- tuned' if tuning['best'][r['arm']] == r['lr'] else ''
-        print(f"  {r['arm']:<11} lr {r['lr']:<8g} val loss "
-              f"{r['val_loss']:.4f}  mIoU {r['miou']:.3f}{mark}")
+        result = (f"val loss {r['val_loss']:.4f}  mIoU {r['miou']:.3f}"
+                  if r['diverged'] is None else
+                  f"diverged at step {r['diverged']}")
+        print(f"  {r['arm']:<18} lr {r['lr']:<8g} {result}{mark}")
     if tuning['at_grid_edge']:
         print(f"  warning: the tuned LR of {tuning['at_grid_edge']} is at "
               f"the edge of its grid: widen the grid (--lrs-*)")
 
 
+def _signed(value: float, digits: int = 4) -> str:
+    """``+0.0071`` / ``−0.0020`` (a minus sign, as in the docs)."""
+    return f'{value:+.{digits}f}'.replace('-', '\u2212')
+
+
 def report(args, gates, result, floor):
-    """The gate, the arms and the paired differences."""
+    """The gate, then the arms and the paired differences as Markdown
+    table rows (docs/en/benchmarks.md)."""
     for point, g in gates.items():
         rows = g['rows']
         print(f"\ngate at {point} (micro-batch {g['iteration']} of "
@@ -440,63 +546,84 @@ def report(args, gates, result, floor):
                   f"{m['small'][1]:.2f} -> {m['large'][0]:.2f} +- "
                   f"{m['large'][1]:.2f}: x{m['change']:.2f} "
                   f"{format_interval(m['interval'])}")
-    print(f'\n{"arm":<13}{"batch":>6}{"lr":>9}{"steps":>7}'
-          f'{"mIoU":>20}{"val loss":>20}{"s/run":>8}')
+    print(f'\n| arm | batch | tuned lr | steps | mIoU ({len(args.seeds)} '
+          f'seeds) | val loss |\n|---|---|---|---|---|---|')
     for arm, s in result['arms'].items():
-        batch = args.batch * (1 if arm == 'small' else args.k)
-        print(f"{arm:<13}{batch:>6}{s['lr']:>9.4g}{s['steps']:>7}"
-              f"{s['miou']['mean']:>11.3f} +- {s['miou']['std']:.3f}"
-              f"{s['val_loss']['mean']:>11.4f} +- {s['val_loss']['std']:.4f}"
-              f"{s['seconds']['mean']:>8.0f}")
+        cells = [f"{s[k]['mean']:.{d}f} ± {s[k]['std']:.{d}f}" if k in s
+                 else '-' for k, d in (('miou', 3), ('val_loss', 4))]
+        diverged = (f" (diverged, left out: seed: step {s['diverged']})"
+                    if s['diverged'] else '')
+        print(f"| {arm} | {args.batch * (1 if ARM[arm].small else args.k)} "
+              f"| {s['lr']:g} | {s['steps']} | {cells[0]}{diverged} | "
+              f"{cells[1]} |")
     print(f'(mIoU of predicting background everywhere: {floor:.3f})')
-    print(f'\npaired by seed ({len(args.seeds)} seeds), mean and 95 % t '
-          f'interval:')
-    for name, d in result['differences'].items():
-        s = d['summary']
-        print(f"  {name:<36} {s['mean']:+.4f} [{s['low']:+.4f}, "
-              f"{s['high']:+.4f}]{'  covers 0' if s['covers_zero'] else ''}")
-    print('share of the small/large mIoU gap closed: ' + ', '.join(
-        f'{a} {v:.0%}' if not math.isnan(v) else f'{a} - (no gap)'
-        for a, v in result['gap_closed'].items()))
+    print('\n| difference (95 % t interval, paired by seed) | mIoU | val loss '
+          '|\n|---|---|---|')
+    for a, b in result['pairs']:
+        cells = []
+        for key in ('miou', 'val_loss'):
+            d = result['differences'][f'{a} - {b}: {key}']['summary']
+            cells.append(f"{_signed(d['mean'])} [{_signed(d['low'])}, "
+                         f"{_signed(d['high'])}]" +
+                         (' (covers 0)' if d['covers_zero'] else ''))
+        print(f'| {a} \u2212 {b} | {cells[0]} | {cells[1]} |')
+    for block, shares in result['gap_closed'].items():
+        small, large = GAPS[block]
+        print(f'share of the {small}/{large} mIoU gap closed: ' + ', '.join(
+            f'{a} {v:.0%}' if not math.isnan(v) else f'{a} - (no gap)'
+            for a, v in shares.items()))
 
 
 def main():
     args = parse_args()
-    p = plan(args)
+    p, selected = plan(args), arms(args)
     load_before, start = _load(), time.perf_counter()
     print(f'{args.train_images} train / {args.val_images} val scenes of '
           f'{args.image_size} px, {args.epochs} epochs = {p["iters"]} '
           f'micro-batches of {args.batch}; large batch '
           f'{args.k * args.batch} = {p["large_steps"]} steps; warm-up '
           f'{p["warmup"]} micro-batches, AGVM from {p["agvm_start"]}; '
-          f'seeds {args.seeds}; load average before {load_before}',
-          flush=True)
+          f'arms {[a.name for a in selected]}; seeds {args.seeds}; load '
+          f'average before {load_before}', flush=True)
     torch.set_num_threads(args.threads)
     _quiet()
     pretrained_backbone(args)
-    tuning = tune(args)
+    first = [a for a in selected if not a.static_of]
+    statics = [a for a in selected if a.static_of]
+    tuning = tune(args, [a for a in first if a.lrs.startswith('lrs_')])
     report_tuning(args, tuning)
     per_run = statistics.fmean(r['seconds'] for r in tuning['runs'])
-    left = len(ARMS) * len(args.seeds)
+    left = len(selected) * len(args.seeds) + sum(
+        len(getattr(args, a.lrs)) for a in statics
+        if a.lrs.startswith('lrs_'))
     print(f'tuned in {(time.perf_counter() - start) / 60:.1f} min; '
           f'{per_run:.0f} s per run: the {left} runs left take about '
           f'{per_run * left / args.jobs / 60:.1f} min at --jobs '
           f'{args.jobs}', flush=True)
-    best = dict(tuning['best'])
-    for arm in ('large-agvm', 'large-agvm0', 'large-static'):
-        best[arm] = best['large']
-    gates = gate(args, best['large'])
-    runs = run_all(args, [(arm, best[arm], seed, None) for seed in args.seeds
-                          for arm in ARMS if arm != 'large-static'])
-    factors = mean_factors([r for r in runs if r['arm'] == 'large-agvm'])
-    runs += run_all(args, [('large-static', best['large'], seed, factors)
-                           for seed in args.seeds])
+    best = tuning['best']
+    gates = gate(args, best['large']) if 'large' in best else {}
+    runs = run_all(args, [(a.name, tuned_lr(best, a), seed, None)
+                          for seed in args.seeds for a in first])
+    factors = {a.name: mean_factors([r for r in runs
+                                     if r['arm'] == a.static_of])
+               for a in statics}
+    static_tuning = tune(args, [a for a in statics
+                                if a.lrs.startswith('lrs_')], factors)
+    if static_tuning['runs']:
+        report_tuning(args, static_tuning)
+    best.update(static_tuning['best'])
+    runs += run_all(args, [(a.name, tuned_lr(best, a), seed, factors[a.name])
+                           for seed in args.seeds for a in statics])
     result = compare(runs)
     floor = background_floor(
         scenes(args.val_images, args.image_size, VAL_SEED, args.device)[1])
     report(args, gates, result, floor)
-    print('large-static factors (AGVM\'s means): ' + ', '.join(
-        f'{m} {f:.3f}' for m, f in zip(MODULES, factors)))
+    for a in statics:
+        print(f"{a.name} factors ({a.static_of}'s means): " + ', '.join(
+            f'{m} {f:.3f}' for m, f in zip(MODULES, factors[a.name])))
+    tuning = dict(runs=tuning['runs'] + static_tuning['runs'], best=best,
+                  at_grid_edge=tuning['at_grid_edge'] +
+                  static_tuning['at_grid_edge'])
     wall = time.perf_counter() - start
     print(f'\n{len(tuning["runs"]) + len(runs)} runs, {args.jobs} at a '
           f'time, {args.threads} thread(s) each, {wall / 60:.1f} min wall; '
