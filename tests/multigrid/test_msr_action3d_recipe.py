@@ -11,6 +11,7 @@ import pytest
 from mg_helpers import ROOT
 from mmaction.registry import TRANSFORMS
 from mmengine.config import Config
+from mmengine.registry import DefaultScope
 
 import mmext  # noqa: F401
 from mmext.multigrid import MultigridPlan
@@ -31,8 +32,10 @@ def field_of_view(pipeline, steps=None, seed=0):
                    img_shape=(240, 320), original_shape=(240, 320),
                    modality='RGB')
     random.seed(seed)  # MultiScaleCrop's choice of size and offset
-    for t in [t for t in pipeline if t['type'] in SPATIAL][:steps]:
-        results = TRANSFORMS.build(copy.deepcopy(t))(results)
+    # mmaction2's Resize, whichever scope an earlier test left as default.
+    with DefaultScope.overwrite_default_scope('mmaction'):
+        for t in [t for t in pipeline if t['type'] in SPATIAL][:steps]:
+            results = TRANSFORMS.build(copy.deepcopy(t))(results)
     quadruple = results.get('crop_quadruple', np.array([0, 0, 1, 1]))
     return quadruple.tolist(), results['img_shape'][1]
 
