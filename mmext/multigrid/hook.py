@@ -9,7 +9,7 @@ import copy
 import itertools
 import logging
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.dist import all_reduce
@@ -43,7 +43,7 @@ __all__ = [
     'MultigridHook', 'SCALAR_BATCH_SIZE', 'SCALAR_CLIP_LEN',
     'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN', 'CHECKPOINT_KEY',
     'resume_signature', 'check_resume', 'DataWaitWatch',
-    'reads_bn_statistics_after_epoch', 'prepare_run'
+    'reads_bn_statistics_after_epoch', 'set_validation_epochs', 'prepare_run'
 ]
 
 # Visualizer scalars: the per-process long-cycle shape at each loader
@@ -100,6 +100,35 @@ def _check_repeat_collate(loader_cfg) -> None:
                          f"'repeat_pseudo_collate'), got {name!r}.")
 
 
+def _loop_validates(loop, done: int) -> bool:
+    """Whether an ``EpochBasedTrainLoop`` validates after ``done`` epochs
+    by its interval (``_decide_current_val_interval``, after the epoch;
+    the last epoch aside)."""
+    step = bisect.bisect(loop.dynamic_milestones, done + 1)
+    return done >= loop.val_begin and done % loop.dynamic_intervals[
+        step - 1] == 0
+
+
+def set_validation_epochs(loop, epochs: Sequence[int]) -> None:
+    """Make an ``EpochBasedTrainLoop`` validate after exactly ``epochs``
+    (ascending epoch counts, the last one included if it validates).
+
+    The loop validates after ``done`` epochs when ``done % interval == 0``
+    for the interval its ``dynamic_milestones`` give ``done + 1``: interval
+    ``v`` for ``done`` from the previous epoch of ``epochs`` up to ``v``
+    validates at ``v`` only.
+    """
+    loop.val_begin = epochs[0] if epochs else loop.max_epochs + 1
+    loop.dynamic_milestones = [0] + [v + 2 for v in epochs]
+    loop.dynamic_intervals = list(epochs) + [loop.max_epochs + 1]
+    loop.val_interval = loop.dynamic_intervals[0]
+
+
+def _epoch_checkpoint_hooks(runner) -> List[CheckpointHook]:
+    return [h for h in runner.hooks if isinstance(h, CheckpointHook)
+            and h.by_epoch and h.interval > 0]
+
+
 def reads_bn_statistics_after_epoch(runner) -> bool:
     """Whether what follows the current train epoch reads BN statistics.
 
@@ -108,18 +137,14 @@ def reads_bn_statistics_after_epoch(runner) -> bool:
     decides); iteration-based checkpoints are not predicted.
     """
     done = runner.epoch + 1
-    loop = runner.train_loop
-    if done >= loop.max_epochs:
+    if done >= runner.train_loop.max_epochs:
         return True
-    if runner.val_loop is not None and done >= loop.val_begin:
-        # EpochBasedTrainLoop._decide_current_val_interval, after the epoch.
-        step = bisect.bisect(loop.dynamic_milestones, done + 1)
-        if done % loop.dynamic_intervals[step - 1] == 0:
-            return True
+    if runner.val_loop is not None and _loop_validates(runner.train_loop,
+                                                       done):
+        return True
     return any(
-        isinstance(hook, CheckpointHook) and hook.by_epoch
-        and hook.every_n_epochs(runner, hook.interval, hook.save_begin)
-        for hook in runner.hooks)
+        hook.every_n_epochs(runner, hook.interval, hook.save_begin)
+        for hook in _epoch_checkpoint_hooks(runner))
 
 
 # ---------------------------------------------------------------- resume
@@ -367,6 +392,7 @@ class MultigridHook(Hook):
         self._restore_lrs: Optional[Callable[[], None]] = None
         self._undo_prepare: Callable[[], None] = lambda: None
         self._compiled: Optional[CompiledRun] = None
+        self._checkpoint_epochs: Dict[CheckpointHook, List[int]] = {}
 
     # ------------------------------------------------------------ set-up
     def before_run(self, runner) -> None:
@@ -411,6 +437,7 @@ class MultigridHook(Hook):
             print_log('Multigrid: ' + self._compiled.start(),
                       logger='current')
         set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
+        self._map_intervals(runner)
         if self.plan.param_scheduler:
             # The first build already applied e.g. LinearLR's start factor.
             reset_to_initial_values(self._param_groups(runner))
@@ -418,6 +445,35 @@ class MultigridHook(Hook):
                 self.plan.scheduler_cfgs())
         print_log('Multigrid plan:\n' + describe(self.plan),
                   logger='current')
+
+    def _map_intervals(self, runner) -> None:
+        """Validation and epoch-based checkpoints after the multigrid epochs
+        where the recipe's fall (its ``val_interval``, ``CheckpointHook``
+        ``interval`` count recipe epochs, as its LR milestones)."""
+        loop, plan = runner.train_loop, self.plan
+        recipe = range(1, plan.recipe_epochs + 1)
+        said = []
+        if runner.val_loop is not None:
+            epochs = plan.multigrid_epochs(
+                r for r in recipe if _loop_validates(loop, r) or (
+                    r == plan.recipe_epochs and r >= loop.val_begin))
+            set_validation_epochs(loop, epochs)
+            said.append(f'validation after epochs {epochs}')
+        self._checkpoint_epochs = {
+            hook: plan.multigrid_epochs(
+                r for r in recipe if r >= hook.save_begin
+                and (r - hook.save_begin) % hook.interval == 0)
+            for hook in _epoch_checkpoint_hooks(runner)}
+        saved = {e for epochs in self._checkpoint_epochs.values()
+                 for e in epochs}
+        if any(h.save_last for h in self._checkpoint_epochs):
+            saved.add(plan.max_epochs)
+        if saved:
+            said.append(f'checkpoints after epochs {sorted(saved)}')
+        if said:
+            print_log(f'Multigrid: {", ".join(said)} of {plan.max_epochs} '
+                      f'(recipe epochs mapped as its LR milestones)',
+                      logger='current')
 
     @staticmethod
     def _param_groups(runner) -> List[dict]:
@@ -478,17 +534,18 @@ class MultigridHook(Hook):
         return Runner.build_dataloader(cfg, seed=seed)
 
     def after_train_epoch(self, runner) -> None:
-        """Watch the epoch's last iteration; count skipped clips; precise BN
-        at the end of a shape whose statistics are read."""
+        """Watch the epoch's last iteration; count skipped clips; time the
+        epoch-based checkpoints; precise BN before validation and saving
+        (PySlowFast's rule: otherwise the statistics go unread)."""
         self._watch_last_iteration(runner)
         self._report_skipped(runner)
+        done = runner.epoch + 1
+        for hook, epochs in self._checkpoint_epochs.items():
+            # CheckpointHook saves where done - save_begin divides by its
+            # interval; it runs after this hook.
+            hook.save_begin = done if done in epochs else done + 1
         iters = self.precise_bn_iters
-        if not iters or not self.plan.is_shape_end(runner.epoch):
-            return
-        if not reads_bn_statistics_after_epoch(runner):
-            # The next shape's training overwrites the statistics unread
-            # (PySlowFast likewise runs precise BN only on evaluation and
-            # checkpoint epochs).
+        if not iters or not reads_bn_statistics_after_epoch(runner):
             return
         stage = self.plan.stage_at(runner.epoch)
         model = unwrap_model(runner.model)

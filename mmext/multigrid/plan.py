@@ -8,8 +8,8 @@ import copy
 import math
 import numbers
 from dataclasses import dataclass
-from typing import (Callable, Dict, List, NamedTuple, Optional, Sequence,
-                    Tuple)
+from typing import (Callable, Dict, Iterable, List, NamedTuple, Optional,
+                    Sequence, Tuple)
 
 from mmext.compat import SCHEDULER_INF
 from mmext.registry import HOOKS
@@ -438,14 +438,26 @@ class MultigridPlan:
         k = min(max(int(math.floor(epoch)), 0), len(cum) - 2)
         return int(round(cum[k] + (epoch - k) * (cum[k + 1] - cum[k])))
 
+    def recipe_epoch_to_multigrid(self, epoch: float) -> float:
+        """Multigrid epoch of a (fractional) recipe epoch
+        (:func:`~mmext.multigrid.schedule.map_recipe_epoch`)."""
+        return map_recipe_epoch(self.stages, self.lr_steps,
+                                self.recipe_epochs, epoch)
+
+    def multigrid_epochs(self, recipe_epochs: Iterable[int]) -> List[int]:
+        """Where epoch counts of the recipe (e.g. its validation epochs) fall
+        on the multigrid axis: distinct epoch counts in ``[1, max_epochs]``,
+        rounded half up, ascending."""
+        return sorted({
+            min(max(math.floor(self.recipe_epoch_to_multigrid(r) + 0.5), 1),
+                self.max_epochs) for r in recipe_epochs})
+
     def scheduler_cfgs(self) -> List[dict]:
         """The recipe's ``param_scheduler`` on the multigrid axis
         (:func:`remap_param_schedulers`)."""
         self._cum()
         return remap_param_schedulers(
-            self.param_scheduler,
-            lambda x: map_recipe_epoch(self.stages, self.lr_steps,
-                                       self.recipe_epochs, x),
+            self.param_scheduler, self.recipe_epoch_to_multigrid,
             self.iter_at, self.recipe_iters_per_epoch)
 
     # ------------------------------------------------------------ savings

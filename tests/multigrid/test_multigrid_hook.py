@@ -29,7 +29,7 @@ from mmext.multigrid import (MultigridHook, MultigridOptions, MultigridPlan,
 from mmext.multigrid.hook import (CHECKPOINT_KEY, DataWaitWatch,
                                   _check_repeat_collate, check_resume,
                                   reads_bn_statistics_after_epoch,
-                                  resume_signature)
+                                  resume_signature, set_validation_epochs)
 from mmext.multigrid.schedule import iterations_per_epoch
 
 pytestmark = pytest.mark.usefixtures('demo_data')
@@ -84,9 +84,9 @@ def full_run(full):
 
 @pytest.fixture(scope='module')
 def checkpoints(full, tmp_path_factory):
-    """The epoch-1 checkpoint of the full run, and the same without the
+    """The epoch-3 checkpoint of the full run, and the same without the
     hook's schedule record (what a run without multigrid writes)."""
-    ckpt = osp.join(full.work_dir, 'epoch_1.pth')
+    ckpt = osp.join(full.work_dir, 'epoch_3.pth')
     state = torch.load(ckpt, weights_only=False)
     assert state['meta'].pop(CHECKPOINT_KEY)['max_epochs'] == 6
     plain = str(tmp_path_factory.mktemp('plain') / 'plain.pth')
@@ -140,7 +140,7 @@ def _recipe_model():
 
 
 def test_checkpoint_is_plain_recipe_model(full):
-    ckpt = torch.load(osp.join(full.work_dir, 'epoch_1.pth'),
+    ckpt = torch.load(osp.join(full.work_dir, 'epoch_3.pth'),
                       map_location='cpu', weights_only=False)
     _recipe_model().load_state_dict(ckpt['state_dict'], strict=True)
     assert not any('split_bn' in k for k in ckpt['state_dict'])
@@ -152,16 +152,16 @@ def test_test_with_the_multigrid_config(full, tmp_path):
     for hooks in ([TINY_HOOK], []):
         runner = tiny_runner(tmp_path / f'test{len(hooks)}',
                              custom_hooks=hooks, load_from=osp.join(
-                                 full.work_dir, 'epoch_4.pth'))
+                                 full.work_dir, 'epoch_5.pth'))
         results.append(runner.test()['acc/top1'])
     # The same as the recipe without the hook tests the same weights.
     assert results[0] == results[1]
 
 
 def test_resume_equivalence(full_run, tmp_path):
-    first = _train(tmp_path, custom_hooks=recorded(stop_after_epoch=4))
+    first = _train(tmp_path, custom_hooks=recorded(stop_after_epoch=5))
     runner = tiny_runner(tmp_path, custom_hooks=recorded(), resume=True,
-                         load_from=osp.join(tmp_path, 'epoch_4.pth'),
+                         load_from=osp.join(tmp_path, 'epoch_5.pth'),
                          experiment_name='resumed')
     runner.train()
     assert first + read_shapes(tmp_path) == full_run
@@ -606,15 +606,30 @@ def test_watch_disabled_and_short_stage():
 
 def test_shape_changes_and_precise_bn_reach_the_visualizer(full):
     """At iterations 0 and 9 the loader changes to the stage's long-cycle
-    shape; precise BN (2 batches) runs after epochs 2 and 5 (iterations 9
-    and 27)."""
+    shape; precise BN (2 batches) runs before each checkpoint, after 3, 5
+    and 6 epochs (iterations 9, 21 and 27), mid-shape at 5."""
     from mmext.multigrid import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN,
                                  SCALAR_CROP_SIZE)
     shapes = [(r['step'], r[SCALAR_BATCH_SIZE], r[SCALAR_CLIP_LEN],
                r[SCALAR_CROP_SIZE]) for r in _scalars(full.work_dir)
               if SCALAR_CROP_SIZE in r]
     assert shapes == [(0, 16, 8, 40), (9, 4, 16, 56)]
-    assert _precise_bn_steps(full.work_dir) == [(9, 2), (27, 2)]
+    assert _precise_bn_steps(full.work_dir) == [(9, 2), (21, 2), (27, 2)]
+
+
+def test_validation_and_checkpoints_at_the_recipe_epochs(full):
+    """The recipe validates after 3 and 4 of its 4 epochs and saves after
+    each: recipe epochs 1, 2, 3, 4 end at multigrid epochs 2.5, 5, 5.5, 6
+    (LR stage [0, 2) -> [0, 5), [2, 4) -> [5, 6)), rounded half up."""
+    assert sorted(osp.basename(p) for p in glob.glob(
+        osp.join(full.work_dir, 'epoch_*.pth'))) == [
+            'epoch_3.pth', 'epoch_5.pth', 'epoch_6.pth']
+    assert [r['step'] for r in _scalars(full.work_dir)
+            if 'acc/top1' in r] == [6]
+    [log] = glob.glob(osp.join(full.work_dir, '*', '*.log'))
+    with open(log) as f:
+        assert ('validation after epochs [6], checkpoints after epochs '
+                '[3, 5, 6] of 6') in f.read()
 
 
 def _scalars(work_dir):
@@ -671,6 +686,27 @@ def _epoch_end(epoch, max_epochs=10, val=True, val_begin=1, val_interval=3,
 def test_reads_bn_statistics_after_epoch_follows_the_loop(kwargs, epochs):
     assert [e for e in range(10) if reads_bn_statistics_after_epoch(
         _epoch_end(e, **kwargs))] == epochs
+
+
+@pytest.mark.parametrize('epochs', [[], [10], [3, 5, 10], [1, 2, 3, 7, 10]])
+def test_the_loop_validates_after_exactly_the_epochs_set(epochs):
+    from mmengine.runner import EpochBasedTrainLoop
+    loop = SimpleNamespace(max_epochs=10, val_begin=1, val_interval=1,
+                           dynamic_milestones=[0], dynamic_intervals=[1])
+    set_validation_epochs(loop, epochs)
+    validated = []
+    for done in range(1, 11):
+        # What EpochBasedTrainLoop.run decides after each epoch.
+        loop.epoch = done
+        EpochBasedTrainLoop._decide_current_val_interval(loop)
+        if done >= loop.val_begin and (done % loop.val_interval == 0
+                                       or done == loop.max_epochs):
+            validated.append(done)
+    assert validated == epochs
+    runner = SimpleNamespace(train_loop=loop, val_loop=object(), hooks=[])
+    assert [e + 1 for e in range(9) if reads_bn_statistics_after_epoch(
+        SimpleNamespace(**vars(runner), epoch=e))] == [
+            v for v in epochs if v < 10]
 
 
 class _SplitRecorder(Hook):

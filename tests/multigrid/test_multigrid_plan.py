@@ -354,6 +354,17 @@ def test_long_cycle_shapes_end_where_the_next_stage_changes_shape():
         2, 5]
 
 
+def test_recipe_epochs_on_the_multigrid_axis():
+    """LR stage [0, 2) of the recipe is multigrid [0, 5), [2, 4) is [5, 6):
+    recipe epochs 1, 2, 3, 4 end at 2.5, 5, 5.5, 6, rounded half up."""
+    plan = _tiny_plan()
+    assert [plan.recipe_epoch_to_multigrid(r) for r in range(5)] == [
+        0, 2.5, 5, 5.5, 6]
+    assert plan.multigrid_epochs([1, 2, 3, 4]) == [3, 5, 6]
+    assert plan.multigrid_epochs([4, 2]) == [5, 6]
+    assert plan.multigrid_epochs([]) == []
+
+
 @pytest.mark.parametrize('edit, message', [
     (dict(train_cfg=dict(type='IterBasedTrainLoop', max_iters=10)),
      "needs an epoch-based loop, got train_cfg="),
