@@ -344,10 +344,6 @@ class MultigridHook(Hook):
     priority = 'HIGHEST'  # before RuntimeInfoHook logs the LR and before
     # DistSamplerSeedHook calls set_epoch on the loader's sampler.
 
-    # mmext.Runner leaves the scheduler checks to the hook, which moves the
-    # schedulers onto the multigrid axis and checks them there.
-    remaps_param_schedulers = True
-
     def __init__(self,
                  long_cycle: bool = True,
                  short_cycle: bool = True,
