@@ -12,6 +12,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from mmengine.dataset import Compose
 from mmengine.dist import all_reduce
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
@@ -30,7 +31,7 @@ from .bn import (bn_layers_in_training, disable_sub_bn, enable_sub_bn,
 from .checks import check_run
 from .compile import CompiledRun, compile_enabled, run_outside_dynamo
 from .data import (MultigridDataset, ShortCycleBatchSampler, clips_per_sample,
-                   resize_pipeline)
+                   name_broken_clips, resize_pipeline)
 from .memory import glibc_version, keep_freed_memory
 from .plan import (MultigridOptions, MultigridPlan, check_option, is_int,
                    is_number)
@@ -410,6 +411,9 @@ class MultigridHook(Hook):
             clips_per_sample=clips_per_sample(loader.dataset))
         self._pipeline = list(runner.cfg.train_dataloader.dataset.pipeline)
         self._dataset = loader.dataset
+        val = runner.val_loop and runner.val_loop.dataloader.dataset
+        if isinstance(getattr(val, 'pipeline', None), Compose):
+            name_broken_clips(val.pipeline, '; fix or remove the file.')
         model = unwrap_model(runner.model)
         for line in install_shape_adapters(model):
             print_log(f'Multigrid: shape adapter: {line}', logger='current')

@@ -255,6 +255,21 @@ def test_dropped_recipe_values_warn_with_any_runner(runner_type, tmp_path):
         assert 'LinearLR ends at recipe epoch 5' in f.read()
 
 
+def test_a_validation_clip_that_cannot_be_read_is_named(ann_file,
+                                                       tmp_path):
+    from mmext.multigrid.data import BrokenClipError
+    ann, broken = ann_file
+    runner = tiny_runner(tmp_path, val_dataloader=dict(dataset=dict(
+        ann_file=ann, data_prefix=dict(video=''))))
+    runner.register_hook(_StopBeforeTraining())
+    with pytest.raises(_Stop):
+        runner.train()
+    with pytest.raises(BrokenClipError, match=re.escape(
+            f'Cannot load clip {broken} (index 0): ')) as error:
+        next(iter(runner.val_loop.dataloader))
+    assert str(error.value).endswith('; fix or remove the file.')
+
+
 def test_precise_bn_without_a_bn_layer_that_trains_warns(tmp_path):
     """norm_eval=True: no BN layer trains, precise BN has nothing to do."""
     runner = tiny_runner(tmp_path, model=dict(backbone=dict(norm_eval=True)))
