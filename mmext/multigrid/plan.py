@@ -519,17 +519,22 @@ def _count_iterations(plan: MultigridPlan) -> List[int]:
     for stage in plan.stages:
         n = plan.iters_per_epoch(stage)
         sizes = plan.batch_sizes(stage)
-        if n == 0 and sizes[-1] <= samples:
+        factors = plan.options.short_cycle_factors
+        if (n == 0 and sizes[-1] <= samples
+                and factors != DEFAULT_SHORT_CYCLE_FACTORS):
             # The shape's own batch fits: the short cycle's made the first.
             raise ValueError(
-                f'short_cycle_factors {list(plan.options.short_cycle_factors)}'
-                f' make a batch of {sizes[0]} > {samples} clips per process; '
-                f'use factors closer to 1.')
+                f'short_cycle_factors {list(factors)} make a batch of '
+                f'{sizes[0]} > {samples} clips per process; use factors '
+                f'closer to 1.')
         if n == 0:
+            fixes = ['more data'] + ['fewer processes'] * (
+                plan.world_size > 1) + ['a smaller batch_size'] + [
+                    'short_cycle=False'] * (sizes[-1] <= samples)
             raise ValueError(
                 f'{samples} clips per process < batch {sizes[0]} (epochs '
-                f'{stage.start_epoch}-{stage.end_epoch}); use more data or a '
-                f'smaller batch_size.')
+                f'{stage.start_epoch}-{stage.end_epoch}); use '
+                f'{", ".join(fixes[:-1])} or {fixes[-1]}.')
         cum += [cum[-1] + n * (k + 1) for k in range(stage.num_epochs)]
     return cum
 

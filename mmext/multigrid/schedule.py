@@ -231,6 +231,10 @@ def _check_factors(base_t: int, base_s: int,
     """Raise ``ValueError`` for factors that round a shape of this recipe to
     no frame or pixel."""
     for t, s in long_cycle_factors:
+        if base_t == 1 and t < 1:
+            raise ValueError(f'long_cycle_factors entry {(t, s)} leaves 0 '
+                             f'frames of T=1: 2D models need t = 1 in '
+                             f'every entry.')
         if round(base_t * t) < 1 or round(base_s * s) < 1:
             raise ValueError(f'long_cycle_factors entry {(t, s)} leaves 0 '
                              f'frames or pixels of (T, S) = ({base_t}, '

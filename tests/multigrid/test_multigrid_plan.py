@@ -265,6 +265,24 @@ def test_extreme_short_cycle_factors_are_named():
                       options=MultigridOptions(short_cycle=False))
 
 
+@pytest.mark.parametrize('world_size, fixes', [
+    (1, 'use more data, a smaller batch_size or short_cycle=False.'),
+    (2, 'use more data, fewer processes, a smaller batch_size or '),
+])
+def test_too_small_a_subset_is_told_the_fixes_that_shrink_no_batch(
+        world_size, fixes):
+    """20 clips per process, base batch 4: stage 0's short cycle makes
+    batches 32, 16, 16. The default short-cycle factors are not the cause;
+    factors closer to 1 only trade the 32 for smaller batches."""
+    with pytest.raises(ValueError) as error:
+        MultigridPlan(PIPE, 4, 4, [STEP], samples_per_rank=20,
+                      world_size=world_size, options=MultigridOptions(
+                          long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)]))
+    assert str(error.value).startswith(
+        '20 clips per process < batch 32 (epochs 0-3); ')
+    assert fixes in str(error.value)
+
+
 @pytest.mark.parametrize('factors, warned', [
     ([0.5], 'short_cycle_factors=[0.5] cycle 2 crop sizes'),
     ([0.5, 0.5**0.5], None)])
