@@ -182,10 +182,11 @@ def test_milestones_are_lr_stages_in_order():
                                gamma=0.5)], 100) == ([0, 40, 80], 0.5)
 
 
-def _messages(schedulers, samples_per_rank=None, **options):
+def _messages(schedulers, samples_per_rank=None, world_size=1, **options):
     options.setdefault('long_cycle_factors', [(0.5, 0.5**0.5), (1, 1)])
     plan = MultigridPlan(PIPE, 4, 4, schedulers,
                          samples_per_rank=samples_per_rank,
+                         world_size=world_size,
                          options=MultigridOptions(**options))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
@@ -243,11 +244,46 @@ def test_dropped_shapes_of_every_lr_stage_are_named():
         (0, 8, 158, False), (0, 16, 224, False), (1, 8, 158, False),
         (1, 16, 158, False), (1, 32, 224, True), (2, 32, 224, True)]
     with pytest.warns(UserWarning):
-        first, second = check_run(plan)
-    assert first.startswith('LR stage 0 trains the long-cycle shapes ')
-    assert '[(32, 16, 158), (8, 32, 224)] (B, T, S) for 0 epochs' in first
-    assert second.startswith('LR stage 1 trains the long-cycle shapes ')
-    assert '[(16, 16, 224), (8, 32, 224)] (B, T, S) for 0 epochs' in second
+        [message] = check_run(plan)
+    assert message.startswith('Shapes (B, T, S) trained for 0 epochs: ')
+    assert ('LR stage 0 [(32, 16, 158), (8, 32, 224)], LR stage 1 '
+            '[(16, 16, 224), (8, 32, 224)]; ') in message
+
+
+def test_a_dropped_fine_tune_is_named_with_the_other_stages():
+    """epoch_factor 1 with LR steps at 1 and 3 of 4 recipe epochs: LR stage
+    2 (the fine-tune at the last LR) rounds to 0 epochs, so the recipe's
+    last LR is never trained; stages 0 and 1 lose shapes too."""
+    pipe = [dict(type='SampleFrames', clip_len=32, frame_interval=2),
+            dict(type='Resize', scale=(224, 224), keep_ratio=False)]
+    plan = MultigridPlan(pipe, 8, 4, [dict(STEP, end=4, milestones=[1, 3])],
+                         options=MultigridOptions(epoch_factor=1.0))
+    assert {s.lr_stage for s in plan.stages} == {0, 1}
+    with pytest.warns(UserWarning):
+        [message] = check_run(plan)
+    assert 'LR stage 0 [(32, 16, 158), (16, 16, 224), (8, 32, 224)], ' in (
+        message)
+    assert ', LR stage 1 [(16, 16, 224)], LR stage 2 [(8, 32, 224)]; ' in (
+        message)
+
+
+@pytest.mark.parametrize('samples, world_size, unused', [
+    (64, 1, None), (40, 1, 'another batch_size.'), (40, 2, 'fewer processes.')])
+def test_clips_left_unused_by_incomplete_batches_are_said(samples, world_size,
+                                                          unused):
+    """Stage 0 cycles batches 32, 16, 16, the base-shape stages 16, 8, 4:
+    64 clips leave 0 and 8 (12.5 %) unused per epoch; 40 leave 8 (20 %)
+    and 12 (30 %)."""
+    messages = _messages([STEP], samples_per_rank=samples,
+                         world_size=world_size)
+    if unused is None:
+        assert messages == []
+        return
+    [message] = messages
+    assert message.startswith('Incomplete batches leave 12 of 40 clips per '
+                              'process unused in each of epochs 3-4 ')
+    assert '(batches [16, 8, 4]; 4 stages lose 20%+)' in message
+    assert message.endswith(unused)
 
 
 def test_extreme_short_cycle_factors_are_named():

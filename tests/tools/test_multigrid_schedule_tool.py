@@ -304,8 +304,8 @@ def test_dropped_long_cycle_shapes_warn(tmp_path):
     proc = _tool(str(short), '--json', '--no-model-check')
     assert proc.returncode == 0, proc.stderr[-2000:]
     [warning] = json.loads(proc.stdout)['warnings']
-    assert warning.startswith('LR stage 0 trains the long-cycle shapes ')
-    assert '[(32, 16, 158), (8, 32, 224)] (B, T, S)' in warning
+    assert warning.startswith('Shapes (B, T, S) trained for 0 epochs: ')
+    assert 'LR stage 0 [(32, 16, 158), (8, 32, 224)];' in warning
 
 
 def test_the_readmes_subset_of_the_fight_clips(shared_data, tmp_path):
