@@ -316,12 +316,16 @@ class MultigridHook(Hook):
         bn_base_size (int, optional): Clips per BN split: larger per-device
             batches are normalised in splits of this many clips; None or 0
             disables sub-batch BN. Defaults to 8.
-        precise_bn_iters (int): Batches of precise BN at the end of a
-            long-cycle shape whose statistics are read next (validation, a
-            checkpoint, the end); 0 disables it. Defaults to 200.
+        precise_bn_iters (int): Batches of precise BN, on the epoch's
+            long-cycle shape, before each validation and checkpoint (and
+            the end); 0 disables it. Defaults to 200.
         lr_steps (Sequence[int], optional): LR stage starts in recipe epochs
             (``[0, ...]``); None: the recipe's ``MultiStepLR`` milestones,
             else ``[0, max_epochs]``. Defaults to None.
+        lr_rule (str): How the LR follows the long-cycle batch factor B/B0:
+            ``'linear'`` (x B/B0, the paper's rule, for SGD) or ``'sqrt'``
+            (x sqrt(B/B0), the usual rule for the Adam family). Defaults to
+            ``'linear'``.
         skip_broken_clips (bool): Replace a training clip that fails to load
             by a random other one (warned, counted per epoch); False stops
             with an error naming the file. Defaults to False.
@@ -357,6 +361,7 @@ class MultigridHook(Hook):
                  bn_base_size: Optional[int] = 8,
                  precise_bn_iters: int = 200,
                  lr_steps: Optional[Sequence[int]] = None,
+                 lr_rule: str = 'linear',
                  skip_broken_clips: bool = False,
                  data_wait_threshold: Optional[float] = 0.2,
                  data_wait_iters: int = 10,
@@ -366,7 +371,7 @@ class MultigridHook(Hook):
             epoch_factor=epoch_factor, long_cycle_factors=long_cycle_factors,
             short_cycle_factors=short_cycle_factors,
             short_cycle_mode=short_cycle_mode, bn_base_size=bn_base_size,
-            lr_steps=lr_steps)
+            lr_steps=lr_steps, lr_rule=lr_rule)
         check_option(is_int(precise_bn_iters) and precise_bn_iters >= 0,
                      'precise_bn_iters', precise_bn_iters, 'an int >= 0')
         for name, value in (('skip_broken_clips', skip_broken_clips),
@@ -610,10 +615,10 @@ class MultigridHook(Hook):
     def before_train_iter(self, runner, batch_idx: int,
                           data_batch=None) -> None:
         """Watch the previous iteration; scale the LR by the long-cycle
-        batch factor for this one."""
+        batch factor (``lr_rule``) for this one."""
         if batch_idx:
             self._watch_last_iteration(runner)
-        factor = self.plan.stage_at(runner.epoch).shape.batch_factor
+        factor = self.plan.lr_scale(self.plan.stage_at(runner.epoch))
         groups = self._param_groups(runner)
         self._restore_lrs = scale_lrs(groups, [factor] * len(groups))
 

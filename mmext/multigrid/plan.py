@@ -17,9 +17,9 @@ from mmext.scheduler_checks import (STEP_TYPES, WARMUP_TYPES,
                                     unused_scheduler_values)
 from .data import config_clips_per_sample, parse_grid_shape
 from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
-                       SHORT_CYCLE_MODES, GridShape, MultigridStage,
+                       LR_RULES, SHORT_CYCLE_MODES, GridShape, MultigridStage,
                        build_multigrid_schedule, iterations_per_epoch,
-                       map_recipe_epoch, stage_at_epoch,
+                       lr_scale, map_recipe_epoch, stage_at_epoch,
                        total_flops_ratio)
 
 __all__ = ['MultigridOptions', 'MultigridPlan']
@@ -102,6 +102,7 @@ class MultigridOptions:
     short_cycle_mode: str = 'absolute'
     bn_base_size: Optional[int] = 8
     lr_steps: Optional[Tuple[int, ...]] = None
+    lr_rule: str = 'linear'
 
     # The fields of build_multigrid_schedule (the multigrid epoch axis).
     SCHEDULE_FIELDS = ('long_cycle', 'short_cycle', 'epoch_factor',
@@ -126,9 +127,10 @@ class MultigridOptions:
             isinstance(crops, (list, tuple)) and bool(crops) and all(
                 is_number(f) and 0 < f < 1 for f in crops),
             'short_cycle_factors', crops, 'factors in (0, 1)')
-        check_option(self.short_cycle_mode in SHORT_CYCLE_MODES,
-                     'short_cycle_mode', self.short_cycle_mode,
-                     ' or '.join(map(repr, SHORT_CYCLE_MODES)))
+        for name, values in (('short_cycle_mode', SHORT_CYCLE_MODES),
+                             ('lr_rule', LR_RULES)):
+            check_option(getattr(self, name) in values, name,
+                         getattr(self, name), ' or '.join(map(repr, values)))
         base = self.bn_base_size
         check_option(base is None or (is_int(base) and base >= 0),
                      'bn_base_size', base, 'None or an int >= 0')
@@ -292,6 +294,7 @@ class MultigridPlan:
             self.stages: List[MultigridStage] = build_multigrid_schedule(
                 self.base_clip_len, self.base_crop_size, self.lr_steps,
                 self.recipe_epochs, gamma=self.gamma,
+                lr_rule=self.options.lr_rule,
                 **self.options.schedule_kwargs())
         except ValueError as error:
             # A dropped recipe value is often the cause (a shortened run).
@@ -375,6 +378,11 @@ class MultigridPlan:
     def stage_at(self, epoch: int) -> MultigridStage:
         """The stage training ``epoch`` (0-based multigrid epoch)."""
         return stage_at_epoch(self.stages, epoch)
+
+    def lr_scale(self, stage: MultigridStage) -> float:
+        """Factor on the scheduled LR at every iteration of ``stage``: its
+        long-cycle batch factor by ``lr_rule``."""
+        return lr_scale(stage.shape.batch_factor, self.options.lr_rule)
 
     def batch_sizes(self, stage: MultigridStage,
                     short_cycle: bool = True) -> List[int]:

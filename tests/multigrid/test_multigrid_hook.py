@@ -131,6 +131,22 @@ def test_lr_per_iteration(full_run):
         assert rec['lr'] == pytest.approx(expected, rel=1e-6), (epoch, it)
 
 
+def test_sqrt_lr_rule_scales_by_the_root_of_the_batch_factor(full_run,
+                                                             tmp_path):
+    """Epoch 0 trains the coarse shape, batch factor 4: the optimizer sees
+    the scheduled LR x 2 under lr_rule='sqrt', x 4 under the default
+    (whose values test_lr_per_iteration checks)."""
+    sqrt = _train(tmp_path, custom_hooks=recorded(stop_after_epoch=1,
+                                                  lr_rule='sqrt'))
+    linear = [r for r in full_run if r['epoch'] == 0]
+    assert len(sqrt) == len(linear) == 3
+    for a, b in zip(sqrt, linear):
+        assert a['lr'] == pytest.approx(b['lr'] / 4 * 2, rel=1e-6)
+    [log] = glob.glob(osp.join(tmp_path, '*', '*.log'))
+    with open(log) as f:
+        assert "(lr_rule='sqrt')" in f.read()
+
+
 def _recipe_model():
     from mmaction.registry import MODELS
     from mmengine.config import Config

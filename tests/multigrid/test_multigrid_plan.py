@@ -29,7 +29,7 @@ def test_hook_shows_its_options_and_their_defaults():
     params = inspect.signature(MultigridHook).parameters
     schedule = {f.name: f.default for f in dataclasses.fields(
         MultigridOptions)}
-    assert len(params) == 13 and set(schedule) < set(params)
+    assert len(params) == 14 and set(schedule) < set(params)
     assert {n: params[n].default for n in schedule} == schedule
     assert schedule['long_cycle_factors'] == DEFAULT_LONG_CYCLE_FACTORS
     hook = MultigridHook()
@@ -39,7 +39,7 @@ def test_hook_shows_its_options_and_their_defaults():
     assert (hook.watch.threshold, hook.watch.iters) == (0.2, 10)
     for name in params:
         assert f'    {name} (' in MultigridHook.__doc__
-    assert MultigridHook.__doc__.count('Defaults to') == 13
+    assert MultigridHook.__doc__.count('Defaults to') == 14
 
 
 def test_misspelt_option_is_a_type_error():
@@ -96,6 +96,7 @@ SCHEDULE_VALUES = [
     ('lr_steps', '0, 10', 'None or increasing epochs from 0'),
     ('lr_steps', [3], 'None or increasing epochs from 0'),
     ('lr_steps', [0, 5, 5], 'None or increasing epochs from 0'),
+    ('lr_rule', 'square', "'linear' or 'sqrt'"),
 ]
 RUNTIME_VALUES = [
     ('skip_broken_clips', 'yes', 'a bool'),
@@ -520,8 +521,9 @@ def test_table_rows_and_totals():
     lines = describe(_plan()).splitlines()
     assert lines[0].startswith('base (B, T, S) = (4, 16, 56), 4 recipe '
                                'epochs; ')
-    assert lines[0].endswith(
-        'eff. batch = batch x world size 2 x accumulative_counts 1')
+    assert ('eff. batch = batch x world size 2 x accumulative_counts 1; '
+            'rel. LR = batch factor x ') in lines[0]
+    assert lines[0].endswith("(lr_rule='linear')")
     assert lines[2].split() == ['0', '16', '32', '8', '40', '0', '3', '9',
                                 '4', '[(32,', '28),', '(16,', '40),',
                                 '(16,', '40)]']
@@ -530,6 +532,18 @@ def test_table_rows_and_totals():
     assert 'vs 64 of the recipe -> 2.37x fewer iterations; ' in total
     assert total.endswith('FLOPs x0.466 of the recipe (2.15x saving, B*T*S^2 '
                           'estimate)')
+
+
+def test_sqrt_lr_rule_in_the_plan_and_its_report():
+    """The coarse shape's batch factor 4 scales the LR by 2, not 4."""
+    plan = MultigridPlan(PIPE, 4, 4, [STEP], options=MultigridOptions(
+        long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)], lr_rule='sqrt'))
+    assert [plan.lr_scale(s) for s in plan.stages] == [2, 1, 1, 1]
+    assert [s.lr_factor for s in plan.stages] == [
+        2, 1, 1, pytest.approx(0.1)]
+    assert summary(plan)['lr_rule'] == 'sqrt'
+    assert describe(plan).splitlines()[0].endswith(
+        "rel. LR = sqrt(batch factor) x LR decay (lr_rule='sqrt')")
 
 
 def test_flops_counted_on_the_model_replace_the_estimate():
