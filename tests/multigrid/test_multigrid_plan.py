@@ -270,7 +270,8 @@ def test_a_dropped_fine_tune_is_named_with_the_other_stages():
 
 
 @pytest.mark.parametrize('samples, world_size, unused', [
-    (64, 1, None), (40, 1, 'another batch_size.'), (40, 2, 'fewer processes.')])
+    (64, 1, None), (40, 1, 'another batch_size.'),
+    (40, 2, 'fewer processes.')])
 def test_clips_left_unused_by_incomplete_batches_are_said(samples, world_size,
                                                           unused):
     """Stage 0 cycles batches 32, 16, 16, the base-shape stages 16, 8, 4:
