@@ -225,8 +225,8 @@ def update_precise_bn(model: nn.Module, batches: Iterable,
     ``update_bn_stats`` estimates it (``_PopulationVarianceEstimator``; Wu &
     Johnson, "Rethinking Batch in BatchNorm", 2021, Appendix): with
     ``momentum=1`` each layer's buffers hold the last batch's statistics;
-    their mean and mean square, weighted by the ``N T H W`` values per
-    channel, give ``E[x]`` and ``Var[x] = E[x^2] - E[x]^2`` (the mean of the
+    weighted by the ``N T H W`` values per channel of each batch they give
+    ``E[x]`` and ``Var[x] = E[x^2] - E[x]^2`` (the mean of the
     batch variances plus the variance of the batch means; averaging only
     the batch variances is low when batches differ in mean). Passes run in
     the modes ``model.train()`` gives; only layers in training mode that
@@ -256,9 +256,7 @@ def update_precise_bn(model: nn.Module, batches: Iterable,
         sizes[module] = args[0].numel() // args[0].shape[1]
 
     handles = [m.register_forward_pre_hook(record) for m in bns]
-    totals = [0] * len(bns)
-    means = [torch.zeros_like(m.running_mean) for m in bns]
-    squares = [torch.zeros_like(m.running_var) for m in bns]
+    sums = {m: [0, 0, 0] for m in bns}  # values, sum of x, sum of x^2
     for m in bns:
         m.momentum = 1.0
     count = 0
@@ -266,27 +264,21 @@ def update_precise_bn(model: nn.Module, batches: Iterable,
         sizes.clear()
         forward(batch)
         count += 1
-        for i, m in enumerate(bns):
-            n = sizes.get(m)
-            if not n:
-                continue
-            totals[i] += n
-            weight = n / totals[i]
-            # running_var is Bessel-corrected: undo it.
-            square = m.running_mean.square() + m.running_var * (
-                (n - 1) / n)
-            means[i] += (m.running_mean - means[i]) * weight
-            squares[i] += (square - squares[i]) * weight
+        for m, n in sizes.items():
+            # running_var is Bessel-corrected (n - 1 in its denominator).
+            sums[m] = [sums[m][0] + n, sums[m][1] + n * m.running_mean,
+                       sums[m][2] + n * m.running_mean.square() +
+                       (n - 1) * m.running_var]
     for handle in handles:
         handle.remove()
     # As moments E[x], E[x^2] (a layer that saw no batch keeps its own) for
     # the mean over ranks, then back to the variance.
-    for m, momentum, total, mean, square in zip(bns, momenta, totals, means,
-                                                squares):
+    for m, momentum in zip(bns, momenta):
         m.momentum = momentum
-        if total:
-            m.running_mean.copy_(mean)
-            m.running_var.copy_(square)
+        n, x, x2 = sums[m]
+        if n:
+            m.running_mean.copy_(x / n)
+            m.running_var.copy_(x2 / n)
             m.num_batches_tracked.fill_(count)
         else:
             m.running_var.add_(m.running_mean.square())

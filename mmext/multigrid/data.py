@@ -183,9 +183,6 @@ class _Reading:
                 f'{info.get("sample_idx")}): {type(error).__name__}: '
                 f'{error}{self.fix}') from error
 
-    def __repr__(self) -> str:
-        return repr(self.transform)
-
 
 def name_broken_clips(pipeline: Compose, fix: str = '') -> Compose:
     """Make the transforms of ``pipeline`` that read the clip's file raise

@@ -112,12 +112,10 @@ def _loop_validates(loop, done: int) -> bool:
 
 def set_validation_epochs(loop, epochs: Sequence[int]) -> None:
     """Make an ``EpochBasedTrainLoop`` validate after exactly ``epochs``
-    (ascending epoch counts, the last one included if it validates).
+    (ascending epoch counts; the last one if it validates at all).
 
-    The loop validates after ``done`` epochs when ``done % interval == 0``
-    for the interval its ``dynamic_milestones`` give ``done + 1``: interval
-    ``v`` for ``done`` from the previous epoch of ``epochs`` up to ``v``
-    validates at ``v`` only.
+    The interval ``v`` (of ``dynamic_intervals``) from the epoch of
+    ``epochs`` before ``v`` up to ``v`` validates at ``v`` only.
     """
     loop.val_begin = epochs[0] if epochs else loop.max_epochs + 1
     loop.dynamic_milestones = [0] + [v + 2 for v in epochs]
@@ -469,10 +467,8 @@ class MultigridHook(Hook):
                 r for r in recipe if r >= hook.save_begin
                 and (r - hook.save_begin) % hook.interval == 0)
             for hook in _epoch_checkpoint_hooks(runner)}
-        saved = {e for epochs in self._checkpoint_epochs.values()
-                 for e in epochs}
-        if any(h.save_last for h in self._checkpoint_epochs):
-            saved.add(plan.max_epochs)
+        saved = {e for hook, epochs in self._checkpoint_epochs.items()
+                 for e in epochs + [plan.max_epochs] * hook.save_last}
         if saved:
             said.append(f'checkpoints after epochs {sorted(saved)}')
         if said:

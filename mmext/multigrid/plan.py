@@ -453,9 +453,8 @@ class MultigridPlan:
                                 self.recipe_epochs, epoch)
 
     def multigrid_epochs(self, recipe_epochs: Iterable[int]) -> List[int]:
-        """Where epoch counts of the recipe (e.g. its validation epochs) fall
-        on the multigrid axis: distinct epoch counts in ``[1, max_epochs]``,
-        rounded half up, ascending."""
+        """Where epoch counts of the recipe (e.g. its validation epochs) end
+        on the multigrid axis, rounded half up, distinct, ascending."""
         return sorted({
             min(max(math.floor(self.recipe_epoch_to_multigrid(r) + 0.5), 1),
                 self.max_epochs) for r in recipe_epochs})
