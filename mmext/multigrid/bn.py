@@ -113,7 +113,7 @@ class SubBatchNorm:
         self.num_batches_tracked.add_(1)
         dtype = self.running_mean.dtype
         factor = self.momentum
-        if factor is None:  # cumulative average (precise BN)
+        if factor is None:  # cumulative average
             factor = 1.0 / self.num_batches_tracked.to(dtype)
         self.running_mean.lerp_(mean.to(dtype), factor)
         self.running_var.lerp_(
@@ -218,13 +218,20 @@ def disable_sub_bn(model: nn.Module) -> int:
 @torch.no_grad()
 def update_precise_bn(model: nn.Module, batches: Iterable,
                       forward: Callable[[object], None]) -> int:
-    """Recompute the statistics of the BN layers that train, exactly.
+    """Recompute the statistics of the BN layers that train: the population
+    mean and variance of their inputs over ``batches``.
 
-    Precise BN (PySlowFast ``calculate_and_update_precise_bn``, fvcore
-    ``update_bn_stats``): ``momentum=None`` makes torch keep the cumulative
-    average of the batch statistics. Passes run in the modes
-    ``model.train()`` gives; only layers in training mode are updated, then
-    averaged across ranks.
+    Precise BN (PySlowFast ``calculate_and_update_precise_bn``) as fvcore's
+    ``update_bn_stats`` estimates it (``_PopulationVarianceEstimator``; Wu &
+    Johnson, "Rethinking Batch in BatchNorm", 2021, Appendix): with
+    ``momentum=1`` each layer's buffers hold the last batch's statistics;
+    weighted by the ``N T H W`` values per channel of each batch they give
+    ``E[x]`` and ``Var[x] = E[x^2] - E[x]^2`` (the mean of the
+    batch variances plus the variance of the batch means; averaging only
+    the batch variances is low when batches differ in mean). Passes run in
+    the modes ``model.train()`` gives; only layers in training mode that
+    see a batch are updated. Across ranks ``E[x]`` and ``E[x^2]`` are
+    averaged (equal batches per rank), so the variance covers all ranks.
 
     Args:
         model (nn.Module): Unwrapped model; its modes are restored after.
@@ -243,21 +250,47 @@ def update_precise_bn(model: nn.Module, batches: Iterable,
         model.train(was_training)
         return 0
     momenta = [m.momentum for m in bns]
+    sizes = {}  # layer -> values per channel of its input this pass
+
+    def record(module, args):
+        sizes[module] = args[0].numel() // args[0].shape[1]
+
+    handles = [m.register_forward_pre_hook(record) for m in bns]
+    sums = {m: [0, 0, 0] for m in bns}  # values, sum of x, sum of x^2
     for m in bns:
-        m.reset_running_stats()
-        m.momentum = None
+        m.momentum = 1.0
     count = 0
     for batch in batches:
+        sizes.clear()
         forward(batch)
         count += 1
+        for m, n in sizes.items():
+            # running_var is Bessel-corrected (n - 1 in its denominator).
+            sums[m] = [sums[m][0] + n, sums[m][1] + n * m.running_mean,
+                       sums[m][2] + n * m.running_mean.square() +
+                       (n - 1) * m.running_var]
+    for handle in handles:
+        handle.remove()
+    # As moments E[x], E[x^2] (a layer that saw no batch keeps its own) for
+    # the mean over ranks, then back to the variance.
     for m, momentum in zip(bns, momenta):
         m.momentum = momentum
-    for m in model.modules():
-        # A recipe's own mmaction2 SubBatchNorm3D evaluates with its bn.
-        if isinstance(m, SubBatchNorm3D) and m.split_bn in bns:
-            m.aggregate_stats()
+        n, x, x2 = sums[m]
+        if n:
+            m.running_mean.copy_(x / n)
+            m.running_var.copy_(x2 / n)
+            m.num_batches_tracked.fill_(count)
+        else:
+            m.running_var.add_(m.running_mean.square())
     all_reduce_params(
         [buf for m in bns for buf in (m.running_mean, m.running_var)],
         op='mean')
+    for m in bns:
+        m.running_var.sub_(m.running_mean.square())
+    for m in model.modules():
+        # A recipe's own mmaction2 SubBatchNorm3D evaluates with its bn
+        # (law of total variance over its splits).
+        if isinstance(m, SubBatchNorm3D) and m.split_bn in bns:
+            m.aggregate_stats()
     model.train(was_training)
     return count

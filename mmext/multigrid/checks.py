@@ -28,6 +28,10 @@ __all__ = [
 MIN_FEATURE_MAP_SIDE = 2
 # Clips of the fallback forward on the model's own device.
 FALLBACK_BATCH = 2
+# Share of the clips per process that incomplete batches may leave unused
+# in an epoch before a warning (the short cycle's 3 batches can drop most
+# of a cycle).
+UNUSED_CLIPS_SHARE = 0.2
 
 
 class PlannedShape(NamedTuple):
@@ -305,7 +309,7 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
         ValueError: See :func:`check_model`.
     """
     messages = recipe_scheduler_warnings(plan) + _dropped_shapes(plan) + [
-        m for m in [_short_cycle_warning(plan)] if m]
+        m for m in [_short_cycle_warning(plan), _unused_clips(plan)] if m]
     if model is not None:
         found = _small_feature_maps(plan, check_model(plan, model, pipeline))
         messages += [found] if found else []
@@ -420,11 +424,11 @@ def _small_feature_maps(plan, results: Sequence[ShapeResult]
 
 
 def _dropped_shapes(plan) -> List[str]:
-    """One warning per LR stage whose long-cycle shapes were rounded to 0
-    epochs."""
-    options = plan.options
-    if not options.long_cycle:
-        return []
+    """The warning naming every LR stage that trains one of its long-cycle
+    shapes (the base shape in the fine-tune or without the long cycle) for
+    0 epochs; [] if none does."""
+    options, steps = plan.options, plan.lr_steps
+    base = plan.stages[-1].shape
     # The fine-tune's first half shares the last long cycle's LR stage
     # and base shape: it must not hide that stage's own base shape.
     present = {(s.lr_stage, s.shape) for s in plan.stages if not s.fine_tune}
@@ -436,15 +440,44 @@ def _dropped_shapes(plan) -> List[str]:
                            options.short_cycle_mode)[-1]
         for t, s in options.long_cycle_factors
     ]
-    messages = []
-    for lr_stage in range(len(plan.lr_steps) - 1):
-        lost = [(plan.base_batch * x.batch_factor, x.clip_len, x.crop_size)
-                for x in planned if (lr_stage, x) not in present]
-        if lost:
-            messages.append(
-                f'LR stage {lr_stage} trains the long-cycle shapes {lost} '
-                f'(B, T, S) for 0 epochs; raise max_epochs or epoch_factor.')
-    return messages
+    cycles = len(steps) - 1 if options.long_cycle else 0
+    lost = []
+    for lr_stage in range(len(steps) - (steps[-1] == plan.recipe_epochs)):
+        if lr_stage < cycles:
+            shapes = [x for x in planned if (lr_stage, x) not in present]
+        else:
+            shapes = [base] * all(s.lr_stage != lr_stage for s in plan.stages)
+        if shapes:
+            lost.append(f'LR stage {lr_stage} ' + str([
+                (plan.base_batch * x.batch_factor, x.clip_len, x.crop_size)
+                for x in shapes]))
+    if not lost:
+        return []
+    return [f'Shapes (B, T, S) trained for 0 epochs: {", ".join(lost)}; '
+            f'raise max_epochs or epoch_factor.']
+
+
+def _unused_clips(plan) -> Optional[str]:
+    """The warning for stages whose incomplete batches leave
+    :data:`UNUSED_CLIPS_SHARE` or more of the clips per process unused in
+    each epoch; None for none or without exact counts."""
+    if not plan.exact:
+        return None
+    samples, found = plan.samples_per_rank, []
+    for stage in plan.stages:
+        sizes = plan.batch_sizes(stage)
+        used = sum(sizes[i % len(sizes)]
+                   for i in range(plan.iters_per_epoch(stage)))
+        if samples - used >= UNUSED_CLIPS_SHARE * samples:
+            found.append((samples - used, stage, sizes))
+    if not found:
+        return None
+    unused, stage, sizes = max(found, key=lambda f: f[0])
+    fix = 'fewer processes' if plan.world_size > 1 else 'another batch_size'
+    return (f'Incomplete batches leave {unused} of {samples} clips per '
+            f'process unused in each of epochs {stage.start_epoch}-'
+            f'{stage.end_epoch} (batches {sizes}; {len(found)} stages lose '
+            f'{UNUSED_CLIPS_SHARE:.0%}+); use more data or {fix}.')
 
 
 def _short_cycle_warning(plan) -> Optional[str]:

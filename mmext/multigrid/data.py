@@ -21,8 +21,8 @@ from .schedule import iterations_per_epoch
 
 __all__ = [
     'BrokenClipError', 'MultigridDataset', 'ShortCycleBatchSampler',
-    'clips_per_sample', 'config_clips_per_sample', 'parse_grid_shape',
-    'resize_pipeline'
+    'clips_per_sample', 'config_clips_per_sample', 'name_broken_clips',
+    'parse_grid_shape', 'resize_pipeline'
 ]
 
 # Transform type -> key holding its output size.
@@ -34,8 +34,9 @@ _FIXED_SIZE_KEYS = {
 # Frame samplers whose clip_len is T.
 _SAMPLERS = ('SampleFrames', 'UniformSample')
 # Transforms whose output size is data dependent.
-_VARIABLE_SIZE = ('RandomResizedCrop', 'Resize', 'RandomRescale',
-                  'ThreeCrop', 'TenCrop')
+_VARIABLE_SIZE = ('RandomResizedCrop', 'Resize', 'RandomRescale')
+# Test-time crops: several views of each clip.
+_MULTI_VIEW = {'ThreeCrop': 3, 'TenCrop': 10}
 
 
 def _type(t: dict) -> str:
@@ -82,9 +83,14 @@ def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
         (pixels).
 
     Raises:
-        ValueError: Without exactly one ``SampleFrames``/``UniformSample``
-            or without a final fixed-size square crop.
+        ValueError: Without exactly one ``SampleFrames``/``UniformSample``,
+            without a final fixed-size square crop, or with a multi-view
+            test crop (``ThreeCrop``, ``TenCrop``).
     """
+    views = [_type(t) for t in pipeline if _type(t) in _MULTI_VIEW]
+    if views:
+        raise ValueError(f'{views[0]} makes {_MULTI_VIEW[views[0]]} views of '
+                         f'each clip (a test crop); train on one crop.')
     samplers = [t for t in pipeline if _type(t) in _SAMPLERS]
     if not samplers:
         raise ValueError('MultigridHook needs a SampleFrames or UniformSample '
@@ -140,7 +146,8 @@ _PATH_KEYS = ('filename', 'frame_dir', 'video_path', 'img_path')
 
 
 class BrokenClipError(RuntimeError):
-    """A clip whose pipeline failed (e.g. a truncated video file)."""
+    """A clip whose file cannot be read or decoded (e.g. a truncated
+    video)."""
 
 
 def _clip_path(info: dict) -> str:
@@ -148,6 +155,47 @@ def _clip_path(info: dict) -> str:
         if key in info:
             return str(info[key])
     return '<no file name in the data info>'
+
+
+def _reads_the_file(transform) -> bool:
+    """Whether a transform opens or decodes the clip's file (``*Init``,
+    ``*Decode``, ``Load*`` and their subclasses: ``DecordInit``,
+    ``PyAVDecode``, ``RawFrameDecode``, ...)."""
+    return any(c.__name__.endswith(('Init', 'Decode'))
+               or c.__name__.startswith('Load')
+               for c in type(transform).__mro__)
+
+
+class _Reading:
+    """A transform reading the clip's file: its exception becomes a
+    :class:`BrokenClipError` naming the file and index, ending ``fix``."""
+
+    def __init__(self, transform, fix: str):
+        self.transform = transform
+        self.fix = fix
+
+    def __call__(self, info: dict):
+        try:
+            return self.transform(info)
+        except Exception as error:  # noqa: B902 any decoder's error
+            raise BrokenClipError(
+                f'Cannot load clip {_clip_path(info)} (index '
+                f'{info.get("sample_idx")}): {type(error).__name__}: '
+                f'{error}{self.fix}') from error
+
+
+def name_broken_clips(pipeline: Compose, fix: str = '') -> Compose:
+    """Make the transforms of ``pipeline`` that read the clip's file raise
+    :class:`BrokenClipError` (naming it, then ``fix``); other transforms'
+    exceptions stay theirs (a config or code error, not the file).
+
+    Returns:
+        Compose: ``pipeline``, changed in place.
+    """
+    pipeline.transforms = [
+        t if isinstance(t, _Reading) or not _reads_the_file(t) else
+        _Reading(t, fix) for t in pipeline.transforms]
+    return pipeline
 
 
 def clips_per_sample(dataset) -> int:
@@ -201,16 +249,21 @@ class MultigridDataset(Dataset):
         pipelines (Sequence[list[dict]]): One train pipeline config per
             shape (see :func:`resize_pipeline`).
         max_refetch (int): Retries with another random index when a pipeline
-            returns ``None`` or, with ``skip_broken_clips``, raises.
-        skip_broken_clips (bool): Replace a clip whose pipeline raises by a
-            random other one, with a warning, counted in
-            :attr:`skipped_clips`; False raises :class:`BrokenClipError`.
+            returns ``None`` or, with ``skip_broken_clips``, the clip is
+            broken.
+        skip_broken_clips (bool): Replace a clip whose file cannot be read
+            (:func:`name_broken_clips`) by a random other one, with a
+            warning, counted in :attr:`skipped_clips`; False raises
+            :class:`BrokenClipError`.
     """
 
     def __init__(self, dataset, pipelines: Sequence[List[dict]],
                  max_refetch: int = 100, skip_broken_clips: bool = False):
         self.dataset = dataset
-        self.pipelines = [Compose(p) for p in pipelines]
+        fix = '' if skip_broken_clips else (
+            '. Fix the file or set skip_broken_clips=True.')
+        self.pipelines = [name_broken_clips(Compose(p), fix)
+                          for p in pipelines]
         self._repeat_views = [
             _RepeatAugView(dataset, p) for p in self.pipelines
         ] if isinstance(dataset, RepeatAugDataset) else None
@@ -246,8 +299,8 @@ class MultigridDataset(Dataset):
         """The sample of ``item`` at its shape.
 
         Raises:
-            BrokenClipError: If the pipeline raises for the clip (naming its
-                file and index), unless ``skip_broken_clips``.
+            BrokenClipError: If a transform reading the clip's file raises
+                (naming it and its index), unless ``skip_broken_clips``.
             RuntimeError: If ``max_refetch`` retries found no valid sample.
         """
         idx, shape = item if isinstance(item, tuple) else (item, -1)
@@ -256,8 +309,12 @@ class MultigridDataset(Dataset):
             try:
                 out = (self._repeat_views[shape].prepare(idx)
                        if self._repeat_views else self.pipelines[shape](info))
-            except Exception as error:
-                self._broken(idx, info, error)
+            except BrokenClipError as error:
+                if not self.skip_broken_clips:
+                    raise
+                with self._skipped.get_lock():
+                    self._skipped.value += 1
+                warn(f'{error}; skipped.')
                 out = None
             if out is not None:
                 return out
@@ -272,18 +329,6 @@ class MultigridDataset(Dataset):
         while new == idx and len(self.dataset) > 1:
             new = random_other_index(self.dataset)
         return new
-
-    def _broken(self, idx: int, info: dict, error: Exception) -> None:
-        """Raise for a clip whose pipeline failed, or warn and count it."""
-        message = (f'Cannot load clip {_clip_path(info)} (index {idx}): '
-                   f'{type(error).__name__}: {error}')
-        if not self.skip_broken_clips:
-            raise BrokenClipError(f'{message}. Fix the file or set '
-                                  f'skip_broken_clips=True.') from error
-        with self._skipped.get_lock():
-            self._skipped.value += 1
-        warn(f'{message}; skipped.')
-
 
 class ShortCycleBatchSampler(Sampler):
     """Batches of cycling sizes, each item tagged with its shape index.

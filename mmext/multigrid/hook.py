@@ -9,9 +9,10 @@ import copy
 import itertools
 import logging
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from mmengine.dataset import Compose
 from mmengine.dist import all_reduce
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
@@ -30,7 +31,7 @@ from .bn import (bn_layers_in_training, disable_sub_bn, enable_sub_bn,
 from .checks import check_run
 from .compile import CompiledRun, compile_enabled, run_outside_dynamo
 from .data import (MultigridDataset, ShortCycleBatchSampler, clips_per_sample,
-                   resize_pipeline)
+                   name_broken_clips, resize_pipeline)
 from .memory import glibc_version, keep_freed_memory
 from .plan import (MultigridOptions, MultigridPlan, check_option, is_int,
                    is_number)
@@ -43,7 +44,7 @@ __all__ = [
     'MultigridHook', 'SCALAR_BATCH_SIZE', 'SCALAR_CLIP_LEN',
     'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN', 'CHECKPOINT_KEY',
     'resume_signature', 'check_resume', 'DataWaitWatch',
-    'reads_bn_statistics_after_epoch', 'prepare_run'
+    'reads_bn_statistics_after_epoch', 'set_validation_epochs', 'prepare_run'
 ]
 
 # Visualizer scalars: the per-process long-cycle shape at each loader
@@ -100,6 +101,33 @@ def _check_repeat_collate(loader_cfg) -> None:
                          f"'repeat_pseudo_collate'), got {name!r}.")
 
 
+def _loop_validates(loop, done: int) -> bool:
+    """Whether an ``EpochBasedTrainLoop`` validates after ``done`` epochs
+    by its interval (``_decide_current_val_interval``, after the epoch;
+    the last epoch aside)."""
+    step = bisect.bisect(loop.dynamic_milestones, done + 1)
+    return done >= loop.val_begin and done % loop.dynamic_intervals[
+        step - 1] == 0
+
+
+def set_validation_epochs(loop, epochs: Sequence[int]) -> None:
+    """Make an ``EpochBasedTrainLoop`` validate after exactly ``epochs``
+    (ascending epoch counts; the last one if it validates at all).
+
+    The interval ``v`` (of ``dynamic_intervals``) from the epoch of
+    ``epochs`` before ``v`` up to ``v`` validates at ``v`` only.
+    """
+    loop.val_begin = epochs[0] if epochs else loop.max_epochs + 1
+    loop.dynamic_milestones = [0] + [v + 2 for v in epochs]
+    loop.dynamic_intervals = list(epochs) + [loop.max_epochs + 1]
+    loop.val_interval = loop.dynamic_intervals[0]
+
+
+def _epoch_checkpoint_hooks(runner) -> List[CheckpointHook]:
+    return [h for h in runner.hooks if isinstance(h, CheckpointHook)
+            and h.by_epoch and h.interval > 0]
+
+
 def reads_bn_statistics_after_epoch(runner) -> bool:
     """Whether what follows the current train epoch reads BN statistics.
 
@@ -108,18 +136,14 @@ def reads_bn_statistics_after_epoch(runner) -> bool:
     decides); iteration-based checkpoints are not predicted.
     """
     done = runner.epoch + 1
-    loop = runner.train_loop
-    if done >= loop.max_epochs:
+    if done >= runner.train_loop.max_epochs:
         return True
-    if runner.val_loop is not None and done >= loop.val_begin:
-        # EpochBasedTrainLoop._decide_current_val_interval, after the epoch.
-        step = bisect.bisect(loop.dynamic_milestones, done + 1)
-        if done % loop.dynamic_intervals[step - 1] == 0:
-            return True
+    if runner.val_loop is not None and _loop_validates(runner.train_loop,
+                                                       done):
+        return True
     return any(
-        isinstance(hook, CheckpointHook) and hook.by_epoch
-        and hook.every_n_epochs(runner, hook.interval, hook.save_begin)
-        for hook in runner.hooks)
+        hook.every_n_epochs(runner, hook.interval, hook.save_begin)
+        for hook in _epoch_checkpoint_hooks(runner))
 
 
 # ---------------------------------------------------------------- resume
@@ -290,12 +314,16 @@ class MultigridHook(Hook):
         bn_base_size (int, optional): Clips per BN split: larger per-device
             batches are normalised in splits of this many clips; None or 0
             disables sub-batch BN. Defaults to 8.
-        precise_bn_iters (int): Batches of precise BN at the end of a
-            long-cycle shape whose statistics are read next (validation, a
-            checkpoint, the end); 0 disables it. Defaults to 200.
+        precise_bn_iters (int): Batches of precise BN, on the epoch's
+            long-cycle shape, before each validation and checkpoint (and
+            the end); 0 disables it. Defaults to 200.
         lr_steps (Sequence[int], optional): LR stage starts in recipe epochs
             (``[0, ...]``); None: the recipe's ``MultiStepLR`` milestones,
             else ``[0, max_epochs]``. Defaults to None.
+        lr_rule (str): How the LR follows the long-cycle batch factor B/B0:
+            ``'linear'`` (x B/B0, the paper's rule, for SGD) or ``'sqrt'``
+            (x sqrt(B/B0), the usual rule for the Adam family). Defaults to
+            ``'linear'``.
         skip_broken_clips (bool): Replace a training clip that fails to load
             by a random other one (warned, counted per epoch); False stops
             with an error naming the file. Defaults to False.
@@ -319,10 +347,6 @@ class MultigridHook(Hook):
     priority = 'HIGHEST'  # before RuntimeInfoHook logs the LR and before
     # DistSamplerSeedHook calls set_epoch on the loader's sampler.
 
-    # mmext.Runner leaves the scheduler checks to the hook, which moves the
-    # schedulers onto the multigrid axis and checks them there.
-    remaps_param_schedulers = True
-
     def __init__(self,
                  long_cycle: bool = True,
                  short_cycle: bool = True,
@@ -335,6 +359,7 @@ class MultigridHook(Hook):
                  bn_base_size: Optional[int] = 8,
                  precise_bn_iters: int = 200,
                  lr_steps: Optional[Sequence[int]] = None,
+                 lr_rule: str = 'linear',
                  skip_broken_clips: bool = False,
                  data_wait_threshold: Optional[float] = 0.2,
                  data_wait_iters: int = 10,
@@ -344,7 +369,7 @@ class MultigridHook(Hook):
             epoch_factor=epoch_factor, long_cycle_factors=long_cycle_factors,
             short_cycle_factors=short_cycle_factors,
             short_cycle_mode=short_cycle_mode, bn_base_size=bn_base_size,
-            lr_steps=lr_steps)
+            lr_steps=lr_steps, lr_rule=lr_rule)
         check_option(is_int(precise_bn_iters) and precise_bn_iters >= 0,
                      'precise_bn_iters', precise_bn_iters, 'an int >= 0')
         for name, value in (('skip_broken_clips', skip_broken_clips),
@@ -367,6 +392,7 @@ class MultigridHook(Hook):
         self._restore_lrs: Optional[Callable[[], None]] = None
         self._undo_prepare: Callable[[], None] = lambda: None
         self._compiled: Optional[CompiledRun] = None
+        self._checkpoint_epochs: Dict[CheckpointHook, List[int]] = {}
 
     # ------------------------------------------------------------ set-up
     def before_run(self, runner) -> None:
@@ -388,6 +414,9 @@ class MultigridHook(Hook):
             clips_per_sample=clips_per_sample(loader.dataset))
         self._pipeline = list(runner.cfg.train_dataloader.dataset.pipeline)
         self._dataset = loader.dataset
+        val = runner.val_loop and runner.val_loop.dataloader.dataset
+        if isinstance(getattr(val, 'pipeline', None), Compose):
+            name_broken_clips(val.pipeline, '; fix or remove the file.')
         model = unwrap_model(runner.model)
         for line in install_shape_adapters(model):
             print_log(f'Multigrid: shape adapter: {line}', logger='current')
@@ -411,6 +440,7 @@ class MultigridHook(Hook):
             print_log('Multigrid: ' + self._compiled.start(),
                       logger='current')
         set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
+        self._map_intervals(runner)
         if self.plan.param_scheduler:
             # The first build already applied e.g. LinearLR's start factor.
             reset_to_initial_values(self._param_groups(runner))
@@ -418,6 +448,33 @@ class MultigridHook(Hook):
                 self.plan.scheduler_cfgs())
         print_log('Multigrid plan:\n' + describe(self.plan),
                   logger='current')
+
+    def _map_intervals(self, runner) -> None:
+        """Validation and epoch-based checkpoints after the multigrid epochs
+        where the recipe's fall (its ``val_interval``, ``CheckpointHook``
+        ``interval`` count recipe epochs, as its LR milestones)."""
+        loop, plan = runner.train_loop, self.plan
+        recipe = range(1, plan.recipe_epochs + 1)
+        said = []
+        if runner.val_loop is not None:
+            epochs = plan.multigrid_epochs(
+                r for r in recipe if _loop_validates(loop, r) or (
+                    r == plan.recipe_epochs and r >= loop.val_begin))
+            set_validation_epochs(loop, epochs)
+            said.append(f'validation after epochs {epochs}')
+        self._checkpoint_epochs = {
+            hook: plan.multigrid_epochs(
+                r for r in recipe if r >= hook.save_begin
+                and (r - hook.save_begin) % hook.interval == 0)
+            for hook in _epoch_checkpoint_hooks(runner)}
+        saved = {e for hook, epochs in self._checkpoint_epochs.items()
+                 for e in epochs + [plan.max_epochs] * hook.save_last}
+        if saved:
+            said.append(f'checkpoints after epochs {sorted(saved)}')
+        if said:
+            print_log(f'Multigrid: {", ".join(said)} of {plan.max_epochs} '
+                      f'(recipe epochs mapped as its LR milestones)',
+                      logger='current')
 
     @staticmethod
     def _param_groups(runner) -> List[dict]:
@@ -478,17 +535,18 @@ class MultigridHook(Hook):
         return Runner.build_dataloader(cfg, seed=seed)
 
     def after_train_epoch(self, runner) -> None:
-        """Watch the epoch's last iteration; count skipped clips; precise BN
-        at the end of a shape whose statistics are read."""
+        """Watch the epoch's last iteration; count skipped clips; time the
+        epoch-based checkpoints; precise BN before validation and saving
+        (PySlowFast's rule: otherwise the statistics go unread)."""
         self._watch_last_iteration(runner)
         self._report_skipped(runner)
+        done = runner.epoch + 1
+        for hook, epochs in self._checkpoint_epochs.items():
+            # CheckpointHook saves where done - save_begin divides by its
+            # interval; it runs after this hook.
+            hook.save_begin = done if done in epochs else done + 1
         iters = self.precise_bn_iters
-        if not iters or not self.plan.is_shape_end(runner.epoch):
-            return
-        if not reads_bn_statistics_after_epoch(runner):
-            # The next shape's training overwrites the statistics unread
-            # (PySlowFast likewise runs precise BN only on evaluation and
-            # checkpoint epochs).
+        if not iters or not reads_bn_statistics_after_epoch(runner):
             return
         stage = self.plan.stage_at(runner.epoch)
         model = unwrap_model(runner.model)
@@ -553,10 +611,10 @@ class MultigridHook(Hook):
     def before_train_iter(self, runner, batch_idx: int,
                           data_batch=None) -> None:
         """Watch the previous iteration; scale the LR by the long-cycle
-        batch factor for this one."""
+        batch factor (``lr_rule``) for this one."""
         if batch_idx:
             self._watch_last_iteration(runner)
-        factor = self.plan.stage_at(runner.epoch).shape.batch_factor
+        factor = self.plan.lr_scale(self.plan.stage_at(runner.epoch))
         groups = self._param_groups(runner)
         self._restore_lrs = scale_lrs(groups, [factor] * len(groups))
 

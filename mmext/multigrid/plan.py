@@ -8,8 +8,8 @@ import copy
 import math
 import numbers
 from dataclasses import dataclass
-from typing import (Callable, Dict, List, NamedTuple, Optional, Sequence,
-                    Tuple)
+from typing import (Callable, Dict, Iterable, List, NamedTuple, Optional,
+                    Sequence, Tuple)
 
 from mmext.compat import SCHEDULER_INF
 from mmext.registry import HOOKS
@@ -17,9 +17,9 @@ from mmext.scheduler_checks import (STEP_TYPES, WARMUP_TYPES,
                                     unused_scheduler_values)
 from .data import config_clips_per_sample, parse_grid_shape
 from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
-                       SHORT_CYCLE_MODES, GridShape, MultigridStage,
+                       LR_RULES, SHORT_CYCLE_MODES, GridShape, MultigridStage,
                        build_multigrid_schedule, iterations_per_epoch,
-                       map_recipe_epoch, stage_at_epoch,
+                       lr_scale, map_recipe_epoch, stage_at_epoch,
                        total_flops_ratio)
 
 __all__ = ['MultigridOptions', 'MultigridPlan']
@@ -102,6 +102,7 @@ class MultigridOptions:
     short_cycle_mode: str = 'absolute'
     bn_base_size: Optional[int] = 8
     lr_steps: Optional[Tuple[int, ...]] = None
+    lr_rule: str = 'linear'
 
     # The fields of build_multigrid_schedule (the multigrid epoch axis).
     SCHEDULE_FIELDS = ('long_cycle', 'short_cycle', 'epoch_factor',
@@ -126,9 +127,10 @@ class MultigridOptions:
             isinstance(crops, (list, tuple)) and bool(crops) and all(
                 is_number(f) and 0 < f < 1 for f in crops),
             'short_cycle_factors', crops, 'factors in (0, 1)')
-        check_option(self.short_cycle_mode in SHORT_CYCLE_MODES,
-                     'short_cycle_mode', self.short_cycle_mode,
-                     ' or '.join(map(repr, SHORT_CYCLE_MODES)))
+        for name, values in (('short_cycle_mode', SHORT_CYCLE_MODES),
+                             ('lr_rule', LR_RULES)):
+            check_option(getattr(self, name) in values, name,
+                         getattr(self, name), ' or '.join(map(repr, values)))
         base = self.bn_base_size
         check_option(base is None or (is_int(base) and base >= 0),
                      'bn_base_size', base, 'None or an int >= 0')
@@ -292,6 +294,7 @@ class MultigridPlan:
             self.stages: List[MultigridStage] = build_multigrid_schedule(
                 self.base_clip_len, self.base_crop_size, self.lr_steps,
                 self.recipe_epochs, gamma=self.gamma,
+                lr_rule=self.options.lr_rule,
                 **self.options.schedule_kwargs())
         except ValueError as error:
             # A dropped recipe value is often the cause (a shortened run).
@@ -376,6 +379,11 @@ class MultigridPlan:
         """The stage training ``epoch`` (0-based multigrid epoch)."""
         return stage_at_epoch(self.stages, epoch)
 
+    def lr_scale(self, stage: MultigridStage) -> float:
+        """Factor on the scheduled LR at every iteration of ``stage``: its
+        long-cycle batch factor by ``lr_rule``."""
+        return lr_scale(stage.shape.batch_factor, self.options.lr_rule)
+
     def batch_sizes(self, stage: MultigridStage,
                     short_cycle: bool = True) -> List[int]:
         """Per-process batch sizes of ``stage`` in short-cycle order
@@ -438,14 +446,25 @@ class MultigridPlan:
         k = min(max(int(math.floor(epoch)), 0), len(cum) - 2)
         return int(round(cum[k] + (epoch - k) * (cum[k + 1] - cum[k])))
 
+    def recipe_epoch_to_multigrid(self, epoch: float) -> float:
+        """Multigrid epoch of a (fractional) recipe epoch
+        (:func:`~mmext.multigrid.schedule.map_recipe_epoch`)."""
+        return map_recipe_epoch(self.stages, self.lr_steps,
+                                self.recipe_epochs, epoch)
+
+    def multigrid_epochs(self, recipe_epochs: Iterable[int]) -> List[int]:
+        """Where epoch counts of the recipe (e.g. its validation epochs) end
+        on the multigrid axis, rounded half up, distinct, ascending."""
+        return sorted({
+            min(max(math.floor(self.recipe_epoch_to_multigrid(r) + 0.5), 1),
+                self.max_epochs) for r in recipe_epochs})
+
     def scheduler_cfgs(self) -> List[dict]:
         """The recipe's ``param_scheduler`` on the multigrid axis
         (:func:`remap_param_schedulers`)."""
         self._cum()
         return remap_param_schedulers(
-            self.param_scheduler,
-            lambda x: map_recipe_epoch(self.stages, self.lr_steps,
-                                       self.recipe_epochs, x),
+            self.param_scheduler, self.recipe_epoch_to_multigrid,
             self.iter_at, self.recipe_iters_per_epoch)
 
     # ------------------------------------------------------------ savings
@@ -507,17 +526,22 @@ def _count_iterations(plan: MultigridPlan) -> List[int]:
     for stage in plan.stages:
         n = plan.iters_per_epoch(stage)
         sizes = plan.batch_sizes(stage)
-        if n == 0 and sizes[-1] <= samples:
+        factors = plan.options.short_cycle_factors
+        if (n == 0 and sizes[-1] <= samples
+                and factors != DEFAULT_SHORT_CYCLE_FACTORS):
             # The shape's own batch fits: the short cycle's made the first.
             raise ValueError(
-                f'short_cycle_factors {list(plan.options.short_cycle_factors)}'
-                f' make a batch of {sizes[0]} > {samples} clips per process; '
-                f'use factors closer to 1.')
+                f'short_cycle_factors {list(factors)} make a batch of '
+                f'{sizes[0]} > {samples} clips per process; use factors '
+                f'closer to 1.')
         if n == 0:
+            fixes = ['more data'] + ['fewer processes'] * (
+                plan.world_size > 1) + ['a smaller batch_size'] + [
+                    'short_cycle=False'] * (sizes[-1] <= samples)
             raise ValueError(
                 f'{samples} clips per process < batch {sizes[0]} (epochs '
-                f'{stage.start_epoch}-{stage.end_epoch}); use more data or a '
-                f'smaller batch_size.')
+                f'{stage.start_epoch}-{stage.end_epoch}); use '
+                f'{", ".join(fixes[:-1])} or {fixes[-1]}.')
         cum += [cum[-1] + n * (k + 1) for k in range(stage.num_epochs)]
     return cum
 

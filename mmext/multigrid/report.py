@@ -14,7 +14,8 @@ def summary(plan, warnings: Sequence[str] = ()) -> dict:
         None without exact counts, ``estimated_iters`` in recipe
         iterations per epoch; ``flops_ratio``, ``flop_saving``,
         ``flops_counted`` and ``clip_gflops``, the GFLOPs per clip of
-        each ``(T, S)`` if counted), ``warnings`` and ``stages``: per stage
+        each ``(T, S)`` if counted), ``lr_rule``, ``warnings`` and
+        ``stages``: per stage
         :meth:`MultigridStage.to_dict` with its per-process and
         effective batch sizes and iterations.
     """
@@ -54,6 +55,7 @@ def summary(plan, warnings: Sequence[str] = ()) -> dict:
         if plan.flops_counted else None,
         world_size=plan.world_size,
         accumulative_counts=plan.accumulative_counts,
+        lr_rule=plan.options.lr_rule,
         warnings=list(warnings),
         stages=stages)
 
@@ -63,12 +65,15 @@ def describe(plan) -> str:
     tool prints."""
     info = summary(plan)
     exact, base = info['exact'], info['base']
+    rule = {'linear': 'batch factor', 'sqrt': 'sqrt(batch factor)'}[
+        info['lr_rule']]
     lines = [
         f'base (B, T, S) = ({base["batch_size"]}, {base["clip_len"]}, '
         f'{base["crop_size"]}), {info["recipe_epochs"]} recipe epochs; '
         f'batch = per process, eff. batch = batch x world size '
         f'{info["world_size"]} x accumulative_counts '
-        f'{info["accumulative_counts"]}',
+        f'{info["accumulative_counts"]}; rel. LR = {rule} x LR decay '
+        f"(lr_rule='{info['lr_rule']}')",
         f'{"lr stage":>8} {"batch":>6} {"eff. batch":>10} {"T":>4} '
         f'{"S":>4} {"start":>6} {"end":>5} '
         + (f'{"iters":>7} ' if exact else

@@ -7,20 +7,29 @@ Wu et al., "A Multigrid Method for Efficiently Training Video Models" (CVPR
 pixels.
 """
 import bisect
+import math
 from dataclasses import asdict, dataclass
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
     'MultigridStage', 'GridShape', 'build_multigrid_schedule',
     'short_cycle_shapes', 'stage_at_epoch', 'map_recipe_epoch',
-    'iterations_per_epoch', 'total_flops_ratio', 'DEFAULT_LONG_CYCLE_FACTORS',
-    'DEFAULT_SHORT_CYCLE_FACTORS'
+    'iterations_per_epoch', 'total_flops_ratio', 'lr_scale',
+    'DEFAULT_LONG_CYCLE_FACTORS', 'DEFAULT_SHORT_CYCLE_FACTORS', 'LR_RULES'
 ]
 
 DEFAULT_LONG_CYCLE_FACTORS = ((0.25, 0.5**0.5), (0.5, 0.5**0.5), (0.5, 1),
                               (1, 1))
 DEFAULT_SHORT_CYCLE_FACTORS = (0.5, 0.5**0.5)
 SHORT_CYCLE_MODES = ('absolute', 'relative')
+LR_RULES = ('linear', 'sqrt')
+
+
+def lr_scale(batch_factor: int, rule: str = 'linear') -> float:
+    """LR factor of a long-cycle batch ``batch_factor`` times the recipe's:
+    ``'linear'`` (the paper's rule for SGD, Goyal et al. 2017) or ``'sqrt'``
+    (the square root, the usual rule for the Adam family)."""
+    return math.sqrt(batch_factor) if rule == 'sqrt' else float(batch_factor)
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,8 @@ class MultigridStage:
         start_epoch (int): First epoch (inclusive).
         end_epoch (int): End epoch (exclusive).
         lr_factor (float): LR relative to the recipe's base LR,
-            ``batch_factor * gamma ** lr_stage`` (PySlowFast ``SOLVER.LRS``).
+            ``lr_scale(batch_factor) * gamma ** lr_stage`` (PySlowFast
+            ``SOLVER.LRS`` with the linear rule).
         fine_tune (bool): Whether the stage is (a half of) the final
             fine-tune at the base shape.
     """
@@ -131,7 +141,8 @@ def build_multigrid_schedule(
         short_cycle_factors: Sequence[float] = DEFAULT_SHORT_CYCLE_FACTORS,
         epoch_factor: float = 1.5,
         short_cycle_mode: str = 'absolute',
-        gamma: Optional[float] = None) -> List[MultigridStage]:
+        gamma: Optional[float] = None,
+        lr_rule: str = 'linear') -> List[MultigridStage]:
     """Turn a recipe's schedule into the multigrid stages.
 
     Long cycle (PySlowFast ``get_long_cycle_schedule``): inside every LR
@@ -152,6 +163,8 @@ def build_multigrid_schedule(
             epoch_factor, short_cycle_mode: As ``MultigridHook``'s options.
         gamma (float, optional): Step decay of the recipe, only used for the
             reported ``lr_factor``.
+        lr_rule (str): :func:`lr_scale`'s rule for the reported
+            ``lr_factor``.
 
     Returns:
         list[MultigridStage]: Stages in order, contiguous from epoch 0;
@@ -215,7 +228,8 @@ def build_multigrid_schedule(
         if end > start:
             stages.append(
                 MultigridStage(lr_stage, c[-1], c, start, end,
-                               c[-1].batch_factor * decay**lr_stage,
+                               lr_scale(c[-1].batch_factor, lr_rule) *
+                               decay**lr_stage,
                                fine_tune=k >= len(raw) - 2))
         start = max(start, end)
     if not stages or stages[-1].shape != base_cycle[-1]:
@@ -231,6 +245,10 @@ def _check_factors(base_t: int, base_s: int,
     """Raise ``ValueError`` for factors that round a shape of this recipe to
     no frame or pixel."""
     for t, s in long_cycle_factors:
+        if base_t == 1 and t < 1:
+            raise ValueError(f'long_cycle_factors entry {(t, s)} leaves 0 '
+                             f'frames of T=1: 2D models need t = 1 in '
+                             f'every entry.')
         if round(base_t * t) < 1 or round(base_s * s) < 1:
             raise ValueError(f'long_cycle_factors entry {(t, s)} leaves 0 '
                              f'frames or pixels of (T, S) = ({base_t}, '

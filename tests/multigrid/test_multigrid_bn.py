@@ -197,16 +197,33 @@ def test_bf16_autocast_keeps_statistics_in_float32(kind):
     assert net[1].weight.grad.dtype == torch.float32
 
 
-def test_precise_bn_of_sub_bn_is_the_exact_whole_batch_average():
+def test_precise_bn_of_sub_bn_is_the_population_of_whole_batches():
+    """Batches {-1, 1, -3, 3} and {9, 11, 7, 13}: mean 5, population
+    variance 240 / 8 = 30 (the batch variances alone average 20 / 3)."""
     net = nn.Sequential(nn.BatchNorm3d(1))
     enable_sub_bn(net, 2)
     batches = [torch.tensor([v - 1., v + 1., v - 3., v + 3.]).view(
         4, 1, 1, 1, 1) for v in (0., 10.)]
     assert update_precise_bn(net, batches, net) == 2
     assert net[0].running_mean.item() == pytest.approx(5.)
-    # Unbiased variance of each batch: (1 + 1 + 9 + 9) / 3.
-    assert net[0].running_var.item() == pytest.approx(20. / 3)
+    assert net[0].running_var.item() == pytest.approx(30.)
     assert net[0].momentum == 0.1 and isinstance(net[0], SubBatchNorm)
+
+
+def test_precise_bn_of_mmaction_sub_batchnorm3d_merges_its_splits():
+    """mmaction2's SubBatchNorm3D (2 splits): split_bn's channels see
+    {-1, -3, 9, 7} and {1, 3, 11, 13} (means 3 and 7, population variances
+    26); aggregate_stats gives mean 5 and 26 + 4 = 30, the population of
+    all values, as for a plain BN."""
+    net = nn.Sequential(SubBatchNorm3D(1, num_splits=2))
+    batches = [torch.tensor([v - 1., v + 1., v - 3., v + 3.]).view(
+        4, 1, 1, 1, 1) for v in (0., 10.)]
+    assert update_precise_bn(net, batches, net) == 2
+    split = net[0].split_bn
+    assert split.running_mean.tolist() == pytest.approx([3., 7.])
+    assert split.running_var.tolist() == pytest.approx([26., 26.])
+    assert net[0].bn.running_mean.item() == pytest.approx(5.)
+    assert net[0].bn.running_var.item() == pytest.approx(30.)
 
 
 class _Head(nn.Module):
@@ -309,14 +326,31 @@ def test_non_affine_and_untracked_bn_split(options):
                                                      True)
 
 
-def test_precise_bn_is_exact_average():
+def test_precise_bn_estimates_the_population_variance():
+    """Batches {-1, 1}, {9, 11}, {19, 21}: mean 10, population variance
+    (121 + 81 + 1 + 1 + 81 + 121) / 6 = 406 / 6 (fvcore's estimator; the
+    mean of the batch variances, 2, is 97 % low)."""
     net = nn.Sequential(nn.BatchNorm3d(1))
     batches = [torch.full((2, 1, 1, 1, 1), v) + torch.tensor(
         [-1., 1.]).view(2, 1, 1, 1, 1) for v in (0., 10., 20.)]
     assert update_precise_bn(net, batches, net) == 3
     assert net[0].running_mean.item() == pytest.approx(10.)
-    assert net[0].running_var.item() == pytest.approx(2.)  # unbiased var
-    assert net[0].momentum == 0.1
+    assert net[0].running_var.item() == pytest.approx(406. / 6)
+    assert net[0].momentum == 0.1 and net[0].num_batches_tracked == 3
+
+
+def test_precise_bn_weights_batches_by_their_values():
+    """Batches of 2 and 4 clips of 2x2 pixels, different means: the
+    population of all 24 values per channel, as fvcore weights them."""
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randn(2, 3, 1, 2, 2, generator=gen) * 2 + 5,
+               torch.randn(4, 3, 1, 2, 2, generator=gen) - 3]
+    net = nn.Sequential(nn.BatchNorm3d(3))
+    assert update_precise_bn(net, batches, net) == 2
+    every = torch.cat(batches).transpose(0, 1).flatten(1)
+    assert torch.allclose(net[0].running_mean, every.mean(1), atol=1e-5)
+    assert torch.allclose(net[0].running_var, every.var(1, unbiased=False),
+                          rtol=1e-5)
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -355,16 +389,14 @@ def test_frozen_layers_keep_their_statistics(setting, device):
         assert not torch.equal(state[f'{name}.running_mean'],
                                without[f'{name}.running_mean']), name
         assert state[f'{name}.num_batches_tracked'].item() == 3
-    # The trained BN holds the exact average of the batch statistics of the
-    # features the frozen layers (with their own statistics) produce.
+    # The trained BN holds the population statistics of the features the
+    # frozen layers (with their own statistics) produce.
     model.train()
-    feats = [model[0](x) for x in batches]
-    means = torch.stack([f.mean((0, 2, 3, 4)) for f in feats])
-    variances = torch.stack([
-        f.transpose(0, 1).flatten(1).var(1, unbiased=True) for f in feats])
-    assert torch.allclose(model[1].running_mean, means.mean(0), atol=1e-5)
-    assert torch.allclose(model[1].running_var, variances.mean(0),
-                          rtol=1e-4)
+    feats = torch.cat([model[0](x) for x in batches]).transpose(0, 1)
+    assert torch.allclose(model[1].running_mean, feats.flatten(1).mean(1),
+                          atol=1e-5)
+    assert torch.allclose(model[1].running_var,
+                          feats.flatten(1).var(1, unbiased=False), rtol=1e-4)
     assert model[1].momentum == 0.1
 
 
@@ -391,8 +423,8 @@ def _precise_bn_rank(rank, world_size, out):
     with torch.no_grad():
         net[0].running_mean.fill_(float(rank + 7))  # rank-specific, frozen
     # The frozen BN gives (x - (rank + 7)) / sqrt(1 + eps): rank 0 inputs
-    # {8, 10} -> {1, 3}, rank 1 inputs {30, 34} -> {22, 26}; batch means 2 /
-    # 24, unbiased variances 2 / 8 (times the eps scale).
+    # {8, 10} -> {1, 3}, rank 1 inputs {30, 34} -> {22, 26} (times the eps
+    # scale); together mean 13, population variance 494 / 4.
     values = [[8., 10.], [30., 34.]][rank]
     batches = [torch.tensor(values).view(2, 1, 1, 1, 1)]
     assert update_precise_bn(net, batches, net) == 1
@@ -409,8 +441,8 @@ def test_precise_bn_averages_trained_layers_across_ranks():
     for rank in range(2):
         frozen, mean, var = out[rank]
         assert frozen == rank + 7.  # neither reset nor averaged
-        assert mean == pytest.approx((2. + 24.) / 2 * eps_scale, rel=1e-6)
-        assert var == pytest.approx((2. + 8.) / 2 * eps_scale**2, rel=1e-5)
+        assert mean == pytest.approx(13. * eps_scale, rel=1e-6)
+        assert var == pytest.approx(494. / 4 * eps_scale**2, rel=1e-5)
 
 
 def _sync_sub_bn_rank(rank, world_size, out):

@@ -57,6 +57,14 @@ def test_pipeline_errors():
                          I3D_PIPE[6:])
 
 
+@pytest.mark.parametrize('crop, views', [('ThreeCrop', 3), ('TenCrop', 10)])
+def test_multi_view_test_crops_are_refused_by_name(crop, views):
+    """Even followed by the final Resize that parses as a crop size."""
+    pipe = I3D_PIPE[:4] + [dict(type=crop, crop_size=224)] + I3D_PIPE[5:]
+    with pytest.raises(ValueError, match=f'{crop} makes {views} views'):
+        parse_grid_shape(pipe)
+
+
 def test_short_cycle_batches_are_tagged_with_their_shape():
     """PySlowFast's ShortCycleBatchSampler: batch i has size batch_sizes[i
     % 3], its items shape index i % 3; the incomplete last batch drops."""
@@ -113,6 +121,20 @@ def test_skip_warns_and_counts_over_workers(ann_file):
         assert len(batches) == 1 and len(batches[0]['inputs']) == 3
         assert dataset.skipped_clips == 1
         dataset.reset_skipped()
+
+
+def test_a_transform_error_is_not_a_broken_clip(ann_file):
+    """ThreeCrop before the final Resize of a good clip: the transforms'
+    AssertionError stops at once, though broken clips are skipped."""
+    from mmaction.datasets import VideoDataset
+    ann, _ = ann_file
+    pipe = PIPELINE[:3] + [dict(type='ThreeCrop', crop_size=32)] + (
+        PIPELINE[3:])
+    dataset = MultigridDataset(VideoDataset(ann, pipeline=[], indices=3),
+                               [pipe], skip_broken_clips=True)
+    with pytest.raises(AssertionError):
+        dataset[(1, 0)]
+    assert dataset.skipped_clips == 0
 
 
 def test_refetch_exhausted_names_the_last_file(ann_file):

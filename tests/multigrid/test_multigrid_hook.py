@@ -29,7 +29,7 @@ from mmext.multigrid import (MultigridHook, MultigridOptions, MultigridPlan,
 from mmext.multigrid.hook import (CHECKPOINT_KEY, DataWaitWatch,
                                   _check_repeat_collate, check_resume,
                                   reads_bn_statistics_after_epoch,
-                                  resume_signature)
+                                  resume_signature, set_validation_epochs)
 from mmext.multigrid.schedule import iterations_per_epoch
 
 pytestmark = pytest.mark.usefixtures('demo_data')
@@ -84,9 +84,9 @@ def full_run(full):
 
 @pytest.fixture(scope='module')
 def checkpoints(full, tmp_path_factory):
-    """The epoch-1 checkpoint of the full run, and the same without the
+    """The epoch-3 checkpoint of the full run, and the same without the
     hook's schedule record (what a run without multigrid writes)."""
-    ckpt = osp.join(full.work_dir, 'epoch_1.pth')
+    ckpt = osp.join(full.work_dir, 'epoch_3.pth')
     state = torch.load(ckpt, weights_only=False)
     assert state['meta'].pop(CHECKPOINT_KEY)['max_epochs'] == 6
     plain = str(tmp_path_factory.mktemp('plain') / 'plain.pth')
@@ -131,6 +131,22 @@ def test_lr_per_iteration(full_run):
         assert rec['lr'] == pytest.approx(expected, rel=1e-6), (epoch, it)
 
 
+def test_sqrt_lr_rule_scales_by_the_root_of_the_batch_factor(full_run,
+                                                             tmp_path):
+    """Epoch 0 trains the coarse shape, batch factor 4: the optimizer sees
+    the scheduled LR x 2 under lr_rule='sqrt', x 4 under the default
+    (whose values test_lr_per_iteration checks)."""
+    sqrt = _train(tmp_path, custom_hooks=recorded(stop_after_epoch=1,
+                                                  lr_rule='sqrt'))
+    linear = [r for r in full_run if r['epoch'] == 0]
+    assert len(sqrt) == len(linear) == 3
+    for a, b in zip(sqrt, linear):
+        assert a['lr'] == pytest.approx(b['lr'] / 4 * 2, rel=1e-6)
+    [log] = glob.glob(osp.join(tmp_path, '*', '*.log'))
+    with open(log) as f:
+        assert "(lr_rule='sqrt')" in f.read()
+
+
 def _recipe_model():
     from mmaction.registry import MODELS
     from mmengine.config import Config
@@ -140,7 +156,7 @@ def _recipe_model():
 
 
 def test_checkpoint_is_plain_recipe_model(full):
-    ckpt = torch.load(osp.join(full.work_dir, 'epoch_1.pth'),
+    ckpt = torch.load(osp.join(full.work_dir, 'epoch_3.pth'),
                       map_location='cpu', weights_only=False)
     _recipe_model().load_state_dict(ckpt['state_dict'], strict=True)
     assert not any('split_bn' in k for k in ckpt['state_dict'])
@@ -152,16 +168,16 @@ def test_test_with_the_multigrid_config(full, tmp_path):
     for hooks in ([TINY_HOOK], []):
         runner = tiny_runner(tmp_path / f'test{len(hooks)}',
                              custom_hooks=hooks, load_from=osp.join(
-                                 full.work_dir, 'epoch_4.pth'))
+                                 full.work_dir, 'epoch_5.pth'))
         results.append(runner.test()['acc/top1'])
     # The same as the recipe without the hook tests the same weights.
     assert results[0] == results[1]
 
 
 def test_resume_equivalence(full_run, tmp_path):
-    first = _train(tmp_path, custom_hooks=recorded(stop_after_epoch=4))
+    first = _train(tmp_path, custom_hooks=recorded(stop_after_epoch=5))
     runner = tiny_runner(tmp_path, custom_hooks=recorded(), resume=True,
-                         load_from=osp.join(tmp_path, 'epoch_4.pth'),
+                         load_from=osp.join(tmp_path, 'epoch_5.pth'),
                          experiment_name='resumed')
     runner.train()
     assert first + read_shapes(tmp_path) == full_run
@@ -253,6 +269,21 @@ def test_dropped_recipe_values_warn_with_any_runner(runner_type, tmp_path):
     [log] = glob.glob(osp.join(tmp_path, '*', '*.log'))
     with open(log) as f:
         assert 'LinearLR ends at recipe epoch 5' in f.read()
+
+
+def test_a_validation_clip_that_cannot_be_read_is_named(ann_file,
+                                                       tmp_path):
+    from mmext.multigrid.data import BrokenClipError
+    ann, broken = ann_file
+    runner = tiny_runner(tmp_path, val_dataloader=dict(dataset=dict(
+        ann_file=ann, data_prefix=dict(video=''))))
+    runner.register_hook(_StopBeforeTraining())
+    with pytest.raises(_Stop):
+        runner.train()
+    with pytest.raises(BrokenClipError, match=re.escape(
+            f'Cannot load clip {broken} (index 0): ')) as error:
+        next(iter(runner.val_loop.dataloader))
+    assert str(error.value).endswith('; fix or remove the file.')
 
 
 def test_precise_bn_without_a_bn_layer_that_trains_warns(tmp_path):
@@ -606,15 +637,31 @@ def test_watch_disabled_and_short_stage():
 
 def test_shape_changes_and_precise_bn_reach_the_visualizer(full):
     """At iterations 0 and 9 the loader changes to the stage's long-cycle
-    shape; precise BN (2 batches) runs after epochs 2 and 5 (iterations 9
-    and 27)."""
+    shape; precise BN (2 batches) runs before each checkpoint, after 3, 5
+    and 6 epochs (iterations 9, 21 and 27), mid-shape at 5."""
     from mmext.multigrid import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN,
                                  SCALAR_CROP_SIZE)
     shapes = [(r['step'], r[SCALAR_BATCH_SIZE], r[SCALAR_CLIP_LEN],
                r[SCALAR_CROP_SIZE]) for r in _scalars(full.work_dir)
               if SCALAR_CROP_SIZE in r]
     assert shapes == [(0, 16, 8, 40), (9, 4, 16, 56)]
-    assert _precise_bn_steps(full.work_dir) == [(9, 2), (27, 2)]
+    assert _precise_bn_steps(full.work_dir) == [(9, 2), (21, 2), (27, 2)]
+
+
+def test_validation_and_checkpoints_at_the_recipe_epochs(full):
+    """The recipe validates after 3 and 4 of its 4 epochs and saves after
+    each: recipe epochs 1, 2, 3, 4 end at multigrid epochs 2.5, 5, 5.5, 6
+    (LR stage [0, 2) -> [0, 5), [2, 4) -> [5, 6)), rounded half up."""
+    assert sorted(osp.basename(p) for p in glob.glob(
+        osp.join(full.work_dir, 'epoch_*.pth'))) == [
+            'epoch_3.pth', 'epoch_5.pth', 'epoch_6.pth']
+    assert [r['step'] for r in _scalars(full.work_dir)
+            if 'acc/top1' in r] == [6]
+    [log] = glob.glob(osp.join(full.work_dir, '*', '*.log'))
+    with open(log) as f:
+        text = f.read()
+    assert 'Multigrid: validation after epochs [6], ' in text
+    assert 'checkpoints after epochs [3, 5, 6] of 6 (recipe epochs' in text
 
 
 def _scalars(work_dir):
@@ -671,6 +718,27 @@ def _epoch_end(epoch, max_epochs=10, val=True, val_begin=1, val_interval=3,
 def test_reads_bn_statistics_after_epoch_follows_the_loop(kwargs, epochs):
     assert [e for e in range(10) if reads_bn_statistics_after_epoch(
         _epoch_end(e, **kwargs))] == epochs
+
+
+@pytest.mark.parametrize('epochs', [[], [10], [3, 5, 10], [1, 2, 3, 7, 10]])
+def test_the_loop_validates_after_exactly_the_epochs_set(epochs):
+    from mmengine.runner import EpochBasedTrainLoop
+    loop = SimpleNamespace(max_epochs=10, val_begin=1, val_interval=1,
+                           dynamic_milestones=[0], dynamic_intervals=[1])
+    set_validation_epochs(loop, epochs)
+    validated = []
+    for done in range(1, 11):
+        # What EpochBasedTrainLoop.run decides after each epoch.
+        loop.epoch = done
+        EpochBasedTrainLoop._decide_current_val_interval(loop)
+        if done >= loop.val_begin and (done % loop.val_interval == 0
+                                       or done == loop.max_epochs):
+            validated.append(done)
+    assert validated == epochs
+    runner = SimpleNamespace(train_loop=loop, val_loop=object(), hooks=[])
+    assert [e + 1 for e in range(9) if reads_bn_statistics_after_epoch(
+        SimpleNamespace(**vars(runner), epoch=e))] == [
+            v for v in epochs if v < 10]
 
 
 class _SplitRecorder(Hook):

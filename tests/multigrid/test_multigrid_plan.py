@@ -29,7 +29,7 @@ def test_hook_shows_its_options_and_their_defaults():
     params = inspect.signature(MultigridHook).parameters
     schedule = {f.name: f.default for f in dataclasses.fields(
         MultigridOptions)}
-    assert len(params) == 13 and set(schedule) < set(params)
+    assert len(params) == 14 and set(schedule) < set(params)
     assert {n: params[n].default for n in schedule} == schedule
     assert schedule['long_cycle_factors'] == DEFAULT_LONG_CYCLE_FACTORS
     hook = MultigridHook()
@@ -39,7 +39,7 @@ def test_hook_shows_its_options_and_their_defaults():
     assert (hook.watch.threshold, hook.watch.iters) == (0.2, 10)
     for name in params:
         assert f'    {name} (' in MultigridHook.__doc__
-    assert MultigridHook.__doc__.count('Defaults to') == 13
+    assert MultigridHook.__doc__.count('Defaults to') == 14
 
 
 def test_misspelt_option_is_a_type_error():
@@ -96,6 +96,7 @@ SCHEDULE_VALUES = [
     ('lr_steps', '0, 10', 'None or increasing epochs from 0'),
     ('lr_steps', [3], 'None or increasing epochs from 0'),
     ('lr_steps', [0, 5, 5], 'None or increasing epochs from 0'),
+    ('lr_rule', 'square', "'linear' or 'sqrt'"),
 ]
 RUNTIME_VALUES = [
     ('skip_broken_clips', 'yes', 'a bool'),
@@ -182,10 +183,11 @@ def test_milestones_are_lr_stages_in_order():
                                gamma=0.5)], 100) == ([0, 40, 80], 0.5)
 
 
-def _messages(schedulers, samples_per_rank=None, **options):
+def _messages(schedulers, samples_per_rank=None, world_size=1, **options):
     options.setdefault('long_cycle_factors', [(0.5, 0.5**0.5), (1, 1)])
     plan = MultigridPlan(PIPE, 4, 4, schedulers,
                          samples_per_rank=samples_per_rank,
+                         world_size=world_size,
                          options=MultigridOptions(**options))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
@@ -243,11 +245,48 @@ def test_dropped_shapes_of_every_lr_stage_are_named():
         (0, 8, 158, False), (0, 16, 224, False), (1, 8, 158, False),
         (1, 16, 158, False), (1, 32, 224, True), (2, 32, 224, True)]
     with pytest.warns(UserWarning):
-        first, second = check_run(plan)
-    assert first.startswith('LR stage 0 trains the long-cycle shapes ')
-    assert '[(32, 16, 158), (8, 32, 224)] (B, T, S) for 0 epochs' in first
-    assert second.startswith('LR stage 1 trains the long-cycle shapes ')
-    assert '[(16, 16, 224), (8, 32, 224)] (B, T, S) for 0 epochs' in second
+        [message] = check_run(plan)
+    assert message.startswith('Shapes (B, T, S) trained for 0 epochs: ')
+    assert 'LR stage 0 [(32, 16, 158), (8, 32, 224)], LR stage 1 ' in (
+        message)
+    assert 'LR stage 1 [(16, 16, 224), (8, 32, 224)]; ' in message
+
+
+def test_a_dropped_fine_tune_is_named_with_the_other_stages():
+    """epoch_factor 1 with LR steps at 1 and 3 of 4 recipe epochs: LR stage
+    2 (the fine-tune at the last LR) rounds to 0 epochs, so the recipe's
+    last LR is never trained; stages 0 and 1 lose shapes too."""
+    pipe = [dict(type='SampleFrames', clip_len=32, frame_interval=2),
+            dict(type='Resize', scale=(224, 224), keep_ratio=False)]
+    plan = MultigridPlan(pipe, 8, 4, [dict(STEP, end=4, milestones=[1, 3])],
+                         options=MultigridOptions(epoch_factor=1.0))
+    assert {s.lr_stage for s in plan.stages} == {0, 1}
+    with pytest.warns(UserWarning):
+        [message] = check_run(plan)
+    assert 'LR stage 0 [(32, 16, 158), (16, 16, 224), (8, 32, 224)], ' in (
+        message)
+    assert ', LR stage 1 [(16, 16, 224)], LR stage 2 [(8, 32, 224)]' in (
+        message)
+
+
+@pytest.mark.parametrize('samples, world_size, unused', [
+    (64, 1, None), (40, 1, 'another batch_size.'),
+    (40, 2, 'fewer processes.')])
+def test_clips_left_unused_by_incomplete_batches_are_said(samples, world_size,
+                                                          unused):
+    """Stage 0 cycles batches 32, 16, 16, the base-shape stages 16, 8, 4:
+    64 clips leave 0 and 8 (12.5 %) unused per epoch; 40 leave 8 (20 %)
+    and 12 (30 %)."""
+    messages = _messages([STEP], samples_per_rank=samples,
+                         world_size=world_size)
+    if unused is None:
+        assert messages == []
+        return
+    [message] = messages
+    assert message.startswith('Incomplete batches leave 12 of 40 clips ')
+    assert 'per process unused in each of epochs 3-4 ' in message
+    assert '(batches [16, 8, 4]; 4 stages lose 20%+)' in message
+    assert message.endswith(unused)
 
 
 def test_extreme_short_cycle_factors_are_named():
@@ -263,6 +302,24 @@ def test_extreme_short_cycle_factors_are_named():
             '64 clips per process < batch 512 (epochs 0-3)')):
         MultigridPlan(PIPE, 64, 4, [STEP], samples_per_rank=64,
                       options=MultigridOptions(short_cycle=False))
+
+
+@pytest.mark.parametrize('world_size, fixes', [
+    (1, 'use more data, a smaller batch_size or short_cycle=False.'),
+    (2, 'use more data, fewer processes, a smaller batch_size or '),
+])
+def test_too_small_a_subset_is_told_the_fixes_that_shrink_no_batch(
+        world_size, fixes):
+    """20 clips per process, base batch 4: stage 0's short cycle makes
+    batches 32, 16, 16. The default short-cycle factors are not the cause;
+    factors closer to 1 only trade the 32 for smaller batches."""
+    with pytest.raises(ValueError) as error:
+        MultigridPlan(PIPE, 4, 4, [STEP], samples_per_rank=20,
+                      world_size=world_size, options=MultigridOptions(
+                          long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)]))
+    assert str(error.value).startswith(
+        '20 clips per process < batch 32 (epochs 0-3); ')
+    assert fixes in str(error.value)
 
 
 @pytest.mark.parametrize('factors, warned', [
@@ -352,6 +409,17 @@ def test_long_cycle_shapes_end_where_the_next_stage_changes_shape():
     # Stages [3, 4) and [4, 5) are followed by the same shapes (LR drops).
     assert [e for e in range(plan.max_epochs) if plan.is_shape_end(e)] == [
         2, 5]
+
+
+def test_recipe_epochs_on_the_multigrid_axis():
+    """LR stage [0, 2) of the recipe is multigrid [0, 5), [2, 4) is [5, 6):
+    recipe epochs 1, 2, 3, 4 end at 2.5, 5, 5.5, 6, rounded half up."""
+    plan = _tiny_plan()
+    assert [plan.recipe_epoch_to_multigrid(r) for r in range(5)] == [
+        0, 2.5, 5, 5.5, 6]
+    assert plan.multigrid_epochs([1, 2, 3, 4]) == [3, 5, 6]
+    assert plan.multigrid_epochs([4, 2]) == [5, 6]
+    assert plan.multigrid_epochs([]) == []
 
 
 @pytest.mark.parametrize('edit, message', [
@@ -455,8 +523,9 @@ def test_table_rows_and_totals():
     lines = describe(_plan()).splitlines()
     assert lines[0].startswith('base (B, T, S) = (4, 16, 56), 4 recipe '
                                'epochs; ')
-    assert lines[0].endswith(
-        'eff. batch = batch x world size 2 x accumulative_counts 1')
+    assert 'world size 2 x accumulative_counts 1; ' in lines[0]
+    assert '; rel. LR = batch factor x LR decay ' in lines[0]
+    assert lines[0].endswith("(lr_rule='linear')")
     assert lines[2].split() == ['0', '16', '32', '8', '40', '0', '3', '9',
                                 '4', '[(32,', '28),', '(16,', '40),',
                                 '(16,', '40)]']
@@ -465,6 +534,18 @@ def test_table_rows_and_totals():
     assert 'vs 64 of the recipe -> 2.37x fewer iterations; ' in total
     assert total.endswith('FLOPs x0.466 of the recipe (2.15x saving, B*T*S^2 '
                           'estimate)')
+
+
+def test_sqrt_lr_rule_in_the_plan_and_its_report():
+    """The coarse shape's batch factor 4 scales the LR by 2, not 4."""
+    plan = MultigridPlan(PIPE, 4, 4, [STEP], options=MultigridOptions(
+        long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)], lr_rule='sqrt'))
+    assert [plan.lr_scale(s) for s in plan.stages] == [2, 1, 1, 1]
+    assert [s.lr_factor for s in plan.stages] == [
+        2, 1, 1, pytest.approx(0.1)]
+    assert summary(plan)['lr_rule'] == 'sqrt'
+    assert describe(plan).splitlines()[0].endswith(
+        "rel. LR = sqrt(batch factor) x LR decay (lr_rule='sqrt')")
 
 
 def test_flops_counted_on_the_model_replace_the_estimate():

@@ -143,3 +143,17 @@ def test_what_the_recipe_cannot_take_names_the_option(options, match):
     schedule checks what depends on the recipe's base shape."""
     with pytest.raises(ValueError, match=match):
         build_multigrid_schedule(16, 56, [0, 2], 4, **options)
+
+
+def test_a_2d_recognizer_is_told_to_keep_t_1():
+    """TSN/TSM recipes sample clip_len=1 (T is their segments): the default
+    long cycle's t < 1 leaves no frame; the fix is t = 1 in every entry."""
+    with pytest.raises(ValueError, match='2D models need t = 1 in every '
+                       'entry') as error:
+        build_multigrid_schedule(1, 224, [0, 2], 4, long_cycle_factors=[
+            (1, 0.5**0.5), (0.5, 1), (1, 1)])
+    assert 'entry (0.5, 1) leaves 0 frames of T=1: ' in str(error.value)
+    stages = build_multigrid_schedule(1, 224, [0, 2], 4, long_cycle_factors=[
+        (1, 0.5**0.5), (1, 1)])
+    assert {(s.shape.clip_len, s.shape.crop_size) for s in stages} == {
+        (1, 158), (1, 224)}

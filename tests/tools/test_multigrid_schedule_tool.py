@@ -132,9 +132,9 @@ def test_hook_runs_the_same_checks_as_the_tool(tmp_path):
     proc = _tool(TINY, '--json', '--dataset', '--cfg-options', option)
     assert proc.returncode == 0, proc.stderr[-2000:]
     tool = json.loads(proc.stdout)['warnings']
-    assert tool[0].startswith('param_scheduler LinearLR ends at recipe epoch '
-                              '5, after the end of training (4 recipe '
-                              'epochs)')
+    assert tool[0].startswith('param_scheduler LinearLR ends at recipe '
+                              'epoch 5,')
+    assert 'after the end of training (4 recipe epochs)' in tool[0]
     # The tiny recipe's short cycle reaches S=28: a 1x1 final map.
     assert 'feature maps below 2x2' in tool[1]
     assert '(B, T, S) = (32, 8, 28): 1x1' in tool[1]
@@ -225,8 +225,8 @@ def test_tool_refuses_configs_it_cannot_read(tmp_path):
         f'error: cannot read the config {broken}: SyntaxError: ')
     plain = tmp_path / 'plain.py'
     plain.write_text(f"_base_ = '{TINY}'\ncustom_hooks = []\n")
-    assert _refusal(_tool(str(plain), '--no-model-check')) == (
-        'error: The config has no mmext.MultigridHook in custom_hooks.')
+    assert _refusal(_tool(str(plain), '--no-model-check')).startswith(
+        'error: The config has no mmext.MultigridHook')
     unknown = _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
                              'custom_hooks.0.no_such_option=1'))
     assert unknown.startswith('error: ') and 'TypeError: ' in unknown
@@ -234,11 +234,10 @@ def test_tool_refuses_configs_it_cannot_read(tmp_path):
 
 
 def test_tool_refuses_a_malformed_pipeline_and_bad_counts():
-    assert _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
-                          'train_dataloader.dataset.pipeline.99.clip_len=3')
-                    ).startswith(f'error: cannot read the config {TINY} '
-                                 'with its --cfg-options: KeyError: "Index 99 '
-                                 'exceeds the length of list')
+    index = _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
+                           'train_dataloader.dataset.pipeline.99.clip_len=3'))
+    assert index.startswith(f'error: cannot read the config {TINY} with ')
+    assert '--cfg-options: KeyError: "Index 99 exceeds the length' in index
     factors = _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
                              'custom_hooks.0.long_cycle_factors=1'))
     assert factors.startswith('error: long_cycle_factors must be (t, s) ')
@@ -254,17 +253,15 @@ def test_tool_refuses_a_dataset_or_model_it_cannot_build(tmp_path):
     dataset = _refusal(_tool(TINY, '--dataset', '--no-model-check',
                              '--cfg-options',
                              'train_dataloader.dataset.ann_file=none.txt'))
-    assert dataset.startswith(
-        'error: cannot build the train dataset (train_dataloader.dataset, '
-        'type VideoDataset) to count its clips: FileNotFoundError: ')
-    assert dataset.endswith('Fix the dataset config, or give the count with '
-                            '--num-samples N.')
+    assert dataset.startswith('error: cannot build the train dataset ')
+    assert '(train_dataloader.dataset, type VideoDataset) ' in dataset
+    assert ' to count its clips: FileNotFoundError: ' in dataset
+    assert dataset.endswith('give the count with --num-samples N.')
     model = _refusal(_tool(TINY, '--cfg-options',
                            'model.backbone.type=NoSuchBackbone'))
-    assert model.startswith('error: cannot build the model (model.type '
-                            'Recognizer3D) for the checks: KeyError: ')
-    assert model.endswith('Fix the model config, or skip the model checks '
-                          'with --no-model-check.')
+    assert model.startswith('error: cannot build the model (model.type ')
+    assert 'Recognizer3D) for the checks: KeyError: ' in model
+    assert model.endswith('skip the model checks with --no-model-check.')
     plot = _refusal(_tool(CFG, '--no-model-check', '--plot',
                           str(tmp_path / 'no' / 'such' / 'dir.png')))
     assert plot.startswith(
@@ -304,8 +301,8 @@ def test_dropped_long_cycle_shapes_warn(tmp_path):
     proc = _tool(str(short), '--json', '--no-model-check')
     assert proc.returncode == 0, proc.stderr[-2000:]
     [warning] = json.loads(proc.stdout)['warnings']
-    assert warning.startswith('LR stage 0 trains the long-cycle shapes ')
-    assert '[(32, 16, 158), (8, 32, 224)] (B, T, S)' in warning
+    assert warning.startswith('Shapes (B, T, S) trained for 0 epochs: ')
+    assert 'LR stage 0 [(32, 16, 158), (8, 32, 224)];' in warning
 
 
 def test_the_readmes_subset_of_the_fight_clips(shared_data, tmp_path):

@@ -208,9 +208,9 @@ def test_a_load_gap_between_the_arms_warns():
     assert tool.load_warning(quiet, dict(load=dict(load_average=2.5,
                                                    other_cores=0.3))) is None
     message = tool.load_warning(quiet, busy)
-    assert message.startswith('warning: the arms ran under different load '
-                              '(baseline vs multigrid: other cores 0.10 vs '
-                              '0.50; load average 2.00 vs 3.50)')
+    assert message.startswith('warning: the arms ran under different load ')
+    assert ('(baseline vs multigrid: other cores 0.10 vs 0.50; ') in message
+    assert 'load average 2.00 vs 3.50)' in message
 
 
 def test_load_sampler_attributes_samples_to_iterations():
