@@ -22,7 +22,7 @@ from mmengine.registry import DATA_SAMPLERS
 from mmengine.runner import Runner
 
 from mmext.compat import reset_to_initial_values, set_train_loop_length
-from mmext.log import warn
+from mmext.log import logs_refusals, warn
 from mmext.lr_scaling import check_auto_scale_lr, optim_wrappers, scale_lrs
 from mmext.registry import HOOKS
 from mmext.runner import register_resume_guard, restart_hint
@@ -347,6 +347,7 @@ class MultigridHook(Hook):
     priority = 'HIGHEST'  # before RuntimeInfoHook logs the LR and before
     # DistSamplerSeedHook calls set_epoch on the loader's sampler.
 
+    @logs_refusals
     def __init__(self,
                  long_cycle: bool = True,
                  short_cycle: bool = True,
@@ -395,6 +396,7 @@ class MultigridHook(Hook):
         self._checkpoint_epochs: Dict[CheckpointHook, List[int]] = {}
 
     # ------------------------------------------------------------ set-up
+    @logs_refusals
     def before_run(self, runner) -> None:
         """Check the recipe, plan the run and re-time the loop (training
         only: ``tools/test.py`` runs the recipe unchanged)."""
@@ -588,6 +590,7 @@ class MultigridHook(Hook):
         """Remember which multigrid schedule (if any) the checkpoint ran."""
         self._loaded_schedule = checkpoint.get('meta', {}).get(CHECKPOINT_KEY)
 
+    @logs_refusals
     def before_train(self, runner) -> None:
         """A resumed run must continue the checkpoint's schedule."""
         if runner.iter > 0:

@@ -48,6 +48,13 @@ def test_multigrid_config_is_the_recipe_plus_the_hook():
     assert multigrid.to_dict() == plain.to_dict()
 
 
+def test_multigrid_arm_scales_adamw_lr_by_the_square_root():
+    plan = MultigridPlan.from_config(Config.fromfile(MULTIGRID))
+    # Long cycle 8B, 4B, 2B, B: AdamW's LR x sqrt(8), sqrt(4), sqrt(2), 1.
+    assert [plan.lr_scale(s) for s in plan.stages[:4]] == pytest.approx(
+        [8**0.5, 2.0, 2**0.5, 1.0])
+
+
 def _grid_shapes(cfg):
     plan = MultigridPlan.from_config(cfg)
     return sorted({(x.clip_len, x.crop_size) for s in plan.stages

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 # bench_utils also registers Float32HeadHook (test_amp_multigrid_run).
 from bench_utils import RunRecorder, find_free_port
-from helpers import CUDA_MARKS
+from helpers import CUDA_MARKS, logged_errors
 from mg_helpers import (PIPE, ROOT, STATS, STEP, TINY, TINY_HOOK,
                         load_random_stats, read_shapes, recorded,
                         tiny_runner)
@@ -237,6 +237,21 @@ def test_two_multigrid_hooks_are_refused(tmp_path):
     mg = next(h for h in hooks if h['type'] == 'mmext.MultigridHook')
     with pytest.raises(ValueError, match='2 MultigridHooks in custom_hooks'):
         _train(tmp_path, custom_hooks=list(hooks) + [dict(mg, epoch_factor=2)])
+
+
+@pytest.mark.parametrize('hooks,fragment', [
+    ([dict(TINY_HOOK, lr_rule='cube')], "or 'sqrt', got 'cube'"),  # __init__
+    ([TINY_HOOK, dict(TINY_HOOK, epoch_factor=2)], '2 MultigridHooks'),
+])
+def test_refusals_reach_the_log_with_mmengines_runner(tmp_path, hooks,
+                                                      fragment):
+    """The hook logs what stops a run from its own lifecycle, without
+    mmext.Runner."""
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        tiny_runner(tmp_path, runner_type='Runner',
+                    custom_hooks=hooks).train()
+    [line] = logged_errors(tmp_path)
+    assert 'ValueError: ' in line and fragment in line
 
 
 class _Stop(Exception):

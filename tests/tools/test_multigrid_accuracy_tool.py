@@ -4,7 +4,6 @@ on hand-made runs, the run plan, the square-root LR rule, the option checks
 and the report from a JSON; the slow test runs the tool end to end on a few
 MSR Action3D clips with a 4-channel model."""
 import json
-import math
 import sys
 from types import SimpleNamespace
 
@@ -168,26 +167,6 @@ def test_plan_runs_counts_seeds_and_orders_longest_first(tool):
         ('multigrid', 32, 1)]
     assert [r['epochs'] for r in runs] == sorted(
         (r['epochs'] for r in runs), reverse=True)
-
-
-def test_sqrt_lr_rule_turns_the_linear_factor_into_its_root(tool):
-    from mmext.multigrid import MultigridHook
-    hook = MultigridHook()
-    stage = SimpleNamespace(shape=SimpleNamespace(batch_factor=8))
-    hook.plan = SimpleNamespace(stage_at=lambda epoch: stage)
-    groups = [dict(lr=8e-3), dict(lr=8e-4)]  # the hook's 8 x 1e-3, 8 x 1e-4
-    runner = SimpleNamespace(
-        hooks=[hook], epoch=0,
-        optim_wrapper=SimpleNamespace(
-            optimizer=SimpleNamespace(param_groups=groups)))
-    tool.SqrtLRRule().before_train_iter(runner, 0)
-    assert [g['lr'] for g in groups] == pytest.approx(
-        [1e-3 * math.sqrt(8), 1e-4 * math.sqrt(8)])
-    # It runs after the hook scaled the LR and before mmengine logs it.
-    from mmengine.hooks import RuntimeInfoHook
-    from mmengine.runner import get_priority
-    assert get_priority(MultigridHook.priority) < get_priority(
-        tool.SqrtLRRule.priority) < get_priority(RuntimeInfoHook.priority)
 
 
 def test_shorter_schedules_scale_milestones_and_warm_up(tool):

@@ -21,7 +21,6 @@ accuracy).
 """
 import argparse
 import json
-import math
 import os
 import os.path as osp
 import statistics
@@ -30,14 +29,13 @@ import sys
 import time
 from argparse import Namespace
 
-from mmengine.hooks import Hook
 from multigrid_speedup import (add_run_options, check_run_options,
                                setup_torch, shorten_schedule, train_arm)
 from seed_stats import (bootstrap_groups, detectable_difference,
                         format_summary, paired, summary)
 
 from bench_utils import load_run_config
-from mmext.multigrid import MultigridHook, MultigridPlan
+from mmext.multigrid import MultigridPlan
 from mmext.multigrid.checks import check_run
 from mmext.multigrid.data import parse_grid_shape
 from mmext.multigrid.transformers import install_shape_adapters
@@ -49,27 +47,11 @@ DEFAULT_CONFIG = ('configs/multigrid/'
 # tell the arms apart; parity needs the paired 95 % interval inside +-margin.
 LEARNS = 0.25
 MARGIN = 0.05
-# Multigrid arms by LR rule: the hook's linear rule, or sqrt (SqrtLRRule).
+# Multigrid arms by the hook's lr_rule (linear: the paper's; sqrt: Adam's).
 MG_ARMS = {'linear': 'multigrid', 'sqrt': 'multigrid-sqrt'}
 # The keys of a run that its cached result must match to be reused.
 RUN_KEYS = ('config', 'cfg_options', 'device', 'threads', 'channels_last',
             'compile', 'amp', 'repeat_aug')
-
-
-class SqrtLRRule(Hook):
-    """Square-root LR scaling for multigrid's larger batches, the usual rule
-    of the Adam family: the LR times sqrt(k) instead of the hook's k (k: the
-    long-cycle batch factor). Undone with the hook's own restore."""
-
-    # After MultigridHook (HIGHEST, 0) scaled the LR, before RuntimeInfoHook
-    # (VERY_HIGH, 10) logs it.
-    priority = 5
-
-    def before_train_iter(self, runner, batch_idx, data_batch=None):
-        hook = next(h for h in runner.hooks if isinstance(h, MultigridHook))
-        factor = hook.plan.stage_at(runner.epoch).shape.batch_factor
-        for group in runner.optim_wrapper.optimizer.param_groups:
-            group['lr'] /= math.sqrt(factor)
 
 
 # ---------------------------------------------------------------- arithmetic
@@ -308,9 +290,8 @@ def _run_one(spec_file):
     args = Namespace(**spec['args'])
     setup_torch(None, args)
     arm = spec['run']['arm']
-    hooks = [SqrtLRRule()] if arm == MG_ARMS['sqrt'] else []
-    result = train_arm(args, arm != 'recipe', spec['clip_lens'],
-                       hooks)[0]
+    rule = next((r for r, a in MG_ARMS.items() if a == arm), None)
+    result = train_arm(args, arm != 'recipe', spec['clip_lens'], rule)[0]
     result['top1_at'] = {str(t): v for t, v in result['top1_at'].items()}
     with open(spec['result'], 'w') as f:
         json.dump(dict(spec['run'], key=spec['key'], **result), f,
@@ -461,8 +442,8 @@ def main():
                         help='multigrid at these fractions (all seeds)')
     parser.add_argument('--lr-rule', nargs='+', choices=sorted(MG_ARMS),
                         default=['sqrt'],
-                        help="multigrid's LR for its batches: linear (the "
-                             "hook's), sqrt (Adam family); one arm each")
+                        help="the hook's lr_rule, one multigrid arm each: "
+                             "linear (SGD's), sqrt (Adam family's)")
     parser.add_argument('--jobs', type=int, default=2,
                         help='trainings at a time (subprocesses)')
     parser.add_argument('--margin', type=float, default=MARGIN,

@@ -204,10 +204,10 @@ def evaluate_at(runner, cfg, clip_lens, top1=None):
     return out
 
 
-def train_arm(args, multigrid, clip_lens=(), hooks=()):
-    """Train one run (with ``hooks`` registered too): its figures (with
-    ``top1_at`` ``clip_lens``), config, clips per process and the hook's
-    plan."""
+def train_arm(args, multigrid, clip_lens=(), lr_rule=None):
+    """Train one run (multigrid with the hook's ``lr_rule`` if given): its
+    figures (with ``top1_at`` ``clip_lens``), config, clips per process and
+    the hook's plan."""
     name = 'multigrid' if multigrid else 'baseline'
     work_dir = osp.join(args.work_dir, name)
     cfg = load_run_config(args.config, args.cfg_options, work_dir)
@@ -217,13 +217,15 @@ def train_arm(args, multigrid, clip_lens=(), hooks=()):
     keep_cpu_memory = build_hook(cfg).keep_cpu_memory
     if not multigrid:
         _drop_multigrid(cfg)
+    elif lr_rule is not None:
+        next(h for h in cfg.custom_hooks
+             if is_multigrid_hook(h))['lr_rule'] = lr_rule
     _apply_stack(cfg, args)
     runner = build_runner(cfg)
     if not multigrid:
         runner.register_hook(_Baseline(keep_cpu_memory))
     recorder = RunRecorder()
-    for hook in (recorder, *hooks):
-        runner.register_hook(hook)
+    runner.register_hook(recorder)
     with _compile_count(args) as compiled, LoadSampler() as load:
         start = time.perf_counter()
         runner.train()
