@@ -62,23 +62,36 @@ def auto_scale_lr_options(auto_scale_lr: Optional[dict]
         tuple | None: ``(base_batch_size, rule)``; None if not enabled.
 
     Raises:
-        TypeError: For a key other than enable, base_batch_size and rule,
-            or a ``base_batch_size`` that is not a number.
-        ValueError: For a ``base_batch_size`` <= 0 or an unknown rule.
+        TypeError: For an ``auto_scale_lr`` that is not a dict, a key other
+            than enable, base_batch_size and rule (even when not enabled:
+            a misspelt ``enable`` would leave the LR unscaled), an
+            ``enable`` that is not a bool, or a ``base_batch_size`` that is
+            not a number.
+        ValueError: For a ``base_batch_size`` that is not finite and > 0,
+            or an unknown rule.
     """
-    if not (auto_scale_lr and auto_scale_lr.get('enable', False)):
+    if auto_scale_lr is None:
         return None
+    if not isinstance(auto_scale_lr, dict):
+        raise refuse(TypeError(f'auto_scale_lr={auto_scale_lr!r}: expected '
+                               f'dict(enable=True, base_batch_size=...)'))
     unknown = sorted(set(auto_scale_lr) - set(AUTO_SCALE_LR_KEYS))
     if unknown:
         raise refuse(TypeError(f'auto_scale_lr got an unexpected key '
                                f'{unknown[0]!r}'))
+    enable = auto_scale_lr.get('enable', False)
+    if not isinstance(enable, bool):
+        raise refuse(TypeError(f'auto_scale_lr.enable={enable!r}: expected '
+                               f'True or False'))
+    if not enable:
+        return None
     base = auto_scale_lr.get('base_batch_size')
     if not isinstance(base, numbers.Real) or isinstance(base, bool):
         raise refuse(TypeError(f'auto_scale_lr.base_batch_size={base!r}: '
                                f'set the batch the LR was tuned for'))
-    if base <= 0:
+    if not (math.isfinite(base) and base > 0):
         raise refuse(ValueError(f'auto_scale_lr.base_batch_size={base!r}: '
-                                f'expected > 0'))
+                                f'expected finite and > 0'))
     rule = auto_scale_lr.get('rule', 'linear')
     if rule not in LR_RULES:
         raise refuse(ValueError(f'auto_scale_lr.rule={rule!r}: expected '

@@ -94,8 +94,11 @@ def test_auto_scale_lr_options(auto, expected):
     (dict(base_batch_size=None), TypeError, 'base_batch_size=None'),
     (dict(base_batch_size='16'), TypeError, "base_batch_size='16'"),
     (dict(base_batch_size=True), TypeError, 'base_batch_size=True'),
-    (dict(base_batch_size=0), ValueError, 'base_batch_size=0: expected > 0'),
+    (dict(base_batch_size=0), ValueError,
+     'base_batch_size=0: expected finite and > 0'),
     (dict(base_batch_size=-8), ValueError, 'base_batch_size=-8'),
+    (dict(base_batch_size=math.nan), ValueError, 'base_batch_size=nan'),
+    (dict(base_batch_size=math.inf), ValueError, 'base_batch_size=inf'),
     (dict(base_batch_size=8, rule='Sqrt'), ValueError,
      "rule='Sqrt': expected one of ['linear', 'sqrt']"),
     (dict(base_batch_size=8, rule=None), ValueError, 'rule=None'),
@@ -105,6 +108,22 @@ def test_auto_scale_lr_options(auto, expected):
 def test_a_bad_auto_scale_lr_is_refused(auto, error, fragment):
     with pytest.raises(error, match=re.escape(fragment)):
         auto_scale_lr_options(dict(enable=True, **auto))
+
+
+@pytest.mark.parametrize('auto, error, fragment', [
+    (dict(enabled=True, base_batch_size=8), TypeError,
+     "unexpected key 'enabled'"),
+    (dict(enable=False, base_batch_size=8, rules='sqrt'), TypeError,
+     "unexpected key 'rules'"),
+    (dict(enable='no', base_batch_size=8), TypeError,
+     "enable='no': expected True or False"),
+    (True, TypeError, 'auto_scale_lr=True: expected dict('),
+])
+def test_a_misspelt_or_malformed_auto_scale_lr_is_refused_even_disabled(
+        auto, error, fragment):
+    """A misspelt ``enable`` would otherwise leave the LR unscaled."""
+    with pytest.raises(error, match=re.escape(fragment)):
+        auto_scale_lr_options(auto)
 
 
 def test_adam_family_and_lamb_are_recognised():

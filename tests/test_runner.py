@@ -167,7 +167,7 @@ def test_adam_scaled_linearly_beyond_4x_suggests_sqrt(
 @pytest.mark.parametrize('auto, error, fragment', [
     (dict(base_batch_size=None), TypeError, 'base_batch_size=None'),
     (dict(), TypeError, 'base_batch_size=None'),
-    (dict(base_batch_size=0), ValueError, 'base_batch_size=0: expected > 0'),
+    (dict(base_batch_size=0), ValueError, 'base_batch_size=0: expected fin'),
     (dict(base_batch_size=8, rule='Sqrt'), ValueError, "rule='Sqrt'"),
     (dict(base_batch_size=8, rules='sqrt'), TypeError, "key 'rules'"),
 ])
