@@ -250,7 +250,7 @@ class AGVMOptimWrapper(OptimWrapper):
             for the end of training. Defaults to None.
         statistic (str): A key of :data:`mmext.agvm.statistics.STATISTICS`:
             ``'grad'`` (raw gradient) or ``'adam'`` (g / (sqrt(v) + eps),
-            AdamW mode, needs an Adam-family optimizer). Defaults to
+            AdamW mode, needs an optimizer keeping ``exp_avg_sq``). Defaults to
             ``'grad'``.
         clip_grad_window (tuple[int, int], optional): Runner iterations
             ``[begin, end]`` (both included) in which ``clip_grad`` applies;
@@ -297,14 +297,13 @@ class AGVMOptimWrapper(OptimWrapper):
             raise ValueError('untagged param groups: set constructor='
                              "'mmext.AGVMOptimWrapperConstructor'")
         row = STATISTICS[statistic]
-        if row.optimizer_key and row.optimizer_key not in optimizer.defaults:
+        if row.accepts and isinstance(optimizer, ZeroRedundancyOptimizer):
+            raise ValueError(f'statistic={statistic!r} reads the optimizer '
+                             "state ZeRO shards: use statistic='grad'")
+        if row.accepts and not row.accepts(optimizer):
             raise ValueError(f'statistic={statistic!r} needs '
                              f'{row.optimizer_kind}, got '
                              f'{type(optimizer).__name__}')
-        if row.optimizer_key and isinstance(optimizer,
-                                            ZeroRedundancyOptimizer):
-            raise ValueError(f'statistic={statistic!r} reads the optimizer '
-                             "state ZeRO shards: use statistic='grad'")
         if clip_grad_window is not None and not clip_grad:
             raise ValueError(f'clip_grad_window={tuple(clip_grad_window)} '
                              'needs clip_grad, e.g. dict(max_norm=1.0)')

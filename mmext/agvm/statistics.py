@@ -7,6 +7,7 @@ s_i <- alpha * s_i + (1 - alpha) * mu_i with s_i = 1 at the start; and
 :data:`STATISTICS`, what the cosine is taken of.
 Arguments are trusted: the wrapper validates its options when it is built.
 """
+import inspect
 import math
 from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
@@ -17,7 +18,8 @@ from torch.optim import Optimizer
 __all__ = [
     'DEFAULT_RATIO_RANGE', 'HalfStatistics', 'half_dot_from_norms',
     'gradient_variance', 'modulation_factors', 'ModulationEMA', 'split_ranks',
-    'Statistic', 'STATISTICS', 'raw_gradient', 'adam_precondition'
+    'Statistic', 'STATISTICS', 'raw_gradient', 'adam_precondition',
+    'keeps_adam_moments'
 ]
 
 # Clamp of d_anchor / d_i (reference ``_agvm_update``: ``clamp(0.5, 10)``).
@@ -216,6 +218,38 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
     return out
 
 
+def keeps_adam_moments(optimizer: Optimizer) -> bool:
+    """Whether ``optimizer`` keeps Adam's second moment ``exp_avg_sq``.
+
+    The state is empty until the first step, so an optimizer of the same
+    class and defaults steps once on a one-element tensor: Adam, AdamW,
+    NAdam, RAdam and LAMB keep it; Adamax (``exp_inf``) and Lion do not.
+    A class its defaults cannot rebuild counts if its groups have ``betas``.
+
+    Args:
+        optimizer (Optimizer): The run's optimizer (not ZeRO: it shards
+            the state).
+
+    Returns:
+        bool: Whether :func:`adam_precondition` can read ``exp_avg_sq``.
+    """
+    kind = type(optimizer)
+    signature = inspect.signature(kind.__init__).parameters.values()
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in signature)
+    names = {p.name for p in signature}
+    options = {key: value for key, value in optimizer.defaults.items()
+               if takes_any or key in names}
+    like = optimizer.param_groups[0]['params'][0]
+    probe = like.new_zeros(1).requires_grad_()
+    probe.grad = torch.ones_like(probe)
+    try:
+        probed = kind([probe], **options)
+        probed.step()
+    except (TypeError, ValueError, RuntimeError, NotImplementedError):
+        return any('betas' in group for group in optimizer.param_groups)
+    return 'exp_avg_sq' in probed.state[probe]
+
+
 class Statistic(NamedTuple):
     """One row of :data:`STATISTICS`.
 
@@ -226,19 +260,21 @@ class Statistic(NamedTuple):
             (which may be ``flat``): linear and the same on every rank, so
             the halves' norms give its dot product
             (:func:`half_dot_from_norms`).
-        optimizer_key (str, optional): A key of ``optimizer.defaults`` the
-            optimizer must have (checked by the wrapper); None for any. A
-            statistic with one reads the optimizer's state, so ZeRO, which
-            shards it, is refused.
-        optimizer_kind (str): Those optimizers, for the error message.
+        accepts (callable, optional): ``optimizer -> bool``, whether the
+            statistic can read that optimizer (checked by the wrapper);
+            None for any. A statistic with one reads the optimizer's
+            state, so ZeRO, which shards it, is refused.
+        optimizer_kind (str): The optimizers it accepts, for the error
+            message.
     """
     precondition: Callable[..., Tensor]
-    optimizer_key: Optional[str] = None
+    accepts: Optional[Callable[[Optimizer], bool]] = None
     optimizer_kind: str = 'any optimizer'
 
 
 # The wrapper's ``statistic`` option: name -> what AGVM takes the cosine of.
 STATISTICS = {
     'grad': Statistic(raw_gradient),
-    'adam': Statistic(adam_precondition, 'betas', 'an Adam-family optimizer'),
+    'adam': Statistic(adam_precondition, keeps_adam_moments,
+                      'exp_avg_sq (Adam, AdamW, LAMB)'),
 }

@@ -423,8 +423,7 @@ def _zero_run(rank, world_size, out_dir):
     try:  # AdamW mode reads exp_avg_sq, which ZeRO shards over the ranks
         build_wrapper(ToyModel(), statistic='adam', accumulative_counts=2,
                       optimizer=dict(type=ZERO['type'], lr=0.01,
-                                     optimizer_type='AdamW',
-                                     betas=(0.9, 0.99)))
+                                     optimizer_type='AdamW'))
     except ValueError as error:
         results['adam'] = str(error)
     torch.save(results, os.path.join(out_dir, f'rank{rank}.pth'))

@@ -278,7 +278,10 @@ def test_adam_statistic_uses_preconditioned_gradient(device):
     (dict(module_names=['backbone', 'frozen']), r"'frozen' owns no .* \(frozen"),
     (dict(module_names=['head', 'backbone', 'backbone.0', 'backbone.2']),
      "'backbone' owns no"),
-    (dict(statistic='adam'), 'Adam-family'),
+    (dict(statistic='adam'),
+     re.escape('needs exp_avg_sq (Adam, AdamW, LAMB), got SGD')),
+    (dict(statistic='adam', optimizer=dict(type='Adamax', lr=0.01)),
+     'exp_avg_sq .* got Adamax'),
     (dict(type='OptimWrapper'), "type='mmext.AGVMOptimWrapper'"),
 ])
 def test_bad_configs_raise_at_build(kwargs, match):

@@ -11,8 +11,8 @@ from torch import nn
 
 from mmext.agvm.statistics import (STATISTICS, HalfStatistics, ModulationEMA,
                                    adam_precondition, gradient_variance,
-                                   half_dot_from_norms, modulation_factors,
-                                   split_ranks)
+                                   half_dot_from_norms, keeps_adam_moments,
+                                   modulation_factors, split_ranks)
 
 
 def _stats(pairs, device='cpu'):
@@ -137,5 +137,54 @@ def test_each_statistic_keeps_the_norm_identity(name):
     pa, pb, psum = (precondition(optimizer, params, x) for x in (a, b, a + b))
     assert half_dot_from_norms(psum @ psum, pa @ pa, pb @ pb).item() == (
         pytest.approx((pa @ pb).item()))
-    key = STATISTICS[name].optimizer_key
-    assert key is None or key in optimizer.defaults
+    accepts = STATISTICS[name].accepts
+    assert accepts is None or accepts(optimizer)
+
+
+def _optimizer(kind):
+    from pytorch_optimizer import Lamb, Lion
+    kinds = dict(Lamb=Lamb, Lion=Lion)
+    cls = kinds.get(kind) or getattr(torch.optim, kind)
+    return cls([nn.Parameter(torch.zeros(2))], lr=0.1)
+
+
+@pytest.mark.parametrize('kind, keeps', [
+    ('Adam', True), ('AdamW', True), ('NAdam', True), ('RAdam', True),
+    ('Lamb', True), ('Adamax', False), ('Lion', False), ('SGD', False),
+    ('RMSprop', False),
+])
+def test_adam_mode_accepts_the_optimizers_keeping_exp_avg_sq(kind, keeps):
+    """Adamax (exp_inf) and Lion (exp_avg only) have betas but no v:
+    AdamW mode would measure the raw gradient there."""
+    optimizer = _optimizer(kind)
+    assert keeps_adam_moments(optimizer) is keeps
+    assert not optimizer.state  # the probe steps a copy, not the run's
+
+
+def test_adam_mode_probe_runs_on_the_parameters_device():
+    """The probe's tensor is made like the run's parameters: on the meta
+    device it steps there (Adamax: betas, but no exp_avg_sq)."""
+    param = nn.Parameter(torch.zeros(2, device='meta'))
+    assert keeps_adam_moments(torch.optim.Adam([param], lr=0.1)) is True
+    assert keeps_adam_moments(torch.optim.Adamax([param], lr=0.1)) is False
+
+
+class _NeedsSchedule(torch.optim.Adam):
+    """An optimizer with an argument its ``defaults`` do not keep."""
+
+    def __init__(self, params, schedule, **kwargs):
+        super().__init__(params, **kwargs)
+        self.schedule = schedule
+
+
+class _NeedsScheduleSGD(torch.optim.SGD):
+
+    def __init__(self, params, schedule, **kwargs):
+        super().__init__(params, **kwargs)
+        self.schedule = schedule
+
+
+def test_adam_mode_falls_back_to_betas_for_an_unrebuildable_class():
+    params = [nn.Parameter(torch.zeros(2))]
+    assert keeps_adam_moments(_NeedsSchedule(params, [1], lr=0.1)) is True
+    assert keeps_adam_moments(_NeedsScheduleSGD(params, [1], lr=0.1)) is False
