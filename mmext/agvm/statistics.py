@@ -239,7 +239,8 @@ def keeps_adam_moments(optimizer: Optimizer) -> bool:
     names = {p.name for p in signature}
     options = {key: value for key, value in optimizer.defaults.items()
                if takes_any or key in names}
-    like = optimizer.param_groups[0]['params'][0]
+    like = next(param for group in optimizer.param_groups
+                for param in group['params'])
     probe = like.new_zeros(1).requires_grad_()
     probe.grad = torch.ones_like(probe)
     try:
