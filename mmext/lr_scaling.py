@@ -5,6 +5,7 @@ The effective batch of an optimizer step is loader ``batch_size`` x world
 size x ``accumulative_counts``; mmengine's ``auto_scale_lr`` leaves out the
 third factor, and knows the linear rule only.
 """
+import difflib
 import math
 import numbers
 from contextlib import contextmanager
@@ -64,11 +65,12 @@ def auto_scale_lr_options(auto_scale_lr: Optional[dict]
     Raises:
         TypeError: For an ``auto_scale_lr`` that is not a dict, a key other
             than enable, base_batch_size and rule (even when not enabled:
-            a misspelt ``enable`` would leave the LR unscaled), an
+            a misspelt ``enable`` would leave the LR unscaled; a close one
+            is named), an
             ``enable`` that is not a bool, or a ``base_batch_size`` that is
             not a number.
         ValueError: For a ``base_batch_size`` that is not finite and > 0,
-            or an unknown rule.
+            or an unknown rule (also when not enabled).
     """
     if auto_scale_lr is None:
         return None
@@ -77,12 +79,19 @@ def auto_scale_lr_options(auto_scale_lr: Optional[dict]
                                f'dict(enable=True, base_batch_size=...)'))
     unknown = sorted(set(auto_scale_lr) - set(AUTO_SCALE_LR_KEYS))
     if unknown:
-        raise refuse(TypeError(f'auto_scale_lr got an unexpected key '
-                               f'{unknown[0]!r}'))
+        close = difflib.get_close_matches(unknown[0], AUTO_SCALE_LR_KEYS, 1)
+        raise refuse(TypeError(
+            f'auto_scale_lr got an unexpected key {unknown[0]!r}: ' +
+            (f'did you mean {close[0]!r}?' if close else
+             f'expected {list(AUTO_SCALE_LR_KEYS)}')))
     enable = auto_scale_lr.get('enable', False)
     if not isinstance(enable, bool):
         raise refuse(TypeError(f'auto_scale_lr.enable={enable!r}: expected '
                                f'True or False'))
+    rule = auto_scale_lr.get('rule', 'linear')
+    if rule not in LR_RULES:
+        raise refuse(ValueError(f'auto_scale_lr.rule={rule!r}: expected '
+                                f'one of {list(LR_RULES)}'))
     if not enable:
         return None
     base = auto_scale_lr.get('base_batch_size')
@@ -92,10 +101,6 @@ def auto_scale_lr_options(auto_scale_lr: Optional[dict]
     if not (math.isfinite(base) and base > 0):
         raise refuse(ValueError(f'auto_scale_lr.base_batch_size={base!r}: '
                                 f'expected finite and > 0'))
-    rule = auto_scale_lr.get('rule', 'linear')
-    if rule not in LR_RULES:
-        raise refuse(ValueError(f'auto_scale_lr.rule={rule!r}: expected '
-                                f'one of {list(LR_RULES)}'))
     return base, rule
 
 

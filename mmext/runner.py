@@ -5,10 +5,13 @@ It knows neither method (docs/en/design.md, "Layers").
 """
 import os
 import os.path as osp
+from contextlib import ExitStack
 from typing import Callable, List, Optional
+from unittest.mock import patch
 
 from mmengine.config import Config
 from mmengine.runner import Runner as MMEngineRunner
+from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from .compat import (accumulative_counts, config_base_files,
                      train_loader_batch_size, trusted_checkpoint_loading)
@@ -154,6 +157,8 @@ class Runner(MMEngineRunner):
     * Its checkpoint loads are trusted
       (:func:`mmext.compat.trusted_checkpoint_loading`).
     * A missing or empty ``ann_file`` is named before the dataset is built.
+    * A ``ZeroRedundancyOptimizer``'s checkpoint is saved (mmengine 0.10.7
+      hangs: see :meth:`save_checkpoint`).
     * A config that drops an mmext hook of its ``_base_`` warns, once the
       run's log file exists.
 
@@ -221,6 +226,24 @@ class Runner(MMEngineRunner):
         # Not resumed: a later run with mmengine's Runner must not inherit it.
         self.message_hub.update_info(EFFECTIVE_BATCH_INFO, batches,
                                      resumed=False)
+
+    def save_checkpoint(self, *args, **kwargs) -> None:
+        """mmengine's, after every rank has gathered the shards of each
+        ``ZeroRedundancyOptimizer`` on rank 0; arguments as there.
+
+        mmengine 0.10.7 saves on rank 0 only, where ZeRO's ``state_dict``
+        gathers the shards by a collective call that the other ranks never
+        join: the run hangs, without AGVM too.
+        """
+        with ExitStack() as gathered:
+            for wrapper in optim_wrappers(self.optim_wrapper).values():
+                optimizer = getattr(wrapper, 'optimizer', None)
+                if isinstance(optimizer, ZeroRedundancyOptimizer):
+                    optimizer.consolidate_state_dict(to=0)
+                    gathered.enter_context(patch.object(
+                        optimizer, 'consolidate_state_dict',
+                        lambda *args, **kwargs: None))
+            super().save_checkpoint(*args, **kwargs)
 
     # While ``resume`` runs: whether it restores the optimizer.
     _resuming: Optional[bool] = None

@@ -80,7 +80,7 @@ def test_rules_by_value():
 @pytest.mark.parametrize('auto, expected', [
     (None, None),
     (dict(base_batch_size=16), None),  # mmdet's default: not enabled
-    (dict(enable=False, base_batch_size=None, rule='cubic'), None),
+    (dict(enable=False, base_batch_size=None, rule='sqrt'), None),
     (dict(enable=True, base_batch_size=16), (16, 'linear')),
     (dict(enable=True, base_batch_size=256, rule='sqrt'), (256, 'sqrt')),
     (dict(enable=True, base_batch_size=0.5, rule='linear'), (0.5, 'linear')),
@@ -103,7 +103,10 @@ def test_auto_scale_lr_options(auto, expected):
      "rule='Sqrt': expected one of ['linear', 'sqrt']"),
     (dict(base_batch_size=8, rule=None), ValueError, 'rule=None'),
     (dict(base_batch_size=8, rules='sqrt'), TypeError,
-     "unexpected key 'rules'"),
+     "unexpected key 'rules': did you mean 'rule'?"),
+    (dict(base_batch_size=8, factor=2), TypeError,
+     "unexpected key 'factor': expected ['enable', 'base_batch_size', "
+     "'rule']"),
 ])
 def test_a_bad_auto_scale_lr_is_refused(auto, error, fragment):
     with pytest.raises(error, match=re.escape(fragment)):
@@ -112,7 +115,9 @@ def test_a_bad_auto_scale_lr_is_refused(auto, error, fragment):
 
 @pytest.mark.parametrize('auto, error, fragment', [
     (dict(enabled=True, base_batch_size=8), TypeError,
-     "unexpected key 'enabled'"),
+     "unexpected key 'enabled': did you mean 'enable'?"),
+    (dict(enable=False, base_batch_size=8, rule='sqr'), ValueError,
+     "rule='sqr': expected one of ['linear', 'sqrt']"),
     (dict(enable=False, base_batch_size=8, rules='sqrt'), TypeError,
      "unexpected key 'rules'"),
     (dict(enable='no', base_batch_size=8), TypeError,

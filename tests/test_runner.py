@@ -7,7 +7,8 @@ import re
 import warnings
 
 import pytest
-from bench_utils import build_runner
+import torch
+from bench_utils import build_runner, run_processes
 from helpers import ToyRegressionData, ToyRegressor, logged_errors
 from mmengine.config import Config
 from mmengine.registry import DATASETS, MODELS
@@ -423,3 +424,35 @@ def test_a_custom_hooks_override_that_drops_a_base_hook_warns(tmp_path):
         warnings.simplefilter('always')
         build_runner(load_run_config(str(child), None, str(tmp_path / 'w2')))
     assert not [w for w in caught if 'drop' in str(w.message)]
+
+
+def _train_with_zero(rank, world_size, work_dir):
+    """One epoch with mmengine's ZeroRedundancyOptimizer; each rank saves
+    the momentum buffers of its own shard, by parameter name."""
+    cfg = _cfg(osp.join(work_dir, 'run'), optim_wrapper=dict(
+        optimizer=dict(type='ZeroRedundancyOptimizer', optimizer_type='SGD',
+                       lr=0.1, momentum=0.9)))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    optimizer = runner.optim_wrapper.optimizer
+    names = {param: name for name, param in runner.model.named_parameters()}
+    torch.save({names[param]: state['momentum_buffer']
+                for param, state in optimizer.optim.state.items()},
+               osp.join(work_dir, f'shard{rank}.pth'))
+
+
+def test_a_zero_checkpoint_gathers_every_rank_shard(tmp_path):
+    """mmengine 0.10.7 saves on rank 0 only, where ZeRO gathers the shards
+    by a collective call: without mmext.Runner's gathering the 2 ranks
+    hang. The checkpoint holds each rank's momentum buffers."""
+    run_processes(_train_with_zero, 2, (str(tmp_path), ), timeout=120)
+    shards = [torch.load(tmp_path / f'shard{rank}.pth') for rank in (0, 1)]
+    assert shards[0] and shards[1] and not set(shards[0]) & set(shards[1])
+    checkpoint = torch.load(tmp_path / 'run' / 'epoch_1.pth',
+                            weights_only=False)['optimizer']
+    names = [name for name, _ in ToyRegressor().named_parameters()]
+    saved = {names[index]: state['momentum_buffer']
+             for index, state in checkpoint['state'].items()}
+    assert saved.keys() == {**shards[0], **shards[1]}.keys() == set(names)
+    for name, buffer in {**shards[0], **shards[1]}.items():
+        torch.testing.assert_close(saved[name], buffer)

@@ -186,9 +186,10 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
                       flat: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Adam-preconditioned gradients g / (sqrt(v) + eps), AGVM's AdamW mode.
 
-    v is the stored ``exp_avg_sq`` (the reference blends in the current g
-    first, which would differ between ranks); parameters without it yet
-    are left as they are.
+    v is the stored ``exp_avg_sq``, or ``max_exp_avg_sq`` where the
+    optimizer keeps it (AMSGrad steps along the running maximum); the
+    reference blends in the current g first, which would differ between
+    ranks. Parameters without v yet are left as they are.
 
     Args:
         optimizer (Optimizer): An Adam-family optimizer.
@@ -212,9 +213,10 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
         chunk = out[offset:offset + param.numel()]
         offset += param.numel()
         state = optimizer.state.get(param, {})
-        if 'exp_avg_sq' in state:
-            chunk.div_(state['exp_avg_sq'].sqrt().add_(
-                eps_of[id(param)]).reshape(-1).to(out.dtype))
+        v = state.get('max_exp_avg_sq', state.get('exp_avg_sq'))
+        if v is not None:
+            chunk.div_(v.sqrt().add_(eps_of[id(param)]).reshape(-1).to(
+                out.dtype))
     return out
 
 

@@ -88,6 +88,26 @@ def test_default_anchor_at_the_first_module_does_not_warn():
         assert resolve_module_names(_detector(), None)[0] == 'backbone'
 
 
+def test_one_listed_module_is_refused():
+    """The anchor's factor is 1 and 'others' keep 1: nothing would move."""
+    with pytest.raises(ValueError, match=re.escape(
+            "['backbone']: list 2+ modules")) as error:
+        resolve_module_names(_detector(), ['backbone'])
+    assert str(error.value).endswith("e.g. ['backbone', 'neck', 'roi_head']")
+
+
+def test_one_trainable_module_by_default_warns():
+    """Everything but the neck frozen (a hook may unfreeze it later)."""
+    model = _detector()
+    for name in ('backbone', 'roi_head'):
+        getattr(model, name).requires_grad_(False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        assert resolve_module_names(model, None) == ['neck']
+    assert any("nothing: 'neck' is the only trainable" in str(w.message)
+               for w in caught)
+
+
 def test_longest_listed_prefix_owns_a_parameter():
     model = _detector()
     names = resolve_module_names(model, ['backbone', 'roi_head',

@@ -157,14 +157,15 @@ def test_parameters_outside_modules_change_and_frozen_do_not(device):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trained, wrapper, _ = train_accumulated(toy_batches(2, 2),
                                             device=device,
-                                            module_names=['backbone'])
+                                            module_names=['backbone',
+                                                          'neck'])
     after = {k: v.cpu() for k, v in trained.state_dict().items()}
-    for name in ['neck.weight', 'head.weight', 'aux.weight']:
+    for name in ['head.weight', 'aux.weight']:
         assert not torch.equal(after[name], before[name]), name
     assert torch.equal(after['frozen.weight'], before['frozen.weight'])
     assert torch.equal(after['unused.weight'], before['unused.weight'])
     tags = {g['agvm_module'] for g in wrapper.optimizer.param_groups}
-    assert tags == {'backbone', 'others'}
+    assert tags == {'backbone', 'neck', 'others'}
 
 
 def test_paramwise_cfg_groups_are_tagged_and_scaled():
@@ -287,6 +288,18 @@ def test_adam_statistic_uses_preconditioned_gradient(device):
 def test_bad_configs_raise_at_build(kwargs, match):
     with pytest.raises(ValueError, match=match):
         build_wrapper(ToyModel(), **{'accumulative_counts': 2, **kwargs})
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(start_iters=5), "AGVMOptimWrapper got an unexpected option "
+     "'start_iters': did you mean 'start_iter'?"),
+    (dict(clip_grads=dict(max_norm=1.)), "unexpected option 'clip_grads': "
+     "did you mean 'clip_grad'?"),  # mmengine's OptimWrapper option
+    (dict(warmup=10), "AGVMOptimWrapper got an unexpected option 'warmup'"),
+])
+def test_a_misspelt_option_is_named_with_the_one_meant(kwargs, message):
+    with pytest.raises(TypeError, match=re.escape(message)):
+        build_wrapper(ToyModel(), accumulative_counts=2, **kwargs)
 
 
 def test_wrapper_without_constructor_says_what_to_set():

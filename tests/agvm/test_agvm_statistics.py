@@ -115,6 +115,23 @@ def test_adam_precondition_by_hand():
     assert flat.tolist() == [5.0, 7.0, 3.0]
 
 
+def test_adam_precondition_reads_amsgrad_maximum():
+    """AMSGrad steps along max_exp_avg_sq, the running maximum of v: after
+    a large gradient and a small one, v has decayed but the maximum not."""
+    w = nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.Adam([w], lr=0.1, betas=(0.9, 0.5),
+                                 eps=0.0, amsgrad=True)
+    for grad in ([4.0, 2.0], [0.0, 0.0]):
+        w.grad = torch.tensor(grad)
+        optimizer.step()
+    # v = 0.5 * (0.5 * 0 + 0.5 * g1^2) = g1^2 / 4; max = g1^2 / 2.
+    state = optimizer.state[w]
+    assert state['exp_avg_sq'].tolist() == [4.0, 1.0]
+    assert state['max_exp_avg_sq'].tolist() == [8.0, 2.0]
+    out = adam_precondition(optimizer, [w], torch.tensor([1.0, 1.0]))
+    assert out.tolist() == pytest.approx([8.0 ** -0.5, 2.0 ** -0.5])
+
+
 @pytest.mark.parametrize('name', list(STATISTICS))
 def test_each_statistic_writes_out_in_place(name):
     """``out=flat`` (the one-process halves' own buffers): the same values,
