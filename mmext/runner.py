@@ -3,6 +3,7 @@ do (docs/en/design.md, "mmext.Runner").
 
 It knows neither method (docs/en/design.md, "Layers").
 """
+import inspect
 import os
 import os.path as osp
 from contextlib import ExitStack
@@ -233,10 +234,14 @@ class Runner(MMEngineRunner):
 
         mmengine 0.10.7 saves on rank 0 only, where ZeRO's ``state_dict``
         gathers the shards by a collective call that the other ranks never
-        join: the run hangs, without AGVM too.
+        join: the run hangs, without AGVM too. Not gathered when the
+        optimizer is not saved (``save_best``).
         """
+        saved = inspect.signature(MMEngineRunner.save_checkpoint).bind(
+            self, *args, **kwargs).arguments.get('save_optimizer', True)
+        wrappers = optim_wrappers(self.optim_wrapper).values() if saved else ()
         with ExitStack() as gathered:
-            for wrapper in optim_wrappers(self.optim_wrapper).values():
+            for wrapper in wrappers:
                 optimizer = getattr(wrapper, 'optimizer', None)
                 if isinstance(optimizer, ZeroRedundancyOptimizer):
                     optimizer.consolidate_state_dict(to=0)

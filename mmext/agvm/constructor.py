@@ -103,15 +103,13 @@ def resolve_module_names(model: nn.Module,
     Raises:
         ValueError: If ``module_names`` is not None or a list of names, if
             a name is not a submodule, is listed twice or is ``'others'``,
-            if the list is empty or names one module (never modulated), or
-            if a module owns no trainable parameter (frozen, tied to another
-            module's, or claimed by a longer listed name). The one check of
-            the option: the wrapper trusts it.
+            if the list is empty, or if a module owns no trainable parameter
+            (frozen, tied to another module's, or claimed by a longer listed
+            name). The one check of the option: the wrapper trusts it.
 
     Warns:
         UserWarning: With the default names, if the model's first module has
-        no trainable parameters (the anchor is then the next one), or if
-        only one module has (nothing is modulated).
+        no trainable parameters (the anchor is then the next one).
     """
     if module_names is not None and not (
             isinstance(module_names, (list, tuple))
@@ -155,15 +153,6 @@ def resolve_module_names(model: nn.Module,
                              f'{available} first')
         raise ValueError(f'module_names: {name!r} owns no trainable '
                          f'parameter ({why}): remove it')
-    # The anchor's factor is 1 by definition and 'others' keep 1: with one
-    # module nothing is modulated. The default may be one module while the
-    # others are frozen (a fine-tuning hook unfreezes them): warn there.
-    if len(names) == 1 and module_names is not None:
-        raise ValueError(f'module_names={names}: list 2+ modules, anchor '
-                         f'first, e.g. {available}')
-    if len(names) == 1:
-        warn(f'AGVM modulates nothing: {names[0]!r} is the only trainable '
-             'module; set module_names')
     return names
 
 
@@ -463,13 +452,26 @@ class AGVMOptimWrapperConstructor:
         """Build the AGVM wrapper for ``model`` (DDP-wrapped or not).
 
         Raises:
-            ValueError: For AGVM in an ``OptimWrapperDict``, or from
+            ValueError: For AGVM in an ``OptimWrapperDict``, for one listed
+                module (never modulated), or from
                 :func:`resolve_module_names` and :meth:`_recipe_optimizer`.
+
+        Warns:
+            UserWarning: If the default names are one module (the others
+            frozen, perhaps unfrozen later by a hook).
         """
         _refuse_optim_wrapper_dict()
         model = getattr(model, 'module', model)
-        names = resolve_module_names(model,
-                                     self.wrapper_cfg.get('module_names'))
+        listed = self.wrapper_cfg.get('module_names')
+        names = resolve_module_names(model, listed)
+        # The anchor's factor is 1 and 'others' keep 1: with one module
+        # nothing is modulated (analysis tools may still measure one).
+        if len(names) == 1 and listed is not None:
+            raise ValueError(f'module_names={names}: list 2+ modules, anchor '
+                             'first')
+        if len(names) == 1:
+            warn(f'AGVM modulates nothing: {names[0]!r} is the only trainable '
+                 'module; set module_names')
         groups = split_groups_by_module(
             self._recipe_optimizer(model).param_groups,
             assign_parameters(model, names), names)

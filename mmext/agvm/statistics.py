@@ -186,8 +186,8 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
                       flat: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Adam-preconditioned gradients g / (sqrt(v) + eps), AGVM's AdamW mode.
 
-    v is the stored ``exp_avg_sq``, or ``max_exp_avg_sq`` where the
-    optimizer keeps it (AMSGrad steps along the running maximum); the
+    v is the stored ``exp_avg_sq``, or ``max_exp_avg_sq`` in a group with
+    ``amsgrad`` (AMSGrad steps along the running maximum); the
     reference blends in the current g first, which would differ between
     ranks. Parameters without v yet are left as they are.
 
@@ -202,10 +202,13 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
     Returns:
         Tensor: ``out``: same shape, dtype and device as ``flat``.
     """
-    eps_of = {
-        id(p): group.get('eps', 1e-8)
-        for group in optimizer.param_groups for p in group['params']
-    }
+    eps_of, amsgrad = {}, set()
+    for group in optimizer.param_groups:
+        for p in group['params']:
+            eps_of[id(p)] = group.get('eps', 1e-8)
+            # torch's flag; pytorch_optimizer's (AdaBound, DiffGrad, ...).
+            if group.get('amsgrad') or group.get('ams_bound'):
+                amsgrad.add(id(p))
     out = raw_gradient(optimizer, params, flat,
                        torch.empty_like(flat) if out is None else out)
     offset = 0
@@ -213,7 +216,8 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
         chunk = out[offset:offset + param.numel()]
         offset += param.numel()
         state = optimizer.state.get(param, {})
-        v = state.get('max_exp_avg_sq', state.get('exp_avg_sq'))
+        v = state.get('max_exp_avg_sq' if id(param) in amsgrad
+                      else 'exp_avg_sq', state.get('exp_avg_sq'))
         if v is not None:
             chunk.div_(v.sqrt().add_(eps_of[id(param)]).reshape(-1).to(
                 out.dtype))

@@ -88,12 +88,19 @@ def test_default_anchor_at_the_first_module_does_not_warn():
         assert resolve_module_names(_detector(), None)[0] == 'backbone'
 
 
+def _build(model, module_names):
+    return build_optim_wrapper(model, dict(
+        type='mmext.AGVMOptimWrapper',
+        constructor='mmext.AGVMOptimWrapperConstructor',
+        optimizer=dict(type='SGD', lr=0.1), module_names=module_names,
+        accumulative_counts=2))
+
+
 def test_one_listed_module_is_refused():
     """The anchor's factor is 1 and 'others' keep 1: nothing would move."""
     with pytest.raises(ValueError, match=re.escape(
-            "['backbone']: list 2+ modules")) as error:
-        resolve_module_names(_detector(), ['backbone'])
-    assert str(error.value).endswith("e.g. ['backbone', 'neck', 'roi_head']")
+            "module_names=['backbone']: list 2+ modules")):
+        _build(_detector(), ['backbone'])
 
 
 def test_one_trainable_module_by_default_warns():
@@ -103,9 +110,14 @@ def test_one_trainable_module_by_default_warns():
         getattr(model, name).requires_grad_(False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        assert resolve_module_names(model, None) == ['neck']
+        assert _build(model, None).module_names == ['neck']
     assert any("nothing: 'neck' is the only trainable" in str(w.message)
                for w in caught)
+
+
+def test_one_module_is_measurable_outside_agvm():
+    """The analysis tools measure one module's variance."""
+    assert resolve_module_names(_detector(), ['neck']) == ['neck']
 
 
 def test_longest_listed_prefix_owns_a_parameter():

@@ -130,6 +130,10 @@ def test_adam_precondition_reads_amsgrad_maximum():
     assert state['max_exp_avg_sq'].tolist() == [8.0, 2.0]
     out = adam_precondition(optimizer, [w], torch.tensor([1.0, 1.0]))
     assert out.tolist() == pytest.approx([8.0 ** -0.5, 2.0 ** -0.5])
+    # Resumed without AMSGrad: torch steps along v, the stale maximum stays.
+    optimizer.param_groups[0]['amsgrad'] = False
+    out = adam_precondition(optimizer, [w], torch.tensor([1.0, 1.0]))
+    assert out.tolist() == [0.5, 1.0]
 
 
 @pytest.mark.parametrize('name', list(STATISTICS))
