@@ -453,6 +453,7 @@ def test_a_zero_checkpoint_gathers_every_rank_shard(tmp_path):
     names = [name for name, _ in ToyRegressor().named_parameters()]
     saved = {names[index]: state['momentum_buffer']
              for index, state in checkpoint['state'].items()}
-    assert saved.keys() == {**shards[0], **shards[1]}.keys() == set(names)
-    for name, buffer in {**shards[0], **shards[1]}.items():
+    gathered = {**shards[0], **shards[1]}
+    assert saved.keys() == gathered.keys() == set(names)
+    for name, buffer in gathered.items():
         torch.testing.assert_close(saved[name], buffer)

@@ -10,6 +10,7 @@ import re
 import warnings
 
 import pytest
+from agvm_toy import build_wrapper
 from mmengine.hub import get_config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import MODELS, DefaultScope, init_default_scope
@@ -88,19 +89,12 @@ def test_default_anchor_at_the_first_module_does_not_warn():
         assert resolve_module_names(_detector(), None)[0] == 'backbone'
 
 
-def _build(model, module_names):
-    return build_optim_wrapper(model, dict(
-        type='mmext.AGVMOptimWrapper',
-        constructor='mmext.AGVMOptimWrapperConstructor',
-        optimizer=dict(type='SGD', lr=0.1), module_names=module_names,
-        accumulative_counts=2))
-
-
 def test_one_listed_module_is_refused():
     """The anchor's factor is 1 and 'others' keep 1: nothing would move."""
     with pytest.raises(ValueError, match=re.escape(
             "module_names=['backbone']: list 2+ modules")):
-        _build(_detector(), ['backbone'])
+        build_wrapper(_detector(), module_names=['backbone'],
+                      accumulative_counts=2)
 
 
 def test_one_trainable_module_by_default_warns():
@@ -110,7 +104,8 @@ def test_one_trainable_module_by_default_warns():
         getattr(model, name).requires_grad_(False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        assert _build(model, None).module_names == ['neck']
+        assert build_wrapper(model, module_names=None,
+                             accumulative_counts=2).module_names == ['neck']
     assert any("nothing: 'neck' is the only trainable" in str(w.message)
                for w in caught)
 
