@@ -4,7 +4,8 @@ GPU machine (run it as ``.dev_scripts/gpu_bundle.sh``).
 Writes into ``--out`` (default ``.gpu_bundle/``) the pinned cp312 wheels of
 ``.dev_scripts/requirements/gpu_bundle.txt`` and mmext's wheel (``wheels/``), the sdists
 of :data:`SDISTS` (``sdist/``), ``tools/stubs`` and ``.dev_scripts/overrides``,
-Python 3.12's headers if a local Python 3.12 has them, and
+Python 3.12's headers if a local Python 3.12 has them, mmcv's prebuilt ops
+if any (``prebuilt/``: ``--prebuilt DIR`` copies them there) and
 ``manifest.json`` (each file's size and sha256; for each distribution the
 check imports, ``machine`` or ``bundle``); prints the sizes against the
 64 MiB the bundle and the working tree share. What each part is for:
@@ -205,6 +206,24 @@ def copy_tree(source: str, out: str) -> List[str]:
         for d, _, files in os.walk(dest) for f in files)
 
 
+def copy_prebuilt(source: str, out: str) -> None:
+    """Copy the prebuilt mmcv ops that a GPU check wrote to ``$OUT``
+    (``mmcv-ops.tar.xz``, ``mmcv-ops.json``) into ``out/prebuilt``."""
+    os.makedirs(osp.join(out, 'prebuilt'), exist_ok=True)
+    for suffix in ('.tar.xz', '.json'):
+        shutil.copy2(osp.join(source, 'mmcv-ops' + suffix),
+                     osp.join(out, 'prebuilt'))
+
+
+def prebuilt_stack(out: str) -> Optional[dict]:
+    """The stack the bundle's prebuilt ops were built for; None: none."""
+    path = osp.join(out, 'prebuilt', 'mmcv-ops.json')
+    if not osp.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 # ---------------------------------------------------------------- manifest
 def _bundle_files(out: str, folders: Iterable[str]) -> List[str]:
     return sorted(path for folder in folders
@@ -215,7 +234,7 @@ def write_manifest(out: str, pins: Dict[str, str], trees: List[str],
                    headers: Optional[str]) -> dict:
     """Describe the bundle in ``out/manifest.json``; the manifest."""
     files = []
-    paths = _bundle_files(out, ('wheels', 'sdist')) + (
+    paths = _bundle_files(out, ('wheels', 'sdist', 'prebuilt')) + (
         [headers] if headers else [])
     for path in paths:
         name, version = (dist_of_file(path) if '/wheels/' in path
@@ -232,6 +251,7 @@ def write_manifest(out: str, pins: Dict[str, str], trees: List[str],
         sources=sources(needs(), machine_packages(), bundled),
         mmcv_sdist=next(p for p in sdists if 'mmcv-' in p),
         python_include=osp.relpath(headers, out) if headers else None,
+        prebuilt_ops=prebuilt_stack(out),
         site_files=trees, pins=pins,
         bytes=sum(f['bytes'] for f in files) + sum(
             osp.getsize(osp.join(out, path)) for path in trees),
@@ -278,8 +298,13 @@ def main(argv=None) -> int:
         epilog='\n'.join(__doc__.splitlines()[2:]))
     parser.add_argument('--out', default=osp.join(ROOT, '.gpu_bundle'),
                         help='the bundle folder (default: .gpu_bundle)')
+    parser.add_argument('--prebuilt', metavar='DIR',
+                        help='carry the mmcv-ops.tar.xz and .json of DIR '
+                        '(what a GPU check wrote to $OUT)')
     args = parser.parse_args(argv)
     out = osp.abspath(args.out)
+    if args.prebuilt:
+        copy_prebuilt(args.prebuilt, out)
     pins = read_pins()
     unmet = [n for n, s in sources(needs(), machine_packages(),
                                    [*pins, 'mmext']).items()
@@ -304,8 +329,12 @@ def main(argv=None) -> int:
         print('gpu_bundle: ' + '\n  '.join(problems))
         return 1
     machine = sum(s == 'machine' for s in manifest['sources'].values())
+    prebuilt = manifest['prebuilt_ops']
     print(f'gpu_bundle: OK; the GPU machine provides {machine} of the '
-          f'{len(manifest["sources"])} distributions the check imports.')
+          f'{len(manifest["sources"])} distributions the check imports; '
+          + (f'prebuilt mmcv ops for torch {prebuilt["torch"]}, capability '
+             f'{prebuilt["capability"]}.' if prebuilt else
+             'no prebuilt mmcv ops (the check builds them).'))
     return 0
 
 

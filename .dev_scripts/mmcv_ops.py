@@ -11,9 +11,14 @@ proof of ``.dev_scripts/gpu_bundle.sh --proof --with-ops`` does)::
         [--work-dir DIR] [--jobs N] [--cpu]
 
 Its interpreter must import torch and ``pkg_resources`` (setuptools < 81).
+Built ops travel as :data:`PREBUILT` (``.tar.xz``, ``.json``): :func:`pack`
+writes them, :func:`unpack` installs them where :func:`stack_differences`
+finds none.
 """
 import argparse
 import glob
+import hashlib
+import json
 import os
 import os.path as osp
 import re
@@ -23,10 +28,12 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import tempfile
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 EXT_GLOB = osp.join('mmcv', '_ext*.so')
+PREBUILT = 'mmcv-ops'  # mmcv-ops.tar.xz: the extension; mmcv-ops.json: its stack
 
 
 def installed_ext(target: str) -> Optional[str]:
@@ -67,6 +74,60 @@ def build_env(cuda: bool, jobs: int,
         env['CPATH'] = os.pathsep.join(
             p for p in (python_include, os.environ.get('CPATH')) if p)
     return env
+
+
+def machine_stack(mmcv: str) -> Dict[str, str]:
+    """What compiled ops must match: mmcv's version, python, torch, CUDA,
+    cuDNN and the visible GPUs' compute capabilities (e.g. ``9.0``)."""
+    import platform
+
+    import torch
+    return dict(mmcv=mmcv, python=platform.python_version().rsplit('.', 1)[0],
+                torch=torch.__version__, cuda=str(torch.version.cuda),
+                cudnn=str(torch.backends.cudnn.version()),
+                capability=cuda_arch_list() if torch.cuda.is_available()
+                else 'none')
+
+
+def stack_differences(built_for: Dict[str, str],
+                      machine: Dict[str, str]) -> List[str]:
+    """Where prebuilt ops' stack differs from the machine's ([]: usable)."""
+    return [f'{key} {built_for.get(key)} (machine {value})'
+            for key, value in machine.items() if built_for.get(key) != value]
+
+
+def pack(ext: str, stack: Dict[str, str], out: str) -> str:
+    """Write ``out/mmcv-ops.tar.xz`` (``ext`` without debug symbols) and
+    ``out/mmcv-ops.json`` (``stack``, the file's name and sha256); the
+    archive's path."""
+    archive = osp.join(out, PREBUILT + '.tar.xz')
+    os.makedirs(out, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        so = shutil.copy(ext, tmp)
+        if shutil.which('strip'):
+            subprocess.run(['strip', '--strip-debug', so],
+                           capture_output=True)  # a failure keeps them
+        with tarfile.open(archive, 'w:xz') as tar:
+            tar.add(so, arcname=osp.basename(so))
+    with open(archive, 'rb') as f:
+        sha256 = hashlib.file_digest(f, 'sha256').hexdigest()
+    with open(osp.join(out, PREBUILT + '.json'), 'w') as f:
+        json.dump(dict(stack, file=osp.basename(ext), sha256=sha256), f,
+                  indent=1)
+    return archive
+
+
+def unpack(folder: str, target: str) -> str:
+    """Install the prebuilt ops of ``folder`` into ``target/mmcv``; the
+    extension's path."""
+    with open(osp.join(folder, PREBUILT + '.json')) as f:
+        name = json.load(f)['file']
+    dest = osp.join(target, 'mmcv', name)
+    with tarfile.open(osp.join(folder, PREBUILT + '.tar.xz')) as tar:
+        with tar.extractfile(name) as src, open(dest + '.part', 'wb') as f:
+            shutil.copyfileobj(src, f)
+    os.replace(dest + '.part', dest)
+    return dest
 
 
 def failure_reason(log_text: str) -> str:

@@ -170,6 +170,23 @@ def test_manifest_of_a_bundle_and_what_check_bundle_finds(tmp_path):
     assert len(problems) == 4
 
 
+def test_the_bundle_carries_prebuilt_ops(tmp_path):
+    """What a GPU check packed into $OUT goes into prebuilt/, counted and
+    named with its stack in the manifest."""
+    import mmcv_ops
+    so = tmp_path / '_ext.cpython-312-x86_64-linux-gnu.so'
+    so.write_bytes(b'\0' * 4096)
+    stack = dict(mmcv='2.1.0', python='3.12', torch='2.11.0+cu130')
+    mmcv_ops.pack(str(so), stack, str(tmp_path / 'returned'))
+    gpu_bundle.copy_prebuilt(str(tmp_path / 'returned'), str(tmp_path / 'b'))
+    manifest = _fake_bundle(tmp_path / 'b', gpu_bundle.read_pins())
+    assert gpu_bundle.check_bundle(str(tmp_path / 'b')) == []
+    assert {k: manifest['prebuilt_ops'][k] for k in stack} == stack
+    assert [f['path'] for f in manifest['files'] if f['path'].startswith(
+        'prebuilt/')] == ['prebuilt/mmcv-ops.json', 'prebuilt/mmcv-ops.tar.xz']
+    assert gpu_bundle.prebuilt_stack(str(tmp_path)) is None
+
+
 @pytest.mark.skipif(not osp.isfile(osp.join(BUNDLE, 'manifest.json')),
                     reason='no bundle here (make one: .dev_scripts/gpu_bundle.sh)')
 def test_the_bundle_made_here_is_complete():
@@ -193,7 +210,8 @@ def test_install_stubs_adds_missing_files_only(tmp_path):
 
 def test_gpu_bundle_help_names_the_proof():
     out = run_tool(['bash', '.dev_scripts/gpu_bundle.sh', '--help']).stdout
-    assert out.startswith('Usage: .dev_scripts/gpu_bundle.sh [--out DIR]\n')
+    assert out.startswith('Usage: .dev_scripts/gpu_bundle.sh [--out DIR] '
+                          '[--prebuilt DIR]\n')
     assert '--proof ENV_DIR' in out and 'set -euo' not in out
 
 
