@@ -193,8 +193,10 @@ def _script(script: str, *args: str) -> Callable[[str], List[str]]:
 
 
 SPEEDUP = 'tools/benchmark/multigrid_speedup.py'
+OVERHEAD = '.dev_scripts/benchmark/agvm_overhead.py'
+ACCURACY = '.dev_scripts/benchmark/multigrid_accuracy.py'
 SPEEDUP_GPU = (SPEEDUP, '--synthetic', '--device', 'cuda', '--epochs', '1')
-LARGE_BATCH = 'tools/benchmark/agvm_large_batch.py'
+LARGE_BATCH = '.dev_scripts/benchmark/agvm_large_batch.py'
 LARGE_BATCH_GPU = (LARGE_BATCH, '--device', 'cuda', '--jobs', '4', '--k',
                    '32', '--train-images', '2048', '--epochs', '2', '--seeds',
                    '0', '1', '--lrs-lamb', '0.02')
@@ -213,8 +215,8 @@ LINES = [
          120, True),
     Line('multigrid', f'tools/train.py {MULTIGRID_CONFIG}',
          _script('tools/train.py', MULTIGRID_CONFIG), check_multigrid, 120),
-    Line('agvm-overhead', 'tools/benchmark/agvm_overhead.py --device cuda',
-         lambda _: [_python(), 'tools/benchmark/agvm_overhead.py', '--device',
+    Line('agvm-overhead', f'{OVERHEAD} --device cuda',
+         lambda _: [_python(), OVERHEAD, '--device',
                     'cuda', '--steps', '20', '--warmup', '2',
                     '--update-interval', '10', '--nprocs', '1', '4',
                     '--json'],
@@ -252,8 +254,8 @@ LINES = [
                  '0.008', '--lrs-large-adamw', '0.032'),
          check_last_line, 150, True),
     Line('mg-accuracy-gpu',
-         'tools/benchmark/multigrid_accuracy.py --device cuda (MSR clips)',
-         _script('tools/benchmark/multigrid_accuracy.py', '--device', 'cuda',
+         f'{ACCURACY} --device cuda (MSR clips)',
+         _script(ACCURACY, '--device', 'cuda',
                  '--epochs', '8', '--seeds', '0', '1', '--jobs', '4',
                  '--threads', '2', '--work-dir', 'work_dirs/gpu_mg_accuracy',
                  '--cfg-options', 'train_dataloader.num_workers=3'),
@@ -309,7 +311,7 @@ def run_agvm_ranks(world_size: int, work_dir: str) -> None:
 def dry_run(lines: Sequence[Line]) -> List[str]:
     """Check the tools and configs the lines use; return the problems."""
     problems = [f'missing {script}' for script in (
-        'tools/train.py', 'tools/benchmark/agvm_overhead.py',
+        'tools/train.py', OVERHEAD,
         'tools/make_demo_data.py') if not osp.isfile(osp.join(ROOT, script))]
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')  # the stack's import-time noise
@@ -387,8 +389,11 @@ def run_line(line: Line, work_root: str, deadline: float) -> tuple:
 
 
 def _env() -> dict:
-    """The lines' environment: the checkout first on ``PYTHONPATH``."""
-    path = [ROOT] + [p for p in [os.environ.get('PYTHONPATH')] if p]
+    """The lines' environment: the checkout first on ``PYTHONPATH``, then
+    the user tools' modules the harnesses of ``benchmark/`` import."""
+    path = [ROOT, osp.join(ROOT, 'tools', 'benchmark'),
+            osp.join(ROOT, 'tools', 'analysis')] + [
+                p for p in [os.environ.get('PYTHONPATH')] if p]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(path))
 
 

@@ -1,8 +1,9 @@
 # A from-scratch ResNet3d-18 on MSR Action3D (../shared/data/msr_action3d:
 # 556 real depth clips of 20 actions, cross-subject split, 283 train / 273 val,
 # chance 0.05), the recipe of the time-to-accuracy benchmark
-# (tools/benchmark/multigrid_accuracy.py). CPU recipe: one run trains in about
-# 10-15 minutes at one torch thread (measured figures: docs/en/benchmarks.md).
+# (.dev_scripts/benchmark/multigrid_accuracy.py). CPU recipe: one run trains
+# in about 10-15 minutes at one torch thread (measured figures:
+# docs/en/benchmarks.md).
 _base_ = '../demo/recognizer3d_r18_demo-video.py'
 
 data_root = '{{$MMEXT_DATA_ROOT:../shared/data}}/msr_action3d'

@@ -10,7 +10,8 @@
 # SDEs and Scaling Rules for Adaptive Gradient Algorithms", NeurIPS 2022),
 # not the paper's linear rule for SGD. In a pilot (seed 0) sqrt reached top-1
 # 0.553 against 0.392 with the linear rule (the recipe: 0.696);
-# tools/benchmark/multigrid_accuracy.py --lr-rule linear sqrt trains both.
+# .dev_scripts/benchmark/multigrid_accuracy.py --lr-rule linear sqrt trains
+# both.
 _base_ = './recognizer3d_r18_adamw_msr-action3d.py'
 
 custom_hooks = [

@@ -1,4 +1,4 @@
-"""tools/benchmark/agvm_diagnostic.py against hand-computed gradient
+"""tools/analysis/agvm_diagnostic.py against hand-computed gradient
 variances.
 
 The toy model's loss is linear in its weights, loss = w . x, so the gradient

@@ -25,10 +25,7 @@ import mmext  # noqa: F401
 from mmext.agvm.statistics import DEFAULT_RATIO_RANGE
 from mmext.compat import trusted_checkpoint_loading
 
-# The measurement is shared with tools/benchmark/agvm_large_batch.py.
-sys.path.insert(0, osp.join(osp.dirname(osp.abspath(__file__)), '..',
-                            'benchmark'))
-from agvm_diagnostic import module_layout, variance_by_batch_size  # noqa
+from agvm_diagnostic import module_layout, variance_by_batch_size
 
 KEYS = (('d', 'gradient variance d_i = 1 - cos(G_A, G_B)'),
         ('ratio', 'ratio d_anchor / d_i'),

@@ -1,4 +1,4 @@
-"""tools/benchmark/multigrid_accuracy.py: the curve arithmetic (interpolation,
+""".dev_scripts/benchmark/multigrid_accuracy.py: the curve arithmetic (interpolation,
 bounds outside the curve, pairing, the verdict rules, the bootstrap interval)
 on hand-made runs, the run plan, the square-root LR rule, the option checks
 and the report from a JSON; the slow test runs the tool end to end on a few
@@ -10,12 +10,12 @@ from types import SimpleNamespace
 import pytest
 from helpers import assert_refused_before_training, run_tool
 
-TOOL = 'tools/benchmark/multigrid_accuracy.py'
+TOOL = '.dev_scripts/benchmark/multigrid_accuracy.py'
 
 
 @pytest.fixture(scope='module')
 def tool():
-    """The tool's module (tools/benchmark is on pytest's pythonpath)."""
+    """The tool's module (on pytest's pythonpath)."""
     import multigrid_accuracy
     return multigrid_accuracy
 

@@ -1,10 +1,9 @@
-"""tools/benchmark/agvm_overhead.py: options and the per-step arithmetic on
+""".dev_scripts/benchmark/agvm_overhead.py: options and the per-step arithmetic on
 hand-made timings."""
 import pytest
 
-from tools.benchmark.agvm_overhead import (exchange_note, parse_args,
-                                           slowest_rank, summarize_setting,
-                                           threads_per_rank)
+from agvm_overhead import (exchange_note, parse_args, slowest_rank,
+                           summarize_setting, threads_per_rank)
 
 
 def test_defaults_time_4_processes_and_whole_intervals():
@@ -58,7 +57,7 @@ def test_extra_time_is_paired_step_by_step():
 
 
 def test_every_row_runs_cores_over_ranks_threads(monkeypatch):
-    import tools.benchmark.agvm_overhead as tool
+    import agvm_overhead as tool
     monkeypatch.setattr(tool.os, 'cpu_count', lambda: 8)
     assert [threads_per_rank(n) for n in (1, 2, 4, 16)] == [8, 4, 2, 1]
 

@@ -1,5 +1,10 @@
 """AGVM at a large batch by the paper's protocol: tune each arm, then seeds.
 
+Usage, from the project root (the d_i measurement is that of
+``tools/analysis/agvm_variance.py``, so ``tools/analysis`` goes on
+``PYTHONPATH``): PYTHONPATH=tools/analysis python
+.dev_scripts/benchmark/agvm_large_batch.py [--block sgd|adamw] [--json] ...
+
 Setting (Xue et al., NeurIPS 2022, Sec. 3, CPU-sized): segmentation of
 generated scenes (``scenes.py``) by a small FPN whose backbone is pre-trained
 once (cached by code and settings), fresh neck and head per run. BN sees one
@@ -40,16 +45,16 @@ import torch
 from mmengine.logging import MMLogger
 from mmengine.optim import OptimWrapper, build_optim_wrapper
 from mmengine.optim.scheduler import PolyLR
-from agvm_diagnostic import module_layout, variance_by_batch_size
-from seed_stats import bootstrap_interval, format_interval, paired, summary
 
 import mmext  # noqa: F401
 import scenes as scenes_module
+from agvm_diagnostic import module_layout, variance_by_batch_size
 from mmext.agvm.constructor import build_optimizer
 from mmext.agvm.statistics import DEFAULT_RATIO_RANGE
 from mmext.lr_scaling import scaled_lrs
 from mmext.warmup import ExpWarmupLR
 from scenes import SceneSegmentor, make_scenes, mean_iou, segmentation_loss
+from seed_stats import bootstrap_interval, format_interval, paired, summary
 
 
 class Arm(NamedTuple):

@@ -1,6 +1,7 @@
 """AGVM's gradient variance d_i of a model for two halves of a batch,
 without training it (paper Sec. 3, Fig. 1): the code of
-``tools/analysis/agvm_variance.py`` and ``agvm_large_batch.py``.
+``tools/analysis/agvm_variance.py`` and
+``.dev_scripts/benchmark/agvm_large_batch.py``.
 
 It uses the constructor's grouping, the wrapper's flat layout, norms and
 statistics (:mod:`mmext.agvm`), so d_i is what ``AGVMOptimWrapper`` would

@@ -1,4 +1,4 @@
-"""tools/benchmark/agvm_large_batch.py: the plan, the backbone cache key,
+""".dev_scripts/benchmark/agvm_large_batch.py: the plan, the backbone cache key,
 the arm table, tuning, the gate, the static arm, diverged runs, paired
 intervals and gap shares on hand-made inputs, the scenes, and a tiny
 end-to-end run."""
@@ -11,16 +11,14 @@ import pytest
 import torch
 from helpers import DEVICES, run_tool
 
-from scenes import SceneSegmentor, make_scenes, mean_iou
-from seed_stats import bootstrap_interval, detectable_difference, summary
-from tools.benchmark import agvm_large_batch as bench
+import agvm_large_batch as bench
+from agvm_large_batch import (ARM, MODULES, StaticFactorWrapper,
+                              background_floor, compare, gate_modules,
+                              mean_factors, parse_args, plan, val_loss)
 from mmext.agvm import AGVMOptimWrapper
 from mmext.compat import accumulative_counts
-from tools.benchmark.agvm_large_batch import (ARM, MODULES,
-                                              StaticFactorWrapper,
-                                              background_floor, compare,
-                                              gate_modules, mean_factors,
-                                              parse_args, plan, val_loss)
+from scenes import SceneSegmentor, make_scenes, mean_iou
+from seed_stats import bootstrap_interval, detectable_difference, summary
 
 TINY = ['--epochs', '2', '--k', '2', '--batch', '4', '--train-images', '32',
         '--val-images', '8', '--image-size', '16', '--seeds', '0', '1',
@@ -384,7 +382,7 @@ def test_val_loss_is_the_pixel_mean_over_uneven_batches():
 @pytest.mark.slow
 def test_tiny_benchmark_runs_end_to_end(tmp_path):
     proc = run_tool([
-        sys.executable, 'tools/benchmark/agvm_large_batch.py', *TINY,
+        sys.executable, '.dev_scripts/benchmark/agvm_large_batch.py', *TINY,
         '--lrs-small', '0.02', '0.04', '--lrs-large', '0.04',
         '--lrs-lamb', '0.01', '--lrs-small-adamw', '0.001',
         '--lrs-large-adamw', '0.001', '0.002', '--gate-repeats', '2',

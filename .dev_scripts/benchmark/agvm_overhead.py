@@ -1,6 +1,7 @@
 """Per-step time of AGVM vs mmengine's plain OptimWrapper, side by side.
 
-Usage: python tools/benchmark/agvm_overhead.py
+Usage, from the project root (``bench_utils`` is in ``tools/benchmark``):
+PYTHONPATH=tools/benchmark python .dev_scripts/benchmark/agvm_overhead.py
 [--config configs/demo/faster-rcnn_r18_fpn_agvm_demo-det.py]
 [--steps 20] [--warmup 2] [--update-interval 10] [--depth 18]
 [--batch-size 2] [--nprocs 1 4] [--device cpu|cuda] [--json]

@@ -1,11 +1,14 @@
 """Time to accuracy: multigrid against the recipe's own trade-off curve.
 
-Usage: python tools/benchmark/multigrid_accuracy.py [--config CONFIG]
-[--seeds 0 1 2 3 4] [--fractions 0.25 0.5 0.75 1] [--curve-seeds 3]
-[--mg-fractions 1 0.5] [--lr-rule linear|sqrt ...] [--jobs 2] [--threads 1]
-[--epochs N] [--margin 0.05] [--device cpu|cuda] [--json] [--work-dir DIR]
-[--cfg-options key=value ...]
-python tools/benchmark/multigrid_accuracy.py --from-json FILE
+Usage, from the project root (it trains through the speed-up tool's
+``train_arm``, so ``tools/benchmark`` goes on ``PYTHONPATH``):
+PYTHONPATH=tools/benchmark python .dev_scripts/benchmark/multigrid_accuracy.py
+[--config CONFIG] [--seeds 0 1 2 3 4] [--fractions 0.25 0.5 0.75 1]
+[--curve-seeds 3] [--mg-fractions 1 0.5] [--lr-rule linear|sqrt ...]
+[--jobs 2] [--threads 1] [--epochs N] [--margin 0.05] [--device cpu|cuda]
+[--json] [--work-dir DIR] [--cfg-options key=value ...]
+PYTHONPATH=tools/benchmark python .dev_scripts/benchmark/multigrid_accuracy.py
+--from-json FILE
 
 The recipe (the config without its ``MultigridHook``) trains at each of
 ``--fractions`` of its epochs with its LR schedule scaled in proportion (its
@@ -424,6 +427,30 @@ def _train(parser, args):
     return result
 
 
+# Help of the options whose default here is not add_run_options' own.
+HELP = dict(config='the multigrid config; its recipe is the config without '
+            'the hook', epochs="the full schedule's epochs (default: the "
+            "config's max_epochs)", threads='torch threads per training',
+            work_dir='where the runs, accuracy.json and accuracy.png go',
+            cfg_options='overrides applied to every run')
+
+
+def show_defaults(parser):
+    """Every option's help ends with its real default; the epilog gives the
+    default run's size and time."""
+    for action in parser._actions:
+        action.help = HELP.get(action.dest, action.help)
+        if (action.default not in (None, False, argparse.SUPPRESS)
+                and action.help != argparse.SUPPRESS
+                and 'default' not in (action.help or '')):
+            action.help = f'{action.help or ""} (default: %(default)s)'
+    d = parser.parse_args([])
+    runs = plan_runs(d.seeds, d.fractions, d.curve_seeds, d.mg_fractions,
+                     d.lr_rule, 1)
+    parser.epilog = (f'The default run: {len(runs)} trainings, about 105 '
+                     f'min on 2 idle CPU cores (MSR Action3D, 2026-12-03).')
+
+
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -452,6 +479,7 @@ def main():
                         help='report and plot a JSON of this tool; no runs')
     parser.add_argument('--run', help=argparse.SUPPRESS)
     parser.set_defaults(config=DEFAULT_CONFIG, epochs=None, threads=1)
+    show_defaults(parser)
     args = parser.parse_args()
     if args.run:
         return _run_one(args.run)
