@@ -2,12 +2,14 @@
 
 Runs each line of :data:`LINES` (the CUDA tests, AGVM and multigrid
 training on the smoke configs, the CUDA modes of the benchmarks) with a
-time limit, all within ``--budget``, prints one summary table and exits 1
-if a line failed. Without CUDA, or with ``--dry-run``, it checks its
-arguments, the tools and the configs (with ``--bundle`` also the imports)
-and runs nothing. ``--bundle DIR`` builds mmcv's compiled ops beside the
-lines that need none (``needs_ops``). The lines, the table and the bundle:
-.dev_scripts/README.md, "Checking a GPU machine".
+time limit, all within ``--budget``, prints each line's row as it ends
+(also into ``summary.txt`` of the work dir) and exits 1 if a line failed.
+Without CUDA, or with ``--dry-run``, it checks its arguments, the tools and
+the configs (with ``--bundle`` also the imports) and runs nothing.
+``--bundle DIR`` installs the bundle's prebuilt mmcv ops where they fit the
+machine, else builds them beside the lines that need neither them
+(``needs_ops``) nor an idle machine (``timing``). The lines, the table and
+the bundle: .dev_scripts/README.md, "Checking a GPU machine".
 """
 import argparse
 import json
@@ -15,6 +17,7 @@ import math
 import os
 import os.path as osp
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -31,17 +34,21 @@ BUDGET = 8 * 60  # seconds for all lines together
 BUNDLE_BUDGET = 570  # the whole --bundle call, in a 10-minute command
 OPS_RESERVE = 120  # seconds left when the ops build is stopped
 DEMO_DATA = 'data/demo'
+NAME_WIDTH = 26  # the longest line name
+OUT_LIMIT = 16 << 20  # the largest file that comes back from $OUT
 
 
 class Line(NamedTuple):
-    """One check: ``check(output, work_dir)`` of ``command(work_dir)``
-    returns the table's detail or raises :class:`CheckFailed`."""
+    """One check: ``check(stdout, work_dir)`` of ``command(work_dir)``
+    returns the table's detail or raises :class:`CheckFailed`; ``timing``:
+    it measures speed, so never beside the ops build."""
     name: str
     what: str
     command: Callable[[str], List[str]]
     check: Callable[[str, str], str]
     timeout: float
     needs_ops: bool = False
+    timing: bool = False
 
 
 class CheckFailed(Exception):
@@ -175,10 +182,20 @@ def check_speedup_stack(output: str, work_dir: str) -> str:
     return detail
 
 
-def check_last_line(output: str, work_dir: str) -> str:
-    """The last printed line."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    return lines[-1][:160] if lines else 'ran'
+def result_line(pattern: str) -> Callable[[str, str], str]:
+    """The check whose detail is the last stdout line matching ``pattern``:
+    the tool's result, not a warning printed after it."""
+    def check(output: str, work_dir: str) -> str:
+        found = [line.strip() for line in output.splitlines()
+                 if re.search(pattern, line)]
+        if not found:
+            raise CheckFailed(f'no result line printed (none matches '
+                              f'{pattern!r})')
+        return found[-1][:160]
+    return check
+
+
+check_last_line = result_line(r'\S')
 
 
 # -------------------------------------------------------------- commands
@@ -196,14 +213,17 @@ SPEEDUP = 'tools/benchmark/multigrid_speedup.py'
 OVERHEAD = '.dev_scripts/benchmark/agvm_overhead.py'
 ACCURACY = '.dev_scripts/benchmark/multigrid_accuracy.py'
 SPEEDUP_GPU = (SPEEDUP, '--synthetic', '--device', 'cuda', '--epochs', '1')
+SPEEDUP_RESULT = '^speed-up'  # the result lines the tools print
+GAP_CLOSED = 'gap closed:'
 LARGE_BATCH = '.dev_scripts/benchmark/agvm_large_batch.py'
 LARGE_BATCH_GPU = (LARGE_BATCH, '--device', 'cuda', '--jobs', '4', '--k',
                    '32', '--train-images', '2048', '--epochs', '2', '--seeds',
                    '0', '1', '--lrs-lamb', '0.02')
 LINES = [
+    # The CUDA tests need no compiled mmcv ops: AGVM's numerics run at once.
     Line('cuda-tests', 'pytest -m cuda',
          lambda _: [_python(), '-m', 'pytest', 'tests', '-m', 'cuda', '-q',
-                    '-p', 'no:cacheprovider'], _check_tests, 180, True),
+                    '-p', 'no:cacheprovider'], _check_tests, 180),
     Line('agvm-fp32', f'tools/train.py {AGVM_CONFIG}',
          _script('tools/train.py', AGVM_CONFIG), check_agvm_scalars, 90,
          True),
@@ -220,24 +240,25 @@ LINES = [
                     'cuda', '--steps', '20', '--warmup', '2',
                     '--update-interval', '10', '--nprocs', '1', '4',
                     '--json'],
-         check_overhead, 150, True),
+         check_overhead, 150, True, True),
     Line('mg-speedup-gpu', f'{SPEEDUP} --synthetic --device cuda',
-         _script(*SPEEDUP_GPU), check_last_line, 150),
+         _script(*SPEEDUP_GPU), result_line(SPEEDUP_RESULT), 150,
+         timing=True),
     Line('mg-speedup-amp-cl-gpu',
          f'{SPEEDUP} --synthetic --device cuda --amp --channels-last',
          _script(*SPEEDUP_GPU, '--amp', '--channels-last', '--json'),
-         check_speedup_stack, 150),
+         check_speedup_stack, 150, timing=True),
     Line('mg-speedup-compile-gpu',
          f'{SPEEDUP} --synthetic --device cuda --compile',
          _script(*SPEEDUP_GPU, '--compile', '--json'), check_speedup_stack,
-         240),
+         240, timing=True),
     Line('mg-project-gpu',
-         f'{SPEEDUP} --project --device cuda '
-         '(SlowFast R50 Kinetics-400 schedule)',
+         f'{SPEEDUP} --project --device cuda --amp bfloat16 '
+         '--channels-last (SlowFast R50 Kinetics-400 schedule)',
          _script(SPEEDUP, '--project', '--device', 'cuda', '--config',
-                 SLOWFAST_CONFIG, '--samples-per-rank', '30055',
-                 '--project-iters', '2'),
-         check_last_line, 150),
+                 SLOWFAST_CONFIG, '--samples-per-rank', '30055', '--amp',
+                 'bfloat16', '--channels-last'),
+         result_line('^projected:'), 150, timing=True),
     # The benchmarks' CUDA settings, shortened to their code paths: the
     # protocol's SGD and AdamW blocks at --k 32 (tuning, gate, all arms,
     # parallel jobs) and the time-to-accuracy benchmark on the MSR Action3D
@@ -247,19 +268,19 @@ LINES = [
          f'{LARGE_BATCH} --block sgd --device cuda --k 32',
          _script(*LARGE_BATCH_GPU, '--block', 'sgd', '--gate-repeats', '2',
                  '--lrs-small', '0.16', '--lrs-large', '0.32'),
-         check_last_line, 150, True),
+         result_line(GAP_CLOSED), 150, timing=True),
     Line('agvm-large-batch-adamw-gpu',
          f'{LARGE_BATCH} --block adamw --device cuda --k 32',
          _script(*LARGE_BATCH_GPU, '--block', 'adamw', '--lrs-small-adamw',
                  '0.008', '--lrs-large-adamw', '0.032'),
-         check_last_line, 150, True),
+         result_line(GAP_CLOSED), 150, timing=True),
     Line('mg-accuracy-gpu',
          f'{ACCURACY} --device cuda (MSR clips)',
          _script(ACCURACY, '--device', 'cuda',
                  '--epochs', '8', '--seeds', '0', '1', '--jobs', '4',
                  '--threads', '2', '--work-dir', 'work_dirs/gpu_mg_accuracy',
                  '--cfg-options', 'train_dataloader.num_workers=3'),
-         check_last_line, 300),
+         result_line('verdict:'), 300),
 ]
 
 
@@ -346,42 +367,55 @@ def _config_problems(config: str, cfg) -> List[str]:
     return []
 
 
-def _ensure_demo_data() -> None:
+def _ensure_demo_data(deadline: float) -> Optional[tuple]:
+    """Make the demo data if missing; a FAIL row if that failed."""
     stamp = osp.join(ROOT, DEMO_DATA, '.stamp')
-    if not osp.exists(stamp):
+    if osp.exists(stamp):
+        return None
+    try:
         subprocess.run([_python(), 'tools/make_demo_data.py', '--out',
-                        DEMO_DATA], cwd=ROOT, check=True,
-                       capture_output=True, timeout=300)
-        open(stamp, 'w').close()
+                        DEMO_DATA], cwd=ROOT, check=True, capture_output=True,
+                       timeout=max(deadline - time.monotonic(), 1))
+    except (subprocess.SubprocessError, OSError) as error:
+        return 'demo-data', 'FAIL', 0.0, str(error)[:160]
+    open(stamp, 'w').close()
+    return None
 
 
 def run_line(line: Line, work_root: str, deadline: float) -> tuple:
-    """Run one line; return (status, seconds, detail)."""
+    """Run one line in its own process group, for at most its limit and the
+    time left; return (status, seconds, detail). The detail is the check's
+    on stdout (``<line>.log``), stderr goes to ``<line>.err.log``."""
     work_dir = osp.join(work_root, line.name)
     log_path = osp.join(work_root, f'{line.name}.log')
     start = time.monotonic()
     timeout = min(line.timeout, deadline - start)
     if timeout <= 0:
         return 'FAIL', 0.0, 'not run: the budget is used up'
-    try:
-        proc = subprocess.run(
-            line.command(work_dir), cwd=ROOT, capture_output=True,
-            text=True, timeout=timeout, env=_env())
-        output = proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as error:
-        proc, output = None, error.stdout or ''
-        if isinstance(output, bytes):  # despite text=True (CPython)
-            output = output.decode(errors='replace')
-    with open(log_path, 'w') as f:
-        f.write(output)
+    with open(log_path, 'w') as out, open(log_path[:-4] + '.err.log',
+                                          'w') as err:
+        proc = subprocess.Popen(line.command(work_dir), cwd=ROOT, stdout=out,
+                                stderr=err, env=_env(),
+                                start_new_session=True)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # its workers too
+            proc.wait()
+            proc = None
     seconds = time.monotonic() - start
+    with open(log_path, errors='replace') as f:
+        output = f.read()
     if proc is None:
         return 'FAIL', seconds, (
-            f'timed out after {timeout:.0f} s (log {log_path})')
+            f'stopped at the deadline after {seconds:.0f} s (log {log_path})'
+            if timeout < line.timeout else
+            f'timed out after {timeout:.0f} s, its limit (log {log_path})')
     if proc.returncode != 0:
-        tail = output.strip().splitlines()[-1:] or ['']
-        return 'FAIL', seconds, (f'exit {proc.returncode}: {tail[0][:120]} '
-                                 f'(log {log_path})')
+        with open(log_path[:-4] + '.err.log', errors='replace') as f:
+            tail = (f.read().strip() or output.strip()).splitlines()[-1:]
+        return 'FAIL', seconds, (f'exit {proc.returncode}: '
+                                 f'{(tail or [""])[0][:120]} (log {log_path})')
     try:
         return 'pass', seconds, line.check(output, work_dir)
     except (CheckFailed, OSError, KeyError, ValueError) as error:
@@ -397,13 +431,25 @@ def _env() -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(path))
 
 
-def print_table(rows: Sequence[tuple]) -> None:
-    width = max(len(row[0]) for row in rows)
-    status_width = max(len(row[1]) for row in rows)
-    print(f'{"line":<{width}}  {"result":<{status_width}}  {"s":>6}  detail')
-    for name, status, seconds, detail in rows:
-        print(f'{name:<{width}}  {status:<{status_width}}  {seconds:>6.1f}  '
-              f'{detail}')
+class Report:
+    """The table, a row at a time: printed (flushed) and appended to
+    ``path`` as each line ends, so a stopped check keeps its rows."""
+
+    def __init__(self, path: str):
+        self.path, self.rows = path, []
+        self._write(f'{"line":<{NAME_WIDTH}}  {"result":<6}  {"s":>6}  '
+                    f'detail', 'w')
+
+    def _write(self, text: str, mode: str = 'a') -> None:
+        print(text, flush=True)
+        with open(self.path, mode) as f:
+            f.write(text + '\n')
+
+    def __call__(self, name: str, status: str, seconds: float,
+                 detail: str) -> None:
+        self.rows.append((name, status, seconds, detail))
+        self._write(f'{name:<{NAME_WIDTH}}  {status:<6}  {seconds:>6.1f}  '
+                    f'{detail}')
 
 
 # ------------------------------------------------------- environment row
@@ -419,7 +465,7 @@ def _first_line(command: Sequence[str], pattern: str) -> str:
     """The first group of ``pattern`` in ``command``'s output, or n/a."""
     try:
         out = subprocess.run(command, capture_output=True, text=True,
-                             timeout=30).stdout
+                             timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
         return 'n/a'
     found = re.search(pattern, out)
@@ -458,9 +504,10 @@ def _manifest(bundle: str) -> dict:
         return json.load(f)
 
 
-def import_report(modules: Sequence[str]) -> dict:
+def import_report(modules: Sequence[str],
+                  deadline: Optional[float] = None) -> dict:
     """``{module: error}`` of importing each module in a fresh interpreter
-    of the lines (``''``: it imports)."""
+    of the lines (``''``: it imports), by ``deadline`` (monotonic)."""
     code = ('import importlib, json, sys, warnings\n'
             'warnings.simplefilter("ignore")\n'
             'errors = {}\n'
@@ -471,9 +518,14 @@ def import_report(modules: Sequence[str]) -> dict:
             '    except Exception as error:\n'
             '        errors[name] = f"{type(error).__name__}: {error}"\n'
             'print(json.dumps(errors))\n')
-    proc = subprocess.run([_python(), '-c', code, *modules], cwd=ROOT,
-                          capture_output=True, text=True, env=_env(),
-                          timeout=300)
+    timeout = 300 if deadline is None else max(deadline - time.monotonic(), 1)
+    try:
+        proc = subprocess.run([_python(), '-c', code, *modules], cwd=ROOT,
+                              capture_output=True, text=True, env=_env(),
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {name: f'import timed out after {timeout:.0f} s'
+                for name in modules}
     if proc.returncode:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ['']
         return {name: tail[0] for name in modules}
@@ -507,41 +559,114 @@ def install_detail(args) -> str:
             f'(no compiled ops) into {args.target}')
 
 
-def finish_ops_build(build, target: str, build_deadline: float) -> tuple:
-    """Wait for ``build`` (None: an earlier call built the ops) until
-    ``build_deadline``, install its ops and check that they load; the table
-    row and why the op lines cannot run (None: they can)."""
+def _stack(args) -> dict:
+    """The machine's stack, as prebuilt ops must match it."""
+    import mmcv_ops
+    sdist = _manifest(args.bundle)['mmcv_sdist']
+    return mmcv_ops.machine_stack(re.search(r'mmcv-(.+)\.tar', sdist)[1])
+
+
+def prebuilt_differences(args) -> Optional[List[str]]:
+    """Where the stack of the bundle's prebuilt ops (``prebuilt/``) differs
+    from the machine's (``[]``: they fit; None: the bundle has none)."""
+    import mmcv_ops
+    path = osp.join(args.bundle, 'prebuilt', mmcv_ops.PREBUILT + '.json')
+    if not osp.isfile(path):
+        return None
+    with open(path) as f:
+        return mmcv_ops.stack_differences(json.load(f), _stack(args))
+
+
+def _no_prebuilt(differences: Optional[List[str]]) -> str:
+    return ('no prebuilt ops in the bundle' if differences is None else
+            'prebuilt ops for another ' + '; '.join(differences))
+
+
+def prebuilt_ops(args, deadline: float) -> tuple:
+    """Install the bundle's prebuilt ops if built for this machine's stack
+    and they load: (their path or None, what happened)."""
+    import mmcv_ops
+    differences = prebuilt_differences(args)
+    if differences != []:
+        return None, _no_prebuilt(differences)
+    ext = mmcv_ops.unpack(osp.join(args.bundle, 'prebuilt'), args.target)
+    error = import_report(['mmcv.ops'], deadline)['mmcv.ops']
+    if error:
+        os.remove(ext)
+        return None, f'prebuilt ops do not load: {error[:120]}'
+    return ext, f'prebuilt for this stack, installed: {ext}'
+
+
+def start_ops(args, work_root: str, deadline: float, report):
+    """Make mmcv's compiled ops ready: reuse an earlier call's, install the
+    prebuilt ones, or start the build. ``(build, why)``: the running
+    :class:`mmcv_ops.OpsBuild` (None when reported ready), and why the op
+    lines cannot run (None: they can)."""
+    import mmcv_ops
+    reused = mmcv_ops.installed_ext(args.target)
+    ext, note = (reused, f'reused {reused}') if reused else prebuilt_ops(
+        args, deadline)
+    if ext is None:
+        build = ops_build(args, work_root)
+        build.note = note
+        build.start()
+        return build, None
+    error = import_report(['mmcv.ops'], deadline)['mmcv.ops'] if reused \
+        else ''
+    why = error and f'the built ops do not load: {error[:160]}'
+    report('mmcv-ops-build', 'FAIL' if why else 'pass', 0.0, why or note)
+    return None, why or None
+
+
+def finish_ops_build(build, args, deadline: float,
+                     build_deadline: float) -> tuple:
+    """Wait for ``build`` until ``build_deadline``, install its ops, check
+    that they load and, where ``$OUT`` is set, pack them there
+    (:func:`mmcv_ops.pack`); the table row and why the op lines cannot run
+    (None: they can)."""
     import mmcv_ops
     why = None
-    if build is None:
-        seconds, detail = 0.0, f'reused {mmcv_ops.installed_ext(target)}'
+    code = build.wait(build_deadline - time.monotonic())
+    if code is None:
+        build.stop()
+        why = f'build not finished after {build.seconds:.0f} s'
+        detail = (f"{why}; stopped, {OPS_RESERVE} s before the budget's "
+                  f'end (log {build.log_path})')
+    elif code != 0:
+        why = f'build failed: {build.reason()}'
+        detail = f'{why} (log {build.log_path})'
     else:
-        code = build.wait(build_deadline - time.monotonic())
-        if code is None:
-            build.stop()
-            why = f'build not finished after {build.seconds:.0f} s'
-            detail = (f"{why}; stopped, {OPS_RESERVE} s before the budget's "
-                      f'end (log {build.log_path})')
-        elif code != 0:
-            why = f'build failed: {build.reason()}'
-            detail = f'{why} (log {build.log_path})'
-        else:
-            detail = f'{build.describe()}: {build.install()}'
-        seconds = build.seconds
-    if why is None:
-        error = import_report(['mmcv.ops'])['mmcv.ops']
+        ext = build.install()
+        detail = f'built ({build.note}) with {build.describe()}: {ext}'
+        error = import_report(['mmcv.ops'], deadline)['mmcv.ops']
         if error:
             why = detail = f'the built ops do not load: {error[:160]}'
-    return ('mmcv-ops-build', 'FAIL' if why else 'pass', seconds,
+        elif os.environ.get('OUT'):
+            archive = mmcv_ops.pack(ext, _stack(args), os.environ['OUT'])
+            size = osp.getsize(archive)
+            detail += (f'; packed into {archive} ({size / 2**20:.1f} MiB' +
+                       (', over the 16 MiB that come back)'
+                        if size > OUT_LIMIT else ')'))
+    return ('mmcv-ops-build', 'FAIL' if why else 'pass', build.seconds,
             detail), why
 
 
-def ops_build(args, work_root: str):
-    """The (unstarted) build of mmcv's CUDA ops from the bundle's sdist, or
-    None where an earlier call built them."""
+def ops_plan(args) -> str:
+    """What the ops row will do (the dry run's listing)."""
     import mmcv_ops
     if mmcv_ops.installed_ext(args.target):
-        return None
+        return 'reused (installed by an earlier call)'
+    differences = prebuilt_differences(args)
+    if differences == []:
+        return 'prebuilt, for this stack'
+    return (f'build ({_no_prebuilt(differences)}): '
+            f'{ops_build(args, osp.abspath(args.work_dir)).describe()}, '
+            f'beside the lines that need neither the ops nor an idle machine')
+
+
+def ops_build(args, work_root: str):
+    """The (unstarted) build of mmcv's CUDA ops from the bundle's sdist."""
+    import mmcv_ops
     # The bundle's Python headers, used only where python3 lacks its own.
     include = osp.join(args.target, '.python-include', 'include')
     return mmcv_ops.OpsBuild(
@@ -551,29 +676,41 @@ def ops_build(args, work_root: str):
                            include if osp.isdir(include) else None))
 
 
-def run_lines(lines: Sequence[Line], args, work_root: str,
-              deadline: float) -> List[tuple]:
-    """The lines' rows; with ``--bundle`` after the install's and the ops
-    build's: the lines that need the ops run after the build, shortest time
-    limit first, or are skipped with the reason."""
-    op_lines = [line for line in lines if args.bundle and line.needs_ops]
-    rows = [('bundle-install', 'pass', args.install_seconds,
-             install_detail(args))] if args.bundle else []
-    build = ops_build(args, work_root) if op_lines else None
-    if build:
-        build.start()
-    _ensure_demo_data()
-    results = {line.name: run_line(line, work_root, deadline)
-               for line in lines if line not in op_lines}
-    if op_lines:
-        row, missing = finish_ops_build(build, args.target,
+def schedule(lines: Sequence[Line], building: bool) -> tuple:
+    """``(beside, after)``: while mmcv's ops build, only the lines that need
+    neither them nor an idle machine (``timing``) run; the others after it,
+    checks before timings, shortest limit first (the most fit)."""
+    if not building:
+        return list(lines), []
+    waits = [line for line in lines if line.needs_ops or line.timing]
+    return ([line for line in lines if line not in waits],
+            sorted(waits, key=lambda line: (line.timing, line.timeout)))
+
+
+def run_lines(lines: Sequence[Line], args, work_root: str, deadline: float,
+              report) -> None:
+    """Run the lines and ``report`` each row as it ends; with ``--bundle``
+    first the install's row and the ops' (:func:`start_ops`): the lines
+    that need the ops are skipped with the reason where they are missing."""
+    build = why = None
+    if args.bundle:
+        report('bundle-install', 'pass', args.install_seconds,
+               install_detail(args))
+        if any(line.needs_ops for line in lines):
+            build, why = start_ops(args, work_root, deadline, report)
+    beside, after = schedule(lines, build is not None)
+    row = _ensure_demo_data(deadline)
+    if row:
+        report(*row)
+    for line in beside + after:
+        if build and line is after[0]:
+            row, why = finish_ops_build(build, args, deadline,
                                         deadline - OPS_RESERVE)
-        rows.append(row)
-        for line in sorted(op_lines, key=lambda line: line.timeout):
-            results[line.name] = (
-                ('skipped: needs mmcv CUDA ops', 0.0, missing) if missing
-                else run_line(line, work_root, deadline))
-    return rows + [(line.name, *results[line.name]) for line in lines]
+            report(*row)
+        if why and line.needs_ops:
+            report(line.name, 'skipped: needs mmcv CUDA ops', 0.0, why)
+        else:
+            report(line.name, *run_line(line, work_root, deadline))
 
 
 def parse_args(argv=None):
@@ -637,24 +774,23 @@ def main(argv=None) -> int:
         print(f'gpu_check: dry run OK; would run on '
               f'{torch.cuda.device_count()} GPU(s):')
         for line in lines:
-            after = ' (after the mmcv ops build)' if (
-                args.bundle and line.needs_ops) else ''
-            print(f'  {line.name:<22} {line.what}{after}')
+            after = ' (after an mmcv ops build)' if args.bundle and (
+                line.needs_ops or line.timing) else ''
+            print(f'  {line.name:<{NAME_WIDTH}} {line.what}{after}')
         if args.bundle:
-            build = ops_build(args, osp.abspath(args.work_dir))
-            print(f'  {"mmcv-ops-build":<22} ' + (
-                build.describe() + ', beside the lines that need no '
-                'compiled ops' if build else 'reused (built by an earlier '
-                'call)'))
+            print(f'  {"mmcv-ops-build":<{NAME_WIDTH}} ' + ops_plan(args))
         return 0
     work_root = osp.abspath(args.work_dir)
     os.makedirs(work_root, exist_ok=True)
     # With --bundle the install, before this process, counts too.
     deadline = time.monotonic() + args.budget - args.install_seconds
-    rows = [('environment', 'info', 0.0, environment()),
-            *run_lines(lines, args, work_root, deadline)]
-    print_table(rows)
-    return 1 if any(row[1] == 'FAIL' for row in rows) else 0
+    report = Report(osp.join(work_root, 'summary.txt'))
+    report('environment', 'info', 0.0, environment())
+    run_lines(lines, args, work_root, deadline, report)
+    failed = [row[0] for row in report.rows if row[1] == 'FAIL']
+    print(f'gpu_check: {len(failed)} of {len(report.rows)} rows failed; '
+          f'the table is in {report.path}')
+    return 1 if failed else 0
 
 
 if __name__ == '__main__':

@@ -3,11 +3,14 @@
 #                           [--work-dir DIR] [--budget SECONDS]
 #
 # One-command GPU check of mmext: runs the lines of .dev_scripts/gpu_check.py with the project's .venv
-# (or $PYTHON), prints one summary table and exits 1 if a line fails; without CUDA, a dry run.
+# (or $PYTHON), prints each line's row as it ends (also into WORK_DIR/summary.txt) and exits 1 if a
+# line fails; without CUDA, a dry run.
 # On a bare lent GPU machine, with the bundle of .dev_scripts/gpu_bundle.sh carried along:
 #     .dev_scripts/gpu_check.sh --bundle .gpu_bundle
 # installs the bundle with python3 (or $PYTHON) into --target (default /tmp/mmext-gpu-site; a
-# second call reuses it), then runs the check, which builds mmcv's CUDA ops beside the lines.
+# second call reuses it), then runs the check, which installs the bundle's prebuilt mmcv CUDA ops
+# if they were built for this machine's stack, else builds them (and, with $OUT set, packs them
+# there to bring back).
 # Details: .dev_scripts/README.md, "Checking a GPU machine".
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,7 +1,9 @@
 """.dev_scripts/gpu_check.sh: the dry run, the checks of each line, the table."""
 import json
 import os
+import re
 import sys
+import time
 
 import pytest
 import torch
@@ -125,17 +127,28 @@ def test_benchmark_lines_pass_their_arguments_and_work_dir():
     assert line.command('WD')[1:] == [
         'tools/benchmark/multigrid_speedup.py', '--project', '--device',
         'cuda', '--config', gpu_check.SLOWFAST_CONFIG, '--samples-per-rank',
-        '30055', '--project-iters', '2', '--work-dir', 'WD']
+        '30055', '--amp', 'bfloat16', '--channels-last', '--work-dir', 'WD']
 
 
-def _line(name, code, timeout=60):
+def _line(name, code, timeout=60, check=gpu_check.check_overhead):
     return gpu_check.Line(name, name, lambda _: [sys.executable, '-c', code],
-                          gpu_check.check_overhead, timeout)
+                          check, timeout)
 
 
 OVERHEAD_JSON = json.dumps(dict(settings=[
     dict(setting='1 process, 2 accum.', ratio=1.0412, share=0.0305),
     dict(setting='4 proc gloo hook', ratio=0.9911, share=0.0252)]))
+# mmaction2's import-time warning, on stderr after the tool's result line.
+WARNING = ("SyntaxWarning: invalid escape sequence '\\.'\n  periodStrip = "
+           "re.compile('(?!<=\\d)(\\.)(?!\\d)')  # noqa: W605")
+
+
+def _main(monkeypatch, tmp_path, lines, *args):
+    monkeypatch.setattr(gpu_check, 'LINES', lines)
+    monkeypatch.setattr(gpu_check, 'dry_run', lambda lines: [])
+    monkeypatch.setattr(gpu_check, '_ensure_demo_data', lambda _: None)
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    return gpu_check.main(['--work-dir', str(tmp_path), *args])
 
 
 def test_table_and_exit_code(monkeypatch, capsys, tmp_path):
@@ -144,12 +157,8 @@ def test_table_and_exit_code(monkeypatch, capsys, tmp_path):
         _line('bad', 'import sys; print("boom"); sys.exit(3)'),
         _line('slow', 'import time; time.sleep(30)', timeout=1),
     ]
-    monkeypatch.setattr(gpu_check, 'LINES', lines)
-    monkeypatch.setattr(gpu_check, 'dry_run', lambda lines: [])
-    monkeypatch.setattr(gpu_check, '_ensure_demo_data', lambda: None)
-    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
-    assert gpu_check.main(['--work-dir', str(tmp_path)]) == 1
-    header, environment, *rows = capsys.readouterr().out.splitlines()
+    assert _main(monkeypatch, tmp_path, lines) == 1
+    header, environment, *rows, end = capsys.readouterr().out.splitlines()
     assert header.split() == ['line', 'result', 's', 'detail']
     assert environment.split()[:2] == ['environment', 'info']
     assert f'torch {torch.__version__}, CUDA {torch.version.cuda}' in (
@@ -161,7 +170,9 @@ def test_table_and_exit_code(monkeypatch, capsys, tmp_path):
     assert rows[1].split()[:2] == ['bad', 'FAIL']
     assert 'exit 3: boom' in rows[1]
     assert rows[2].split()[:2] == ['slow', 'FAIL']
-    assert 'timed out after 1 s' in rows[2]
+    assert 'timed out after 1 s, its limit' in rows[2]
+    assert end == (f'gpu_check: 2 of 4 rows failed; the table is in '
+                   f'{tmp_path / "summary.txt"}')
     assert os.path.exists(tmp_path / 'bad.log')
     with pytest.raises(gpu_check.CheckFailed, match=r'no JSON result '
                        r'printed \(--json\)'):
@@ -169,12 +180,44 @@ def test_table_and_exit_code(monkeypatch, capsys, tmp_path):
     with pytest.raises(gpu_check.CheckFailed, match='no setting measured'):
         gpu_check.check_overhead('{"settings": []}', str(tmp_path))
     # Only the passing line: exit 0.
-    monkeypatch.setattr(gpu_check, 'LINES', lines[:1])
-    assert gpu_check.main(['--work-dir', str(tmp_path)]) == 0
+    assert _main(monkeypatch, tmp_path, lines[:1]) == 0
     # A budget used up before a line starts fails that line.
-    monkeypatch.setattr(gpu_check, 'LINES', lines)
     status, _, detail = gpu_check.run_line(lines[0], str(tmp_path), 0)
     assert status == 'FAIL' and 'budget' in detail
+
+
+def test_rows_survive_the_deadline_and_show_the_result_not_warnings(
+        monkeypatch, capsys, tmp_path):
+    """Each row is printed and written to summary.txt as its line ends; a
+    line running at the deadline is stopped (with the child it started);
+    the detail is the tool's result line, not the stderr warning or the
+    line printed after it."""
+    warns = (f'import sys; print("speed-up 1.52x; iteration saving 2.00x"); '
+             f'print({WARNING!r}, file=sys.stderr); print("load average 1.0")')
+    # The sleeper starts a child that would outlive a kill of its parent.
+    sleeps = ('import subprocess, sys, time; subprocess.Popen([sys.executable,'
+              ' "-c", "import time; time.sleep(60)"]); print("started", '
+              'flush=True); time.sleep(60)')
+    lines = [
+        _line('warns', warns, check=gpu_check.result_line('^speed-up')),
+        _line('sleeps', sleeps, check=gpu_check.check_last_line),
+        _line('late', 'print(1)'),
+    ]
+    start = time.monotonic()
+    assert _main(monkeypatch, tmp_path, lines, '--budget', '6') == 1
+    assert time.monotonic() - start < 6 + 2  # the environment row aside
+    out = capsys.readouterr().out.splitlines()
+    rows = {row.split()[0]: row for row in out[2:-1]}
+    assert rows['warns'].split()[:2] == ['warns', 'pass']
+    assert rows['warns'].endswith('  speed-up 1.52x; iteration saving 2.00x')
+    assert re.search(r'^sleeps +FAIL +[\d.]+  stopped at the deadline after '
+                     r'[56] s \(log ', rows['sleeps'])
+    assert rows['late'].endswith('not run: the budget is used up')
+    with open(tmp_path / 'summary.txt') as f:
+        assert f.read().splitlines() == out[:-1]
+    assert 'periodStrip' in (tmp_path / 'warns.err.log').read_text()
+    with pytest.raises(gpu_check.CheckFailed, match='no result line'):
+        gpu_check.result_line('^speed-up')('load average 1.0\n', '')
 
 
 def _speedup_json(compile_result=None):

@@ -1,6 +1,7 @@
 """.dev_scripts/gpu_check.sh --bundle: the mmcv ops build (a stand-in sdist whose
 setup.py succeeds, fails or hangs) beside stand-in lines, its table row, the
 lines it skips and why; the environment row's parts."""
+import json
 import os
 import os.path as osp
 import sys
@@ -58,13 +59,20 @@ def bundle(tmp_path, monkeypatch):
     ]
     monkeypatch.setattr(gpu_check, 'LINES', lines)
     monkeypatch.setattr(gpu_check, 'dry_run', lambda lines: [])
-    monkeypatch.setattr(gpu_check, '_ensure_demo_data', lambda: None)
+    monkeypatch.setattr(gpu_check, '_ensure_demo_data', lambda _: None)
     monkeypatch.setattr(gpu_check, 'environment', lambda: 'python 3.12.3')
     monkeypatch.setattr(gpu_check, 'import_report',
-                        lambda modules: {name: '' for name in modules})
+                        lambda modules, deadline=None: {m: '' for m in modules})
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(mmcv_ops, 'machine_stack', lambda mmcv: dict(
+        STACK, mmcv=mmcv))
     monkeypatch.setattr(mmcv_ops, 'cuda_arch_list', lambda: '9.0')
+    monkeypatch.delenv('OUT', raising=False)
     return tmp_path
+
+
+STACK = dict(mmcv='2.1.0', python='3.12', torch='2.11.0+cu130', cuda='13.0',
+             cudnn='91900', capability='9.0')
 
 
 def _run(root, capsys, budget=300):
@@ -72,8 +80,9 @@ def _run(root, capsys, budget=300):
         '--bundle', str(root / 'bundle'), '--target', str(root / 'target'),
         '--work-dir', str(root / 'work'), '--budget', str(budget)
     ])
-    header, *rows = capsys.readouterr().out.splitlines()
+    header, *rows, end = capsys.readouterr().out.splitlines()
     assert header.split() == ['line', 'result', 's', 'detail']
+    assert end.startswith('gpu_check: ')
     return code, {row.split()[0]: row for row in rows}
 
 
@@ -86,8 +95,9 @@ def test_ops_build_then_the_lines_that_need_it(bundle, capsys, monkeypatch):
     monkeypatch.setenv('FAKE_BUILD', 'ok')
     code, rows = _run(bundle, capsys)
     assert code == 0
-    assert list(rows) == ['environment', 'bundle-install', 'mmcv-ops-build',
-                          'plain', 'with-ops']
+    # In the order they ended: 'plain' beside the build.
+    assert list(rows) == ['environment', 'bundle-install', 'plain',
+                          'mmcv-ops-build', 'with-ops']
     assert rows['environment'].endswith('python 3.12.3')
     assert rows['bundle-install'].endswith(
         f'reused {bundle / "target"} (installed by an earlier call)')
@@ -95,8 +105,8 @@ def test_ops_build_then_the_lines_that_need_it(bundle, capsys, monkeypatch):
     assert ext.read_text() == 'built'
     assert _status(rows['mmcv-ops-build']) == 'pass'
     assert rows['mmcv-ops-build'].endswith(
-        f'FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS={os.cpu_count()}: '
-        f'{ext}')
+        f'built (no prebuilt ops in the bundle) with FORCE_CUDA=1 '
+        f'TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS={os.cpu_count()}: {ext}')
     assert _status(rows['plain']) == _status(rows['with-ops']) == 'pass'
     assert rows['with-ops'].endswith('2 procs 0.2 0.2 1.0')
     # A second call on the machine reuses the built ops.
@@ -142,7 +152,8 @@ def test_built_ops_that_do_not_load_skip_the_lines(bundle, capsys,
     monkeypatch.setenv('FAKE_BUILD', 'ok')
     monkeypatch.setattr(
         gpu_check, 'import_report',
-        lambda modules: {'mmcv.ops': 'ImportError: undefined symbol: _Z3fooi'})
+        lambda modules, deadline=None: {
+            'mmcv.ops': 'ImportError: undefined symbol: _Z3fooi'})
     code, rows = _run(bundle, capsys)
     assert code == 1
     why = 'the built ops do not load: ImportError: undefined symbol: _Z3fooi'
@@ -158,18 +169,88 @@ def test_no_build_without_a_line_that_needs_it(bundle, capsys, monkeypatch):
     assert not osp.exists(bundle / 'work' / 'mmcv-ops')
 
 
-def test_lines_that_need_compiled_ops():
-    assert [line.name for line in gpu_check.LINES if not line.needs_ops] == [
-        'multigrid', 'mg-speedup-gpu', 'mg-speedup-amp-cl-gpu',
-        'mg-speedup-compile-gpu', 'mg-project-gpu', 'mg-accuracy-gpu'
-    ]
+def test_line_order_beside_and_after_a_build():
+    """While the ops build: the lines that need neither them nor an idle
+    machine (the CUDA tests: AGVM's numerics on toy models); after it the
+    op lines, then the timings, shortest limit first."""
+    names = [line.name for line in gpu_check.LINES]
+    assert [[line.name for line in part] for part in gpu_check.schedule(
+        gpu_check.LINES, False)] == [names, []]
+    beside, after = gpu_check.schedule(gpu_check.LINES, True)
+    assert [line.name for line in beside] == ['cuda-tests', 'multigrid',
+                                              'mg-accuracy-gpu']
+    assert [line.name for line in after] == [
+        'agvm-fp32', 'agvm-amp', 'agvm-2proc', 'agvm-overhead',
+        'mg-speedup-gpu', 'mg-speedup-amp-cl-gpu', 'mg-project-gpu',
+        'agvm-large-batch-gpu', 'agvm-large-batch-adamw-gpu',
+        'mg-speedup-compile-gpu']
+    assert all(line.timing for line in after[3:])
+
+
+def test_stack_differences():
+    assert mmcv_ops.stack_differences(STACK, dict(STACK)) == []
+    assert mmcv_ops.stack_differences(
+        dict(STACK, torch='2.12.0+cu130', file='x.so'),
+        dict(STACK, capability='8.0')) == [
+            'torch 2.12.0+cu130 (machine 2.11.0+cu130)',
+            'capability 9.0 (machine 8.0)']
+
+
+def _prebuilt(root, **stack):
+    """Prebuilt ops in the bundle, for ``STACK`` changed by ``stack``."""
+    so = root / '_ext.cpython-312-x86_64-linux-gnu.so'
+    so.write_text('prebuilt')
+    mmcv_ops.pack(str(so), dict(STACK, **stack), str(root / 'bundle' /
+                                                      'prebuilt'))
+    return root / 'target' / 'mmcv' / so.name
+
+
+def test_prebuilt_ops_for_this_stack_are_installed_not_built(
+        bundle, capsys, monkeypatch):
+    monkeypatch.setenv('FAKE_BUILD', 'fail')  # a build would fail
+    ext = _prebuilt(bundle)
+    code, rows = _run(bundle, capsys)
+    assert code == 0
+    assert list(rows) == ['environment', 'bundle-install', 'mmcv-ops-build',
+                          'plain', 'with-ops']
+    assert rows['mmcv-ops-build'].split(None, 3)[1:] == [
+        'pass', '0.0', f'prebuilt for this stack, installed: {ext}']
+    assert ext.read_text() == 'prebuilt'
+    assert not osp.exists(bundle / 'work' / 'mmcv-ops')
+    assert _status(rows['with-ops']) == 'pass'
+
+
+def test_prebuilt_ops_for_another_stack_build_and_pack_to_out(
+        bundle, capsys, monkeypatch):
+    monkeypatch.setenv('FAKE_BUILD', 'ok')
+    monkeypatch.setenv('OUT', str(bundle / 'out'))
+    _prebuilt(bundle, torch='2.12.0+cu130')
+    code, rows = _run(bundle, capsys)
+    assert code == 0
+    ext = bundle / 'target' / 'mmcv' / '_ext.cpython-312-x86_64-linux-gnu.so'
+    assert ext.read_text() == 'built'
+    archive = bundle / 'out' / 'mmcv-ops.tar.xz'
+    assert (f'built (prebuilt ops for another torch 2.12.0+cu130 (machine '
+            f'2.11.0+cu130)) with FORCE_CUDA=1') in rows['mmcv-ops-build']
+    assert rows['mmcv-ops-build'].endswith(
+        f'{ext}; packed into {archive} (0.0 MiB)')
+    # What comes back from $OUT installs on the next machine of the stack.
+    with open(bundle / 'out' / 'mmcv-ops.json') as f:
+        meta = json.load(f)
+    assert len(meta.pop('sha256')) == 64
+    assert meta == dict(STACK, file=ext.name)
+    ext.unlink()
+    assert mmcv_ops.unpack(str(bundle / 'out'),
+                           str(bundle / 'target')) == str(ext)
+    assert ext.read_text() == 'built'
 
 
 def test_bundle_imports_split_missing_ops_from_failures(monkeypatch):
     no_ext = "ModuleNotFoundError: No module named 'mmcv._ext'"
     report = {'mmcv.ops': no_ext, 'mmdet.models': no_ext, 'decord': '',
               'mmaction.models': "ImportError: cannot import name 'x'"}
-    monkeypatch.setattr(gpu_check, 'import_report', lambda modules: report)
+    monkeypatch.setattr(gpu_check, 'import_report',
+                        lambda modules, deadline=None: report)
     problems, summary = gpu_check.check_bundle_imports()
     assert problems == ["import mmaction.models: ImportError: cannot import "
                         "name 'x'"]
