@@ -27,10 +27,18 @@ def _json(proc):
 @pytest.mark.slow
 def test_synthetic_run_figures(tmp_path):
     proc = run_tool([sys.executable, TOOL, '--synthetic', '--epochs', '1',
-                     '--json', '--work-dir', str(tmp_path)] + TINY)
+                     '--clips', '240', '--warmup', '1', '--json',
+                     '--work-dir', str(tmp_path)] + TINY)
     out = _json(proc)
     base, mg = out['baseline'], out['multigrid']
     assert out['mode'] == 'synthetic' and out['device'] == 'cpu'
+    assert out['settings']['dtype'] == 'float32'
+    # Each shape's FLOP rate over its steady steps, beside the baseline's.
+    base_rate = base['shapes'][0]['tflops_per_s']
+    assert base['shapes'][0]['rate_vs_base'] == pytest.approx(1.0)
+    for s in mg['shapes']:
+        assert s['rate_vs_base'] == pytest.approx(s['tflops_per_s'] /
+                                                  base_rate)
     assert (base['iters'], base['clips']) == (30, 240)
     assert (mg['iters'], mg['clips']) == (17, 448)
     assert base['top1'] is None and mg['top1'] is None
@@ -79,7 +87,8 @@ def test_synthetic_run_figures(tmp_path):
 def test_projection_arithmetic(tmp_path):
     """Full 40-epoch recipe: 420 multigrid iterations against 1200."""
     proc = run_tool([sys.executable, TOOL, '--project', '--project-iters',
-                     '1', '--samples-per-rank', '240', '--json',
+                     '1', '--project-seconds', '0', '--warmup', '1',
+                     '--samples-per-rank', '240', '--json',
                      '--work-dir', str(tmp_path)] + TINY)
     out = _json(proc)
     base, mg = out['baseline'], out['multigrid']
@@ -101,6 +110,38 @@ def test_projection_arithmetic(tmp_path):
                for r in rows.values())
     assert sum(r['iters'] for r in rows.values()) == mg['iters']
     assert out['base_shape'] == [8, 16, 112]
+
+
+def test_projection_in_bfloat16_channels_last_with_a_time_floor(tmp_path):
+    """--project autocasts (bf16 on the CPU too) in channels_last_3d; each
+    shape gets timed steps until it has 2 and 0.3 s; its FLOP rate is 3x
+    the counted forward FLOPs per step, beside the base shape's."""
+    proc = run_tool([sys.executable, TOOL, '--project', '--project-iters',
+                     '2', '--project-seconds', '0.3', '--warmup', '1',
+                     '--amp', 'bfloat16', '--channels-last',
+                     '--samples-per-rank', '240', '--json', '--work-dir',
+                     str(tmp_path)] + TINY)
+    out = _json(proc)
+    assert out['settings'] == dict(
+        dtype='bfloat16', channels_last=True, tf32_matmul=False,
+        tf32_cudnn=True, cudnn_benchmark=False, cudnn=None)
+    assert 'ChannelsLastHook: ' in proc.stdout + proc.stderr
+    for row in out['shapes']:
+        assert row['timed_steps'] >= 2 and row['timed_seconds'] >= 0.3
+        assert row['tflops_per_s'] > 0
+        assert row['rate_vs_base'] == pytest.approx(
+            row['tflops_per_s'] / out['base_tflops_per_s'])
+    assert 'TFLOP/s x base rate' in proc.stdout
+    assert 'settings: dtype bfloat16, channels_last True' in proc.stdout
+
+
+def test_flop_rate():
+    tool = _tool_module()
+    flops = {(16, 112): 2e9}
+    assert tool.flop_rate(flops, (8, 16, 112, 1), 0.5) == pytest.approx(
+        3 * 8 * 2e9 / 0.5 / 1e12)
+    assert tool.flop_rate(flops, (8, 8, 112), 0.5) is None
+    assert tool.flop_rate(None, (8, 16, 112), 0.5) is None
 
 
 def test_project_needs_dataset_size(tmp_path):
@@ -128,8 +169,10 @@ def test_bad_options_stop_before_training(tmp_path, args, message):
 
 @pytest.mark.parametrize('args,message', [
     (['--project', '--compile', '--channels-last'],
-     '--channels-last --compile: for the training runs only; --project '
-     'times the shapes eagerly in float32'),
+     '--compile: for the training runs only; --project times the shapes '
+     'eagerly on random clips'),
+    (['--warmup', '-1'], '--warmup -1, --project-seconds 2.0: must be >= 0'),
+    (['--synthetic', '--clips', '0'], '--clips must be >= 1, got 0'),
     (['--synthetic', '--repeat-aug', '2'],
      '--repeat-aug needs the real clips'),
     (['--repeat-aug', '0'], '--repeat-aug must be >= 1, got 0'),

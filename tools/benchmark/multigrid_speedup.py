@@ -3,20 +3,24 @@
 Usage: python tools/benchmark/multigrid_speedup.py [--config CONFIG]
 [--epochs N] [--synthetic] [--project] [--device cpu|cuda] [--threads N]
 [--channels-last] [--compile [BACKEND]] [--amp [DTYPE]] [--repeat-aug N]
-[--repeats N] [--json] [--work-dir DIR] [--cfg-options key=value ...]
+[--repeats N] [--warmup N] [--project-iters N] [--project-seconds S]
+[--clips N] [--json] [--work-dir DIR] [--cfg-options key=value ...]
 
 Trains the config (``--synthetic``: on random in-memory clips) without its
 ``MultigridHook`` (baseline) and with it; prints per run the time,
 iterations, clips/s, data wait and compute, the bound and top-1, per grid
 shape the compute time, then the speed-up against the schedule's iteration
 saving and their ratio. ``--project`` trains nothing: it times every
-planned grid shape and projects the full schedule.
+planned grid shape and projects the full schedule. Per shape the FLOP rate
+(3x the counted forward FLOPs per step) beside the base shape's; on CUDA
+cuDNN's autotuner is on; the dtype, TF32 and cuDNN settings are printed.
 Options, output and measured figures: docs/en/benchmarks.md (Speed-up).
 """
 import argparse
 import copy
 import ctypes
 import gc
+import itertools
 import json
 import os
 import os.path as osp
@@ -40,6 +44,9 @@ from mmext.multigrid.plan import build_hook, is_multigrid_hook
 from mmext.multigrid.report import describe
 
 DEFAULT_CONFIG = 'configs/multigrid/recognizer3d_r18w64_multigrid_fight.py'
+# --synthetic on CUDA: 16x the default's 240 clips (one H200 took 2-3 s per
+# arm at 240, issue 39).
+CUDA_CLIPS = 3840
 # The data-wait share above which the hook calls a run data-bound.
 DATA_WAIT_THRESHOLD = MultigridHook().watch.threshold
 
@@ -130,19 +137,20 @@ def _make_synthetic(cfg, work_dir, clips=None):
     cfg.val_dataloader.dataset.pipeline = val
 
 
-def _apply_stack(cfg, args):
-    """The speed options (``--channels-last`` ...) on one run's config."""
+def _apply_stack(cfg, args, amp_wrapper=True):
+    """The speed options (``--channels-last`` ...) on one run's config;
+    ``amp_wrapper=False``: AMP's hooks only (``--project`` autocasts)."""
     hooks = list(cfg.get('custom_hooks', []))
     if args.channels_last:
         hooks.insert(0, dict(type='ChannelsLastHook'))
-    if args.amp:
+    if args.amp and amp_wrapper:
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.dtype = args.amp
         if args.amp == 'float16':
             cfg.optim_wrapper.loss_scale = 'dynamic'
-        else:
-            # mmaction2's top-k accuracy is numpy, which has no bfloat16.
-            hooks.insert(0, dict(type='Float32HeadHook'))
+    if args.amp == 'bfloat16':
+        # mmaction2's top-k accuracy is numpy, which has no bfloat16.
+        hooks.insert(0, dict(type='Float32HeadHook'))
     cfg.custom_hooks = hooks
     if args.compile:
         cfg.compile = dict(backend=args.compile)
@@ -213,7 +221,7 @@ def train_arm(args, multigrid, clip_lens=(), lr_rule=None):
     cfg = load_run_config(args.config, args.cfg_options, work_dir)
     shorten_schedule(cfg, args.epochs)
     if args.synthetic:
-        _make_synthetic(cfg, work_dir)
+        _make_synthetic(cfg, work_dir, getattr(args, 'clips', None))
     keep_cpu_memory = build_hook(cfg).keep_cpu_memory
     if not multigrid:
         _drop_multigrid(cfg)
@@ -241,7 +249,8 @@ def train_arm(args, multigrid, clip_lens=(), lr_rule=None):
     # inside the next run's set-up (measured: 21 s instead of 2 s).
     del runner
     gc.collect()
-    result = _summarise(recorder, seconds, top1, load)
+    result = _summarise(recorder, seconds, top1, load,
+                        getattr(args, 'warmup', 1))  # the accuracy tool's: 1
     result['top1_at'] = top1_at
     result['kept_freed_memory'] = keeps_freed_memory()
     if compiled is not None:
@@ -267,8 +276,9 @@ def _compile_count(args):
                fallbacks=watch.fallbacks, fell_back=bool(watch.fallbacks))
 
 
-def _summarise(recorder, seconds, top1, load):
-    """Totals, data/compute split, bound, load and per-shape table."""
+def _summarise(recorder, seconds, top1, load, warmup=1):
+    """Totals, data/compute split, bound, load and per-shape table (steady:
+    the median after ``warmup`` iterations of the shape)."""
     rows = recorder.iters
     data = sum(r.data_seconds for r in rows)
     total = sum(r.seconds for r in rows)  # waits included
@@ -286,7 +296,7 @@ def _summarise(recorder, seconds, top1, load):
         compute = sum(computes) / len(computes)
         # The first iteration of a shape pays its one-time costs (oneDNN
         # primitive creation; with --compile the graph's compilation).
-        steady = statistics.median(computes[1:] or computes)
+        steady = statistics.median(computes[warmup:] or computes)
         per_shape.append(dict(
             batch=b, clip_len=t, crop_size=s, iters=len(times),
             compute_s_per_iter=compute, compute_ms_per_clip=1000 * compute / b,
@@ -328,7 +338,7 @@ def _print_runs(base, mg):
     base_iter = base['compute_seconds'] / base['iters']
     print(f'{"run":>10} {"batch":>6} {"T":>4} {"S":>4} {"iters":>6} '
           f'{"compute s/iter":>15} {"x baseline":>11} {"ms/clip":>8} '
-          f'{"data s/iter":>12}')
+          f'{"data s/iter":>12} {"TFLOP/s":>8} {"x base rate":>11}')
     for name, r in runs:
         for s in r['shapes']:
             print(f'{name:>10} {s["batch"]:>6} {s["clip_len"]:>4} '
@@ -336,7 +346,9 @@ def _print_runs(base, mg):
                   f'{s["compute_s_per_iter"]:>15.3f} '
                   f'{s["compute_s_per_iter"] / base_iter:>11.2f} '
                   f'{s["compute_ms_per_clip"]:>8.1f} '
-                  f'{s["data_s_per_iter"]:>12.3f}')
+                  f'{s["data_s_per_iter"]:>12.3f} '
+                  f'{_rate_text(s["tflops_per_s"]):>8} '
+                  f'{_rate_text(s["rate_vs_base"]):>11}')
     for name, r in runs:
         c = r.get('compile')
         if c:
@@ -416,12 +428,16 @@ def _timing_cfg(cfg, batch_size, crop_size):
 class _ShapeTimer(Hook):
     """Times train steps of every planned shape after the hook prepared
     the run, then ends it: ``times`` (shape key: median round-robin step,
-    one no-grad forward), ``alone`` (base shape after itself), ``plan``."""
+    one no-grad forward), ``timed`` (steps, seconds), ``alone`` (base
+    shape after itself), ``plan``.
+    Each shape gets ``warmup`` untimed steps, then timed ones until it has
+    ``iters`` of them and ``seconds`` in all; under ``amp`` autocast."""
 
     priority = 'LOWEST'
 
-    def __init__(self, device, iters):
-        self.device, self.iters = device, iters
+    def __init__(self, device, iters, warmup=1, seconds=0.0, amp=None):
+        self.device, self.iters, self.warmup = device, iters, warmup
+        self.seconds, self.amp = seconds, amp
 
     def before_train(self, runner):
         import torch
@@ -434,6 +450,8 @@ class _ShapeTimer(Hook):
         model, wrapper = runner.model, runner.optim_wrapper
         model.train()
         classes = runner.cfg.model.cls_head.num_classes
+        cast = torch.autocast(self.device.split(':')[0], enabled=bool(
+            self.amp), dtype=getattr(torch, self.amp or 'bfloat16'))
 
         def batch(b, t, s):
             inputs = [torch.randint(0, 256, (1, 3, t, s, s),
@@ -446,7 +464,8 @@ class _ShapeTimer(Hook):
             if self.device.startswith('cuda'):
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            fn()
+            with cast:
+                fn()
             if self.device.startswith('cuda'):
                 torch.cuda.synchronize()
             return time.perf_counter() - start
@@ -456,31 +475,52 @@ class _ShapeTimer(Hook):
                 model(**model.data_preprocessor(data, True), mode='tensor')
 
         data = {key: batch(*key[:3]) for key in shapes}
-        # Round-robin (load changes hit every shape alike), the first round
-        # a warm-up; each round ends with two base steps, the second timing
-        # the base shape after itself, as the baseline trains it.
+        # Round-robin (load changes hit every shape alike) over the shapes
+        # still short of steps or time, after ``warmup`` rounds; each round
+        # ends with two base steps, the second timing the base shape after
+        # itself, as the baseline trains it.
         steps = {key: [] for key in shapes}
         alone, forwards = [], {}
-        for round_ in range(self.iters + 1):
-            for key in shapes:
+        for round_ in itertools.count(-self.warmup):
+            todo = [k for k in shapes if len(steps[k]) < self.iters
+                    or sum(steps[k]) < self.seconds]
+            if not todo:
+                break
+            for key in todo:
                 seconds = timed(lambda: model.train_step(data[key], wrapper))
-                if round_:
+                if round_ >= 0:
                     steps[key].append(seconds)
-                elif key not in forwards:
+                if key not in forwards:
                     forwards[key] = timed(lambda: forward(data[key]))
-            repeated = [timed(lambda: model.train_step(data[base], wrapper))
-                        for _ in range(2)]
-            if round_:
-                alone.append(repeated[1])
+            if base in todo:
+                repeated = [timed(lambda: model.train_step(data[base],
+                                                           wrapper))
+                            for _ in range(2)]
+                if round_ >= 0:
+                    alone.append(repeated[1])
         self.times = {key: (statistics.median(steps[key]), forwards[key])
                       for key in shapes}
+        self.timed = {key: (len(v), sum(v)) for key, v in steps.items()}
         for (b, t, s, splits), (step, _) in self.times.items():
             print(f'  timed batch {b:>3} T={t:>3} S={s:>3} sub-BN splits '
-                  f'{splits}: {step:.3f} s/iter (median of {self.iters})')
+                  f'{splits}: {step:.3f} s/iter (median of '
+                  f'{len(steps[(b, t, s, splits)])})')
         self.alone = statistics.median(alone)
         print(f'  timed the base shape after itself: {self.alone:.3f} '
-              f's/iter (median of {self.iters})')
+              f's/iter (median of {len(alone)})')
         runner.train_loop.stop_training = True
+
+
+def flop_rate(clip_flops, key, seconds):
+    """TFLOP/s of a training step of ``key`` (batch, T, S, ...) taking
+    ``seconds``: 3x its clips' forward FLOPs (the backward ~2x); None
+    where the hook did not count them."""
+    flops = (clip_flops or {}).get(tuple(key[1:3]))
+    return None if flops is None else 3 * key[0] * flops / seconds / 1e12
+
+
+def _rate_text(rate):
+    return '-' if rate is None else f'{rate:.3g}'
 
 
 def _project(args):
@@ -501,8 +541,10 @@ def _project(args):
     print(describe(plan))
     small = _timing_cfg(cfg, args.batch_size, args.crop_size)
     _make_synthetic(small, small.work_dir, clips=samples)
+    _apply_stack(small, args, amp_wrapper=False)
     runner = build_runner(small)
-    timer = _ShapeTimer(args.device, args.project_iters)
+    timer = _ShapeTimer(args.device, args.project_iters, args.warmup,
+                        args.project_seconds, args.amp)
     runner.register_hook(timer)
     runner.train()
     small_plan, times, alone = timer.plan, timer.times, timer.alone
@@ -512,13 +554,19 @@ def _project(args):
         print(f'timed reduced shapes: base (batch, T, S) {small_base[:3]} '
               f'instead of {base_key[:3]}; every shape is scaled alike')
     round_robin = times[small_base][0]
+    base_rate = flop_rate(small_plan.clip_flops, small_base, round_robin)
     rows = {}
     for (key, count), small_key in zip(_shape_keys(plan), small_keys):
+        rate = flop_rate(small_plan.clip_flops, small_key,
+                         times[small_key][0])
         row = rows.setdefault(small_key, dict(
             full_shape=key[:3], timed_shape=small_key[:3],
             sub_bn_splits=small_key[3], iters=0,
             s_per_iter=times[small_key][0],
-            forward_s_per_iter=times[small_key][1]))
+            forward_s_per_iter=times[small_key][1], tflops_per_s=rate,
+            timed_steps=timer.timed[small_key][0],
+            timed_seconds=timer.timed[small_key][1],
+            rate_vs_base=rate and base_rate and rate / base_rate))
         row['iters'] += count
     precise = build_hook(cfg).precise_bn_iters
     # Precise BN may run at each end of a long-cycle shape, on that shape
@@ -535,17 +583,22 @@ def _project(args):
     # The baseline recipe never changes shape: its base shape timed alone.
     base_seconds = base_iters * alone
     print(f'{"timed (batch, T, S)":>22} {"sub-BN":>6} {"full-size":>16} '
-          f'{"iters":>8} {"s/iter":>7} {"x base":>7} {"minutes":>9}')
+          f'{"iters":>8} {"s/iter":>7} {"x base":>7} {"minutes":>9} '
+          f'{"TFLOP/s":>8} {"x base rate":>11}')
     for r in rows.values():
         print(f'{str(r["timed_shape"]):>22} {r["sub_bn_splits"]:>6} '
               f'{str(r["full_shape"]):>16} '
               f'{r["iters"]:>8} {r["s_per_iter"]:>7.3f} '
               f'{r["s_per_iter"] / round_robin:>7.2f} '
-              f'{r["iters"] * r["s_per_iter"] / 60:>9.1f}')
+              f'{r["iters"] * r["s_per_iter"] / 60:>9.1f} '
+              f'{_rate_text(r["tflops_per_s"]):>8} '
+              f'{_rate_text(r["rate_vs_base"]):>11}')
+    print(f'base shape {small_base[:3]}: {_rate_text(base_rate)} TFLOP/s '
+          f'(3x the forward FLOPs the hook counted, per step)')
     result = dict(
         mode='project', device=args.device, samples_per_rank=samples,
         timed_base_shape=small_base[:3], base_shape=base_key[:3],
-        shapes=list(rows.values()),
+        shapes=list(rows.values()), base_tflops_per_s=base_rate,
         baseline=dict(iters=base_iters, seconds=base_seconds,
                       s_per_iter=alone, round_robin_s_per_iter=round_robin),
         shape_switching=round_robin / alone,
@@ -604,9 +657,10 @@ def check_run_options(parser, args, positive):
                          f'{value}')
     stack = [f'--{k.replace("_", "-")}' for k, v in _stack(args).items()
              if v]
+    stack = [s for s in stack if s in ('--compile', '--repeat-aug')]
     if getattr(args, 'project', False) and stack:
         parser.error(f'{" ".join(stack)}: for the training runs only; '
-                     f'--project times the shapes eagerly in float32')
+                     f'--project times the shapes eagerly on random clips')
     if args.repeat_aug and getattr(args, 'synthetic', False):
         parser.error('--repeat-aug needs the real clips: RepeatAugDataset '
                      'decodes with decord (DecordInit/DecordDecode), which '
@@ -627,10 +681,11 @@ def setup_torch(parser, args):
         args.device = 'cuda' if torch.cuda.is_available() else 'cpu'
     if args.device == 'cuda' and not torch.cuda.is_available():
         sys.exit('--device cuda: no CUDA device is available.')
-    if args.amp and args.device != 'cuda':
+    if args.amp and args.device != 'cuda' and not getattr(args, 'project',
+                                                          False):
         parser.error("--amp: mmengine's AmpOptimWrapper refuses to build "
                      "without an accelerator (CUDA here); use --device "
-                     "cuda")
+                     "cuda (--project autocasts on the CPU too)")
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f'load average (1, 5, 15 min): {os.getloadavg()}; torch threads '
@@ -642,6 +697,12 @@ def _pair(args):
     """One baseline run, then one multigrid run, and their figures."""
     base, _, _, _ = train_arm(args, False)
     mg, _, _, plan = train_arm(args, True)
+    for x in base['shapes'] + mg['shapes']:  # steady steps' FLOP rates
+        x['tflops_per_s'] = flop_rate(plan.clip_flops, (
+            x['batch'], x['clip_len'], x['crop_size']), x['steady_s_per_iter'])
+        x['rate_vs_base'] = x['tflops_per_s'] and base['shapes'][0][
+            'tflops_per_s'] and x['tflops_per_s'] / base['shapes'][0][
+                'tflops_per_s']
     pair = dict(baseline=base, multigrid=mg, **_overall(base, mg, plan))
     if mg['iters'] != plan.max_iters:
         print(f'warning: multigrid trained {mg["iters"]} iterations, the '
@@ -699,8 +760,18 @@ def main():
                         help='random in-memory clips instead of decoding')
     parser.add_argument('--project', action='store_true',
                         help='time every grid shape, project the schedule')
-    parser.add_argument('--project-iters', type=int, default=3,
-                        help='timed rounds per grid shape')
+    parser.add_argument('--warmup', type=int, default=2,
+                        help='untimed steps per grid shape (training runs: '
+                        'left out of its steady time)')
+    parser.add_argument('--project-iters', type=int, default=10,
+                        help='--project: timed steps per grid shape, at '
+                        'least')
+    parser.add_argument('--project-seconds', type=float, default=2.0,
+                        help='--project: timed seconds per shape, at least')
+    parser.add_argument('--clips', type=int,
+                        help=f'--synthetic: clips per epoch (default: the '
+                        f'train list\'s, on CUDA {CUDA_CLIPS}: 30 s or more '
+                        f'per arm)')
     parser.add_argument('--samples-per-rank', type=int,
                         help='--project: clips per process per epoch')
     parser.add_argument('--batch-size', type=int,
@@ -712,11 +783,27 @@ def main():
     args = parser.parse_args()
     check_run_options(parser, args, (
         'epochs', 'project_iters', 'samples_per_rank', 'batch_size',
-        'crop_size', 'threads', 'repeats'))
+        'crop_size', 'threads', 'repeats', 'clips'))
+    if args.warmup < 0 or args.project_seconds < 0:
+        parser.error(f'--warmup {args.warmup}, --project-seconds '
+                     f'{args.project_seconds}: must be >= 0')
     torch = setup_torch(parser, args)
+    if args.device == 'cuda':  # a few fixed shapes: autotune each once
+        args.cfg_options = {'env_cfg.cudnn_benchmark': True,
+                            **(args.cfg_options or {})}
+        if args.synthetic and args.clips is None:
+            args.clips = CUDA_CLIPS
     result = _project(args) if args.project else _compare(args)
     result.update(load_average=os.getloadavg(),
-                  threads=torch.get_num_threads())
+                  threads=torch.get_num_threads(), settings=dict(
+                      dtype=args.amp or 'float32',
+                      channels_last=args.channels_last,
+                      tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
+                      tf32_cudnn=torch.backends.cudnn.allow_tf32,
+                      cudnn_benchmark=torch.backends.cudnn.benchmark,
+                      cudnn=torch.backends.cudnn.version()))
+    print('settings: ' + ', '.join(
+        f'{k} {v}' for k, v in result['settings'].items()))
     print(f'load average (1, 5, 15 min): {result["load_average"]}')
     if args.json:
         print(json.dumps(result, default=str))
