@@ -65,10 +65,29 @@ def unwrap_model(model):
     return model.module if is_model_wrapper(model) else model
 
 
+def cudnn_autotuner(cfg) -> Tuple[bool, str]:
+    """Whether a CUDA run autotunes cuDNN for its few shapes, and why: yes
+    unless the config file names ``env_cfg.cudnn_benchmark`` (mmaction2's
+    bases set False for every recipe) or ``randomness.deterministic``."""
+    if cfg.get('env_cfg', {}).get('cudnn_benchmark'):
+        return True, 'env_cfg.cudnn_benchmark=True'
+    if cfg.get('randomness', {}).get('deterministic'):
+        return False, 'randomness.deterministic=True'
+    try:
+        with open(cfg.filename) as f:
+            if 'cudnn_benchmark' in f.read():
+                return False, f'env_cfg.cudnn_benchmark in {cfg.filename}'
+    except (AttributeError, OSError, TypeError):  # a config built in code
+        pass
+    return True, ('for the grid shapes; env_cfg = dict(cudnn_benchmark='
+                  'False) in the config keeps it off')
+
+
 def prepare_run(runner, keep_cpu_memory: bool = True) -> Callable[[], None]:
     """Set up what ``MultigridHook`` gives a run besides multigrid (logged;
-    the speed-up tool gives its baseline the same): glibc keeping freed
-    memory when the model trains on the CPU, and :func:`run_outside_dynamo`
+    the speed-up tool gives its baseline the same): cuDNN's autotuner on
+    CUDA (:func:`cudnn_autotuner`), glibc keeping freed memory when the
+    model trains on the CPU, and :func:`run_outside_dynamo`
     under mmengine's ``compile``.
 
     Returns:
@@ -77,6 +96,11 @@ def prepare_run(runner, keep_cpu_memory: bool = True) -> Callable[[], None]:
     """
     model = unwrap_model(runner.model)
     param = next(model.parameters(), None)
+    if param is not None and param.device.type == 'cuda':
+        on, why = cudnn_autotuner(runner.cfg)
+        torch.backends.cudnn.benchmark = on
+        print_log(f'cuDNN autotuner {"on" if on else "off"}: {why}',
+                  logger='current')
     if (keep_cpu_memory and param is not None and param.device.type == 'cpu'
             and keep_freed_memory()):
         print_log(f'glibc {glibc_version()} keeps freed memory for reuse '
