@@ -16,7 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from mmext.log import warn
 from .bn import unsplittable_bn_layers
 from .plan import recipe_scheduler_warnings
-from .schedule import short_cycle_shapes
+from .schedule import long_cycle_shapes
 
 __all__ = [
     'PlannedShape', 'check_clip_lengths', 'check_model', 'check_run',
@@ -32,6 +32,11 @@ FALLBACK_BATCH = 2
 # in an epoch before a warning (the short cycle's 3 batches can drop most
 # of a cycle).
 UNUSED_CLIPS_SHARE = 0.2
+# Largest long-cycle batch, as a share of the clips per process, that does
+# not warn: above it an epoch has fewer than 10 optimizer steps (MSR Action3D:
+# batch 64 of 283 clips, 3-4 steps per epoch, lost 0.26 top-1; every
+# published multigrid result stayed below 1 %; docs/en/multigrid.md).
+MAX_BATCH_SHARE = 0.1
 
 
 class PlannedShape(NamedTuple):
@@ -309,7 +314,8 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
         ValueError: See :func:`check_model`.
     """
     messages = recipe_scheduler_warnings(plan) + _dropped_shapes(plan) + [
-        m for m in [_short_cycle_warning(plan), _unused_clips(plan)] if m]
+        m for m in [_short_cycle_warning(plan), _few_steps(plan),
+                    _unused_clips(plan)] if m]
     if model is not None:
         found = _small_feature_maps(plan, check_model(plan, model, pipeline))
         messages += [found] if found else []
@@ -362,16 +368,17 @@ def _long_cycle_factors_of(plan, shapes) -> str:
     if not options.long_cycle:
         return ''
     keys = {(s.clip_len, s.crop_size) for s in shapes}
+    factors = options.long_cycle_factors
     for stage in plan.stages:
         cycle = {(g.clip_len, g.crop_size) for g in stage.short_cycle}
         if not keys & cycle:
             continue
-        for t, s in options.long_cycle_factors:
-            if (int(round(plan.base_clip_len * t)),
-                    int(round(plan.base_crop_size * s))) == (
-                        stage.shape.clip_len, stage.shape.crop_size) and (
-                            (t, s) not in found):
-                found.append((t, s))
+        for f, shape in zip(factors, long_cycle_shapes(
+                plan.base_clip_len, plan.base_crop_size, factors)):
+            if (shape.clip_len, shape.crop_size) == (
+                    stage.shape.clip_len, stage.shape.crop_size) and (
+                        f not in found):
+                found.append(f)
     if not found:
         return ''
     return '[' + ', '.join(f'({t:g}, {s:g})' for t, s in found) + ']'
@@ -432,14 +439,9 @@ def _dropped_shapes(plan) -> List[str]:
     # The fine-tune's first half shares the last long cycle's LR stage
     # and base shape: it must not hide that stage's own base shape.
     present = {(s.lr_stage, s.shape) for s in plan.stages if not s.fine_tune}
-    planned = [
-        short_cycle_shapes(plan.base_clip_len, plan.base_crop_size,
-                           int(round(plan.base_clip_len * t)),
-                           int(round(plan.base_crop_size * s)),
-                           options.short_cycle_factors,
-                           options.short_cycle_mode)[-1]
-        for t, s in options.long_cycle_factors
-    ]
+    planned = long_cycle_shapes(plan.base_clip_len, plan.base_crop_size,
+                                options.long_cycle_factors,
+                                options.batch_policy)
     cycles = len(steps) - 1 if options.long_cycle else 0
     lost = []
     for lr_stage in range(len(steps) - (steps[-1] == plan.recipe_epochs)):
@@ -477,7 +479,35 @@ def _unused_clips(plan) -> Optional[str]:
     return (f'Incomplete batches leave {unused} of {samples} clips per '
             f'process unused in each of epochs {stage.start_epoch}-'
             f'{stage.end_epoch} (batches {sizes}; {len(found)} stages lose '
-            f'{UNUSED_CLIPS_SHARE:.0%}+); use more data or {fix}.')
+            f'{UNUSED_CLIPS_SHARE:.0%}+); use {_batch_fix(plan)}more data '
+            f'or {fix}.')
+
+
+def _batch_fix(plan) -> str:
+    """``"batch_policy='constant', "`` unless the plan has it."""
+    policy = plan.options.batch_policy
+    return '' if policy == 'constant' else "batch_policy='constant', "
+
+
+def _few_steps(plan) -> Optional[str]:
+    """The warning for long-cycle batches above :data:`MAX_BATCH_SHARE` of
+    the clips per process (few optimizer steps per epoch); None for none
+    or without exact counts."""
+    if not plan.exact:
+        return None
+    samples = plan.samples_per_rank
+    large = [s for s in plan.stages
+             if plan.batch_sizes(s)[-1] > MAX_BATCH_SHARE * samples]
+    if not large:
+        return None
+    stage = large[0]
+    batch, acc = plan.batch_sizes(stage)[-1], plan.accumulative_counts
+    return (f'Batch {batch} is {batch / samples:.0%} of the {samples} clips '
+            f'per process: {plan.iters_per_epoch(stage) // acc} optimizer '
+            f'steps per epoch in epochs {stage.start_epoch}-'
+            f'{stage.end_epoch} (recipe {plan.recipe_iters_per_epoch // acc};'
+            f' {len(large)} stages); use {_batch_fix(plan)}more data or a '
+            f'smaller batch_size.')
 
 
 def _short_cycle_warning(plan) -> Optional[str]:

@@ -21,7 +21,7 @@ from .schedule import iterations_per_epoch
 
 __all__ = [
     'BrokenClipError', 'MultigridDataset', 'ShortCycleBatchSampler',
-    'clips_per_sample', 'config_clips_per_sample', 'name_broken_clips',
+    'check_field_of_view', 'clips_per_sample', 'config_clips_per_sample', 'name_broken_clips',
     'parse_grid_shape', 'resize_pipeline'
 ]
 
@@ -103,6 +103,28 @@ def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
             int(samplers[0].get('frame_interval', 1)), side)
 
 
+def _first_resize(pipeline: List[dict]) -> Optional[int]:
+    """Index of the first transform that sets the frame's size in pixels (a
+    ``Resize`` to a ``scale``, a ``MultiScaleCrop``), if it is not after
+    the final crop; None: the final crop cuts the raw frame."""
+    final, _ = _final_crop_index(pipeline)
+    return next((i for i, t in enumerate(pipeline[:final + 1])
+                 if _type(t) == 'MultiScaleCrop' or (
+                     _type(t) == 'Resize' and t.get('scale') is not None)),
+                None)
+
+
+def check_field_of_view(pipeline: List[dict]) -> None:
+    """Raise ``ValueError`` unless :func:`resize_pipeline` keeps the field of
+    view: a final crop of the raw frame would see less of it at a smaller
+    ``S``."""
+    if _first_resize(pipeline) is None:
+        final, side = _final_crop_index(pipeline)
+        raise ValueError(f'{_type(pipeline[final])}({side}) crops the raw '
+                         f'frame: smaller S would see less of it; add a '
+                         f'Resize before it.')
+
+
 def resize_pipeline(pipeline: List[dict], clip_len: int,
                     crop_size: int) -> List[dict]:
     """Copy of ``pipeline`` giving clips of ``clip_len`` frames and
@@ -110,8 +132,10 @@ def resize_pipeline(pipeline: List[dict], clip_len: int,
 
     The temporal span is kept: ``SampleFrames.frame_interval`` grows by
     ``T0 / T`` (paper Sec. 3.1; PySlowFast ``LONG_CYCLE_SAMPLING_RATE``).
-    Sizes before the final crop scale by ``S / S0``, as PySlowFast scales
-    its jitter range.
+    The field of view is kept: sizes from the first resize to the final
+    crop scale by ``S / S0`` (as PySlowFast scales its jitter range);
+    crops of the raw frame before it keep their size
+    (:func:`check_field_of_view`).
 
     Raises:
         ValueError: As :func:`parse_grid_shape`.
@@ -119,6 +143,8 @@ def resize_pipeline(pipeline: List[dict], clip_len: int,
     base_t, interval, base_s = parse_grid_shape(pipeline)
     out = copy.deepcopy(list(pipeline))
     final, _ = _final_crop_index(out)
+    first = _first_resize(out)
+    first = final if first is None else first
     ratio = crop_size / base_s
     for i, t in enumerate(out):
         name = _type(t)
@@ -131,10 +157,12 @@ def resize_pipeline(pipeline: List[dict], clip_len: int,
         elif i == final:
             key = 'scale' if name == 'Resize' else _FIXED_SIZE_KEYS[name]
             t[key] = (crop_size, crop_size) if key == 'scale' else crop_size
-        elif i < final and name == 'Resize' and t.get('scale') is not None:
+        elif not first <= i < final:
+            continue
+        elif name == 'Resize' and t.get('scale') is not None:
             t['scale'] = tuple(
                 s if s == -1 else int(round(s * ratio)) for s in t['scale'])
-        elif i < final and name in _FIXED_SIZE_KEYS:
+        elif name in _FIXED_SIZE_KEYS:
             key = _FIXED_SIZE_KEYS[name]
             t[key] = int(round(_square(t[key]) * ratio))
     return out

@@ -223,6 +223,8 @@ def check_resume(plan, saved: Optional[dict], epoch: Optional[int] = None,
     ours = resume_signature(plan)
     axis = plan.exact and 'max_iters' in saved and (
         saved['max_iters'] != ours['max_iters'])
+    # Checkpoints from before batch_policy trained the paper's batches.
+    saved = dict({'batch_policy': 'paper'}, **saved)
     differ = [f'{_LABELS.get(k, k)} {saved.get(k)!r} (config {v!r})'
               for k, v in ours.items()
               if (axis or k not in _AXIS) and saved.get(k) != v]
@@ -246,8 +248,9 @@ class DataWaitWatch:
     """The data-wait share after each shape change; one warning per run.
 
     The first ``skip`` iterations after :meth:`start_stage` count as
-    stage-change cost, the next ``iters`` are measured; a shorter stage
-    gives nothing.
+    stage-change cost, the next ``iters`` are measured; a stage shorter
+    than ``skip + iters`` (its length given) is measured to its end, one
+    of a single iteration with nothing skipped.
 
     Args:
         threshold (float, optional): Data-wait share in [0, 1]; 0 or None
@@ -264,12 +267,18 @@ class DataWaitWatch:
         self.warned = False
         self.start_stage('')
 
-    def start_stage(self, where: str, rebuild_seconds: float = 0.0) -> None:
-        """Begin measuring a stage (``rebuild_seconds``: loader rebuild)."""
+    def start_stage(self, where: str, rebuild_seconds: float = 0.0,
+                    length: Optional[int] = None) -> None:
+        """Begin measuring a stage (``rebuild_seconds``: loader rebuild;
+        ``length``: its iterations, None: long enough)."""
         self.where = where
         self.change_seconds = self._rebuild = rebuild_seconds
         self._seen = 0
         self._data = self._total = 0.0
+        self._skip = self.skip if length is None else min(self.skip,
+                                                          length - 1)
+        self._iters = self.iters if length is None else max(
+            min(self.iters, length - self._skip), 1)
 
     def record(self, data_seconds: float,
                total_seconds: float) -> List[Tuple[int, str]]:
@@ -277,26 +286,27 @@ class DataWaitWatch:
         ``train/data_time``, ``train/time``); return the ``(logging level,
         text)`` due now."""
         self._seen += 1
-        if self._seen <= self.skip:
+        skip, iters = self._skip, self._iters
+        if self._seen <= skip:
             self.change_seconds += data_seconds
             return []
-        if self._seen > self.skip + self.iters:
+        if self._seen > skip + iters:
             return []
         self._data += data_seconds
         self._total += total_seconds
-        if self._seen < self.skip + self.iters:
+        if self._seen < skip + iters:
             return []
         share = (min(max(self._data / self._total, 0.0), 1.0)
                  if self._total > 0 else 0.0)
-        per_iter = self._total / self.iters
+        per_iter = self._total / iters
         out = [(logging.INFO, (
             f'Multigrid: stage change at {self.where}: '
             f'{self.change_seconds:.2f} s (loader rebuild {self._rebuild:.2f}'
-            f' s, first {self.skip} batch(es) '
+            f' s, first {skip} batch(es) '
             f'{self.change_seconds - self._rebuild:.2f} s) = '
             f'{self.change_seconds / per_iter:.1f} iterations of '
             f'{per_iter:.3f} s; data wait {share:.0%} of the next '
-            f'{self.iters} iterations'))]
+            f'{iters} iterations'))]
         if self.threshold and not self.warned and share > self.threshold:
             self.warned = True
             out.append((logging.WARNING, (
@@ -348,6 +358,13 @@ class MultigridHook(Hook):
             ``'linear'`` (x B/B0, the paper's rule, for SGD) or ``'sqrt'``
             (x sqrt(B/B0), the usual rule for the Adam family). Defaults to
             ``'linear'``.
+        batch_policy (str): The batch of a coarse shape, from the paper's
+            factor ``F = T0 S0^2 / (T S^2)``: ``'paper'`` (``B0 F``: a step's
+            FLOPs stay the base step's, fewer steps), ``'sqrt'``
+            (``B0 round(sqrt F)``) or ``'constant'`` (``B0``: cheaper steps,
+            the recipe's steps per epoch; for small datasets, see
+            docs/en/multigrid.md). The LR follows the batch trained.
+            Defaults to ``'paper'``.
         skip_broken_clips (bool): Replace a training clip that fails to load
             by a random other one (warned, counted per epoch); False stops
             with an error naming the file. Defaults to False.
@@ -385,6 +402,7 @@ class MultigridHook(Hook):
                  precise_bn_iters: int = 200,
                  lr_steps: Optional[Sequence[int]] = None,
                  lr_rule: str = 'linear',
+                 batch_policy: str = 'paper',
                  skip_broken_clips: bool = False,
                  data_wait_threshold: Optional[float] = 0.2,
                  data_wait_iters: int = 10,
@@ -394,7 +412,7 @@ class MultigridHook(Hook):
             epoch_factor=epoch_factor, long_cycle_factors=long_cycle_factors,
             short_cycle_factors=short_cycle_factors,
             short_cycle_mode=short_cycle_mode, bn_base_size=bn_base_size,
-            lr_steps=lr_steps, lr_rule=lr_rule)
+            lr_steps=lr_steps, lr_rule=lr_rule, batch_policy=batch_policy)
         check_option(is_int(precise_bn_iters) and precise_bn_iters >= 0,
                      'precise_bn_iters', precise_bn_iters, 'an int >= 0')
         for name, value in (('skip_broken_clips', skip_broken_clips),
@@ -530,10 +548,15 @@ class MultigridHook(Hook):
             f'{[s.crop_size for s in stage.short_cycle]}, '
             f'{len(runner.train_loop.dataloader)} iters/epoch',
             logger='current')
+        # The loader serves until the short cycle changes.
+        end = next((s.start_epoch for s in self.plan.stages if s.start_epoch
+                    > runner.epoch and s.short_cycle != stage.short_cycle),
+                   self.plan.max_epochs)
         self.watch.start_stage(
             f'epoch {runner.epoch} (batches {sizes}, '
             f'T={stage.shape.clip_len}, S={stage.shape.crop_size})',
-            rebuild_seconds=time.perf_counter() - start)
+            time.perf_counter() - start,
+            self.plan.iter_at(end) - self.plan.iter_at(runner.epoch))
 
     def build_loader(self, runner, stage: MultigridStage,
                      short_cycle: bool = True):

@@ -15,12 +15,13 @@ from mmext.compat import SCHEDULER_INF
 from mmext.registry import HOOKS
 from mmext.scheduler_checks import (STEP_TYPES, WARMUP_TYPES,
                                     unused_scheduler_values)
-from .data import config_clips_per_sample, parse_grid_shape
-from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
-                       LR_RULES, SHORT_CYCLE_MODES, GridShape, MultigridStage,
+from .data import (check_field_of_view, config_clips_per_sample,
+                   parse_grid_shape)
+from .schedule import (BATCH_POLICIES, DEFAULT_LONG_CYCLE_FACTORS,
+                       DEFAULT_SHORT_CYCLE_FACTORS, LR_RULES, SHORT_CYCLE_MODES, GridShape, MultigridStage,
                        build_multigrid_schedule, iterations_per_epoch,
                        lr_scale, map_recipe_epoch, stage_at_epoch,
-                       total_flops_ratio)
+                       stage_flops_ratios)
 
 __all__ = ['MultigridOptions', 'MultigridPlan']
 
@@ -103,11 +104,12 @@ class MultigridOptions:
     bn_base_size: Optional[int] = 8
     lr_steps: Optional[Tuple[int, ...]] = None
     lr_rule: str = 'linear'
+    batch_policy: str = 'paper'
 
-    # The fields of build_multigrid_schedule (the multigrid epoch axis).
+    # The fields of build_multigrid_schedule (the epoch and batch axes).
     SCHEDULE_FIELDS = ('long_cycle', 'short_cycle', 'epoch_factor',
                        'long_cycle_factors', 'short_cycle_factors',
-                       'short_cycle_mode')
+                       'short_cycle_mode', 'batch_policy')
 
     def __post_init__(self):
         for name in ('long_cycle', 'short_cycle'):
@@ -128,7 +130,8 @@ class MultigridOptions:
                 is_number(f) and 0 < f < 1 for f in crops),
             'short_cycle_factors', crops, 'factors in (0, 1)')
         for name, values in (('short_cycle_mode', SHORT_CYCLE_MODES),
-                             ('lr_rule', LR_RULES)):
+                             ('lr_rule', LR_RULES),
+                             ('batch_policy', tuple(BATCH_POLICIES))):
             check_option(getattr(self, name) in values, name,
                          getattr(self, name), ' or '.join(map(repr, values)))
         base = self.bn_base_size
@@ -277,6 +280,7 @@ class MultigridPlan:
         self.batch_multiplier = self.world_size * self.accumulative_counts
         self.clips_per_sample = int(clips_per_sample)
         self.base_clip_len, _, self.base_crop_size = parse_grid_shape(pipeline)
+        check_field_of_view(pipeline)
         self.base_batch = int(batch_size)
         self.recipe_epochs = int(max_epochs)
         if isinstance(param_scheduler, dict):
@@ -478,9 +482,9 @@ class MultigridPlan:
     def flops_ratio(self) -> float:
         """Multigrid FLOPs over the recipe's, from :attr:`clip_flops` if
         :attr:`flops_counted`, else FLOPs ~ ``B T S^2``."""
-        return total_flops_ratio(
+        return sum(stage_flops_ratios(
             self.stages, self.recipe_epochs, self.base_clip_len,
-            self.base_crop_size, self.clip_flops)
+            self.base_crop_size, self.clip_flops))
 
     def iteration_saving(self) -> float:
         """Recipe iterations over multigrid iterations (> 1 is a saving)."""

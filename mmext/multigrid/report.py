@@ -2,6 +2,8 @@
 and as the stage table the hook logs and the schedule tool prints."""
 from typing import Sequence
 
+from .schedule import stage_flops_ratios
+
 __all__ = ['summary', 'describe']
 
 
@@ -14,14 +16,19 @@ def summary(plan, warnings: Sequence[str] = ()) -> dict:
         None without exact counts, ``estimated_iters`` in recipe
         iterations per epoch; ``flops_ratio``, ``flop_saving``,
         ``flops_counted`` and ``clip_gflops``, the GFLOPs per clip of
-        each ``(T, S)`` if counted), ``lr_rule``, ``warnings`` and
-        ``stages``: per stage
+        each ``(T, S)`` if counted), ``lr_rule``, ``batch_policy``,
+        ``warnings`` and ``stages``: per stage
         :meth:`MultigridStage.to_dict` with its per-process and
-        effective batch sizes and iterations.
+        effective batch sizes, iterations, optimizer ``steps`` (None
+        without exact counts) and ``flops_ratio`` (its FLOPs over the
+        recipe's run).
     """
     exact = plan.exact
     stages = []
-    for s in plan.stages:
+    flops = stage_flops_ratios(plan.stages, plan.recipe_epochs,
+                               plan.base_clip_len, plan.base_crop_size,
+                               plan.clip_flops)
+    for s, ratio in zip(plan.stages, flops):
         row = s.to_dict()
         row['batch_size'] = plan.base_batch * s.shape.batch_factor
         row['effective_batch_size'] = (row['batch_size'] *
@@ -29,7 +36,10 @@ def summary(plan, warnings: Sequence[str] = ()) -> dict:
         row['short_cycle_batch_sizes'] = plan.batch_sizes(s)
         row['iters'] = (plan.iters_per_epoch(s) * s.num_epochs
                         if exact else None)
+        row['steps'] = (plan.iters_per_epoch(s) // plan.accumulative_counts
+                        * s.num_epochs if exact else None)
         row['estimated_iters'] = s.estimated_iters
+        row['flops_ratio'] = ratio
         stages.append(row)
     return dict(
         base=dict(batch_size=plan.base_batch,
@@ -56,6 +66,7 @@ def summary(plan, warnings: Sequence[str] = ()) -> dict:
         world_size=plan.world_size,
         accumulative_counts=plan.accumulative_counts,
         lr_rule=plan.options.lr_rule,
+        batch_policy=plan.options.batch_policy,
         warnings=list(warnings),
         stages=stages)
 
@@ -73,24 +84,26 @@ def describe(plan) -> str:
         f'batch = per process, eff. batch = batch x world size '
         f'{info["world_size"]} x accumulative_counts '
         f'{info["accumulative_counts"]}; rel. LR = {rule} x LR decay '
-        f"(lr_rule='{info['lr_rule']}')",
+        f"(lr_rule='{info['lr_rule']}'); batch_policy="
+        f"'{info['batch_policy']}'; FLOPs = share of the recipe's",
         f'{"lr stage":>8} {"batch":>6} {"eff. batch":>10} {"T":>4} '
         f'{"S":>4} {"start":>6} {"end":>5} '
-        + (f'{"iters":>7} ' if exact else
+        + (f'{"iters":>7} {"steps":>6} ' if exact else
            f'{"iters (x recipe iters/epoch)":>28} ')
-        + f'{"rel. LR":>8}  short-cycle (batch, S)'
+        + f'{"FLOPs":>6} {"rel. LR":>8}  short-cycle (batch, S)'
     ]
     for d in info['stages']:
         cycle = [(b, x['crop_size'])
                  for b, x in zip(d['short_cycle_batch_sizes'],
                                  d['short_cycle'])]
-        iters = (f'{d["iters"]:>7} ' if exact else
+        iters = (f'{d["iters"]:>7} {d["steps"]:>6} ' if exact else
                  f'{d["estimated_iters"]:>28.2f} ')
         lines.append(
             f'{d["lr_stage"]:>8} {d["batch_size"]:>6} '
             f'{d["effective_batch_size"]:>10} {d["clip_len"]:>4} '
             f'{d["crop_size"]:>4} {d["start_epoch"]:>6} '
-            f'{d["end_epoch"]:>5} {iters}{d["lr_factor"]:>8.4g}  {cycle}')
+            f'{d["end_epoch"]:>5} {iters}{d["flops_ratio"]:>6.1%} '
+            f'{d["lr_factor"]:>8.4g}  {cycle}')
     saving = f'{info["iteration_saving"]:.2f}x fewer iterations'
     flops = (f'FLOPs x{info["flops_ratio"]:.3f} of the recipe '
              f'({info["flop_saving"]:.2f}x saving, ' + (

@@ -8,14 +8,15 @@ pixels.
 """
 import bisect
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 __all__ = [
     'MultigridStage', 'GridShape', 'build_multigrid_schedule',
-    'short_cycle_shapes', 'stage_at_epoch', 'map_recipe_epoch',
-    'iterations_per_epoch', 'total_flops_ratio', 'lr_scale',
-    'DEFAULT_LONG_CYCLE_FACTORS', 'DEFAULT_SHORT_CYCLE_FACTORS', 'LR_RULES'
+    'short_cycle_shapes', 'long_cycle_shapes', 'stage_at_epoch',
+    'map_recipe_epoch', 'iterations_per_epoch', 'stage_flops_ratios',
+    'lr_scale', 'DEFAULT_LONG_CYCLE_FACTORS', 'DEFAULT_SHORT_CYCLE_FACTORS',
+    'LR_RULES', 'BATCH_POLICIES'
 ]
 
 DEFAULT_LONG_CYCLE_FACTORS = ((0.25, 0.5**0.5), (0.5, 0.5**0.5), (0.5, 1),
@@ -23,6 +24,15 @@ DEFAULT_LONG_CYCLE_FACTORS = ((0.25, 0.5**0.5), (0.5, 0.5**0.5), (0.5, 1),
 DEFAULT_SHORT_CYCLE_FACTORS = (0.5, 0.5**0.5)
 SHORT_CYCLE_MODES = ('absolute', 'relative')
 LR_RULES = ('linear', 'sqrt')
+# How a shape's batch follows the paper's batch factor F = T0 S0^2 / (T S^2):
+# 'paper' B0 F (a step's FLOPs stay the base step's, paper Sec. 3.1),
+# 'sqrt' B0 round(sqrt F), 'constant' B0 (each step cheaper, the recipe's
+# steps per epoch; Composer's progressive resizing, FFCV's low-res training).
+BATCH_POLICIES = {
+    'paper': lambda factor: factor,
+    'sqrt': lambda factor: max(1, int(round(math.sqrt(factor)))),
+    'constant': lambda factor: 1,
+}
 
 
 def lr_scale(batch_factor: int, rule: str = 'linear') -> float:
@@ -37,7 +47,8 @@ class GridShape:
     """One mini-batch shape ``(B, T, S)`` of a clip tensor ``(N, C, T, S, S)``.
 
     Attributes:
-        batch_factor (int): ``B`` as a multiple of the recipe's batch size.
+        batch_factor (int): ``B`` as a multiple of the recipe's batch size
+            (the ``batch_policy``'s of the paper's factor).
         clip_len (int): ``T`` in frames.
         crop_size (int): ``S`` in pixels (square crops).
     """
@@ -104,7 +115,8 @@ def _batch_factor(base_t: int, base_s: int, t: float, s: float) -> int:
 
 def short_cycle_shapes(base_t: int, base_s: int, clip_len: int,
                        crop_size: int, factors: Sequence[float],
-                       mode: str) -> Tuple[GridShape, ...]:
+                       mode: str, batch_policy: str = 'paper'
+                       ) -> Tuple[GridShape, ...]:
     """The short cycle of one long-cycle shape (paper Sec. 3.2): the small
     crops, then the long-cycle crop.
 
@@ -116,6 +128,7 @@ def short_cycle_shapes(base_t: int, base_s: int, clip_len: int,
         factors (Sequence[float]): Spatial factors of the small crops.
         mode (str): ``'absolute'``: crops are ``factor * S0`` (PySlowFast);
             ``'relative'``: ``factor * S`` (the paper's text).
+        batch_policy (str): A key of :data:`BATCH_POLICIES`.
 
     Returns:
         tuple[GridShape]: The shapes in iteration order.
@@ -124,9 +137,24 @@ def short_cycle_shapes(base_t: int, base_s: int, clip_len: int,
     # The batch factor uses the unrounded size (PySlowFast), the crop the
     # rounded one.
     return tuple(
-        GridShape(_batch_factor(base_t, base_s, clip_len, s), clip_len,
-                  int(round(s)))
+        _shape(base_t, base_s, clip_len, s, batch_policy)
         for s in [ref * f for f in factors] + [crop_size])
+
+
+def _shape(base_t: int, base_s: int, t: int, s: float,
+           batch_policy: str) -> GridShape:
+    factor = BATCH_POLICIES[batch_policy](_batch_factor(base_t, base_s, t, s))
+    return GridShape(factor, t, int(round(s)))
+
+
+def long_cycle_shapes(base_t: int, base_s: int,
+                      factors: Sequence[Tuple[float, float]],
+                      batch_policy: str = 'paper') -> List[GridShape]:
+    """The long-cycle shapes of ``(t, s)`` factors of ``(T0, S0)``:
+    ``T = round(t T0)``, ``S = round(s S0)`` (PySlowFast
+    ``MULTIGRID.DEFAULT_S``), the batch by ``batch_policy``."""
+    return [_shape(base_t, base_s, int(round(base_t * t)),
+                   int(round(base_s * s)), batch_policy) for t, s in factors]
 
 
 def build_multigrid_schedule(
@@ -142,11 +170,13 @@ def build_multigrid_schedule(
         epoch_factor: float = 1.5,
         short_cycle_mode: str = 'absolute',
         gamma: Optional[float] = None,
-        lr_rule: str = 'linear') -> List[MultigridStage]:
+        lr_rule: str = 'linear',
+        batch_policy: str = 'paper') -> List[MultigridStage]:
     """Turn a recipe's schedule into the multigrid stages.
 
     Long cycle (PySlowFast ``get_long_cycle_schedule``): inside every LR
-    stage each long-cycle shape gets the same number of iterations. The last
+    stage each long-cycle shape gets the same number of iterations at the
+    paper's batch (so the same epochs under every ``batch_policy``). The last
     LR stage is a fine-tune at the base shape with the same iteration
     saving, its first half at the previous stage's LR (``init_multigrid``).
     Epochs are rescaled to sum to ``max_epochs * epoch_factor`` and rounded
@@ -165,6 +195,8 @@ def build_multigrid_schedule(
             reported ``lr_factor``.
         lr_rule (str): :func:`lr_scale`'s rule for the reported
             ``lr_factor``.
+        batch_policy (str): A key of :data:`BATCH_POLICIES`: the batch of
+            each shape (the epochs are the paper's under every policy).
 
     Returns:
         list[MultigridStage]: Stages in order, contiguous from epoch 0;
@@ -182,24 +214,31 @@ def build_multigrid_schedule(
                          f'train_cfg.max_epochs={max_epochs}.')
     decay = 1.0 if gamma is None else gamma
 
-    def cycle(t: int, s: int) -> Tuple[GridShape, ...]:
+    def cycle(shape: GridShape, policy: str = 'paper'
+              ) -> Tuple[GridShape, ...]:
+        t, s = shape.clip_len, shape.crop_size
         if short_cycle:
             return short_cycle_shapes(base_t, base_s, t, s,
-                                      short_cycle_factors, short_cycle_mode)
-        return (GridShape(_batch_factor(base_t, base_s, t, s), t, s), )
+                                      short_cycle_factors, short_cycle_mode,
+                                      policy)
+        return (_shape(base_t, base_s, t, s, policy), )
 
-    base_cycle = cycle(base_t, base_s)
+    def stage(lr_stage, c, start, end, fine_tune=False) -> MultigridStage:
+        c = cycle(c[-1], batch_policy)
+        return MultigridStage(
+            lr_stage, c[-1], c, start, end,
+            lr_scale(c[-1].batch_factor, lr_rule) * decay**lr_stage,
+            fine_tune)
+
+    base_cycle = cycle(GridShape(1, base_t, base_s))
     if not long_cycle:
         bounds = [int(x * epoch_factor) for x in steps + [max_epochs]]
-        return [
-            MultigridStage(i, base_cycle[-1], base_cycle, a, b, decay**i)
-            for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if b > a
-        ]
+        return [stage(i, base_cycle, a, b)
+                for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if b > a]
 
-    cycles = [
-        cycle(int(round(base_t * t)), int(round(base_s * s)))
-        for t, s in long_cycle_factors
-    ]
+    # Epochs are allotted at the paper's batches, whatever batch_policy.
+    cycles = [cycle(x) for x in long_cycle_shapes(
+        base_t, base_s, long_cycle_factors)]
     avg_bs = [sum(x.batch_factor for x in c) / len(c) for c in cycles]
     # (lr_stage, cycle, unscaled epochs); equal iterations per shape.
     raw = []
@@ -226,13 +265,10 @@ def build_multigrid_schedule(
             total = int(round(max_epochs * epoch_factor))
             end = (start + total) // 2
         if end > start:
-            stages.append(
-                MultigridStage(lr_stage, c[-1], c, start, end,
-                               lr_scale(c[-1].batch_factor, lr_rule) *
-                               decay**lr_stage,
-                               fine_tune=k >= len(raw) - 2))
+            stages.append(stage(lr_stage, c, start, end,
+                                fine_tune=k >= len(raw) - 2))
         start = max(start, end)
-    if not stages or stages[-1].shape != base_cycle[-1]:
+    if not stages or stages[-1].shape != GridShape(1, base_t, base_s):
         raise ValueError(
             f'epoch_factor={epoch_factor} with {max_epochs} recipe epochs '
             f'leaves no epoch at the base shape; raise either.')
@@ -317,15 +353,17 @@ def iterations_per_epoch(num_samples: int, batch_sizes: Sequence[int]) -> int:
     return iters
 
 
-def total_flops_ratio(stages: Sequence[MultigridStage], base_epochs: int,
-                      base_t: int, base_s: int,
-                      clip_flops: Optional[Mapping[Tuple[int, int],
-                                                   float]] = None) -> float:
-    """Multigrid FLOPs over the recipe's (< 1 is a saving).
+def stage_flops_ratios(stages: Sequence[MultigridStage], base_epochs: int,
+                       base_t: int, base_s: int,
+                       clip_flops: Optional[Mapping[Tuple[int, int],
+                                                    float]] = None
+                       ) -> List[float]:
+    """Each stage's FLOPs over the recipe's; their sum is the run's ratio
+    (< 1 is a saving).
 
     An epoch sees every clip once, so an epoch of a stage costs the
     batch-weighted mean of its short cycle's FLOPs per clip ``F(T, S)``:
-    ``ratio = sum_stages epochs * sum_i(B_i F(T_i, S_i)) / sum_i(B_i)`` over
+    ``ratio = epochs * sum_i(B_i F(T_i, S_i)) / sum_i(B_i)`` over
     ``base_epochs * F(T0, S0)``.
 
     Args:
@@ -338,16 +376,14 @@ def total_flops_ratio(stages: Sequence[MultigridStage], base_epochs: int,
             else (or None) ``F(T, S) = T S^2``.
 
     Returns:
-        float: The FLOPs ratio.
+        list[float]: The ratio of each stage.
     """
     shapes = {(x.clip_len, x.crop_size) for s in stages
               for x in s.short_cycle} | {(base_t, base_s)}
     if clip_flops is None or not shapes <= set(clip_flops):
         clip_flops = {(t, s): t * s * s for t, s in shapes}
-    cost = 0.0
-    for s in stages:
-        c = s.short_cycle
-        cost += s.num_epochs * sum(
-            x.batch_factor * clip_flops[x.clip_len, x.crop_size]
-            for x in c) / sum(x.batch_factor for x in c)
-    return cost / (base_epochs * clip_flops[base_t, base_s])
+    base = base_epochs * clip_flops[base_t, base_s]
+    return [s.num_epochs * sum(
+        x.batch_factor * clip_flops[x.clip_len, x.crop_size]
+        for x in s.short_cycle) / sum(x.batch_factor for x in s.short_cycle)
+            / base for s in stages]

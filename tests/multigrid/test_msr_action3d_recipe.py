@@ -86,15 +86,16 @@ def test_every_grid_shape_sees_the_central_square_of_the_frame():
         assert crop[:2] == pytest.approx(base[:2], abs=4 / side)
 
 
-def test_a_crop_of_the_raw_frame_would_shrink_with_the_grid_shape():
+def test_a_crop_of_the_raw_frame_keeps_its_field_of_view():
     """The pilot's pipeline (CenterCrop 240 of the raw frame, then a resize
-    to 72) loses the field of view: the hook scales the 240 too."""
+    to 72): the 240 stands before the first resize and keeps its size, so
+    every grid shape sees the central 240 of the frame's 320."""
     cfg = Config.fromfile(MULTIGRID)
     pilot = [dict(type='UniformSample', clip_len=16, num_clips=1),
              dict(type='CenterCrop', crop_size=240),
              dict(type='Resize', scale=(72, 72), keep_ratio=False),
              *cfg.train_dataloader.dataset.pipeline[5:]]
     assert field_of_view(pilot, steps=2)[0][2] == pytest.approx(0.75)
-    # At S = 45: CenterCrop(169) keeps 169 / 320 of the frame's width.
-    assert field_of_view(resize_pipeline(pilot, 8, 45), steps=2)[0][2] == (
-        pytest.approx(169 / 320))
+    scaled = resize_pipeline(pilot, 8, 45)
+    assert scaled[1]['crop_size'] == 240 and scaled[2]['scale'] == (51, 51)
+    assert field_of_view(scaled, steps=2)[0][2] == pytest.approx(0.75)

@@ -9,9 +9,11 @@ from mmengine.dataset import pseudo_collate
 from torch.utils.data import DataLoader
 
 import mmext  # noqa: F401
+from mmext.multigrid import MultigridPlan
 from mmext.multigrid.data import (BrokenClipError, MultigridDataset,
-                                  ShortCycleBatchSampler, clips_per_sample,
-                                  parse_grid_shape, resize_pipeline)
+                                  ShortCycleBatchSampler, check_field_of_view,
+                                  clips_per_sample, parse_grid_shape,
+                                  resize_pipeline)
 
 # The I3D Kinetics recipe's train pipeline: base (T, S) = (32, 224).
 I3D_PIPE = [
@@ -55,6 +57,34 @@ def test_pipeline_errors():
     with pytest.raises(ValueError, match='needs a final square crop'):
         parse_grid_shape(I3D_PIPE[:4] + [dict(type='RandomResizedCrop')] +
                          I3D_PIPE[6:])
+
+
+@pytest.mark.parametrize('head, final', [
+    ([], dict(type='CenterCrop', crop_size=224)),
+    ([dict(type='Resize', scale_factor=0.5)],
+     dict(type='RandomCrop', size=112)),
+])
+def test_a_final_crop_of_the_raw_frame_is_refused_by_name(head, final):
+    """A crop of raw (or relatively resized) pixels cannot keep its field of
+    view at a smaller S: the plan refuses it before training."""
+    pipe = I3D_PIPE[:3] + head + [final, I3D_PIPE[-1]]
+    name, side = final['type'], final.get('crop_size', final.get('size'))
+    with pytest.raises(ValueError, match=rf'{name}\({side}\) crops the raw '
+                       'frame'):
+        check_field_of_view(pipe)
+    with pytest.raises(ValueError, match='add a Resize before it'):
+        MultigridPlan(pipe, 8, 10)
+
+
+def test_crops_before_the_first_resize_keep_their_size():
+    """CenterCrop(240) of the raw frame, then Resize(-1, 256): the 240 is
+    raw pixels (kept), the 256 and the multi-scale crop scale by S/S0."""
+    pipe = I3D_PIPE[:3] + [dict(type='CenterCrop', crop_size=240)] + (
+        I3D_PIPE[3:])
+    check_field_of_view(pipe)
+    out = resize_pipeline(pipe, 16, 112)
+    assert out[3]['crop_size'] == 240 and out[4]['scale'] == (-1, 128)
+    assert out[5]['input_size'] == 112 and out[6]['scale'] == (112, 112)
 
 
 @pytest.mark.parametrize('crop, views', [('ThreeCrop', 3), ('TenCrop', 10)])

@@ -401,10 +401,11 @@ OLD_SIGNATURE = dict(long_cycle=True, short_cycle=True, epoch_factor=1.5,
                      recipe_epochs=4, max_epochs=6)
 
 
-def _plan(samples_per_rank=None, world_size=1):
+def _plan(samples_per_rank=None, world_size=1, **options):
     return MultigridPlan(PIPE, 4, 4, [STEP], samples_per_rank,
                          world_size=world_size, options=MultigridOptions(
-                             long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)]))
+                             long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)],
+                             **options))
 
 
 def test_signature_in_the_format_checkpoints_hold():
@@ -413,11 +414,21 @@ def test_signature_in_the_format_checkpoints_hold():
     plan = _plan(64)
     assert resume_signature(plan) == dict(
         OLD_SIGNATURE, world_size=1, batch_size=4, samples_per_rank=64,
-        max_iters=plan.max_iters)
+        max_iters=plan.max_iters, batch_policy='paper')
     check_resume(plan, OLD_SIGNATURE)
     check_resume(plan, resume_signature(plan))
     with pytest.raises(ValueError, match=r'epoch_factor 2 \(config 1\.5\)'):
         check_resume(plan, dict(OLD_SIGNATURE, epoch_factor=2))
+
+
+def test_resume_with_another_batch_policy_is_refused():
+    """The policy sets every coarse stage's batch and so the iteration axis;
+    a checkpoint from before the option trained the paper's batches."""
+    constant = _plan(64, batch_policy='constant')
+    with pytest.raises(ValueError, match="batch_policy 'paper' "
+                       r"\(config 'constant'\)"):
+        check_resume(constant, OLD_SIGNATURE)
+    check_resume(constant, resume_signature(constant))
 
 
 def test_resume_on_another_world_size_is_refused():
@@ -644,10 +655,25 @@ def test_watch_disabled_and_short_stage():
     watch.start_stage('epoch 0')
     out = _feed(watch, [(0.0, 1.0), (9.0, 10.0), (9.0, 10.0)])
     assert [level for level, _ in out] == [logging.INFO]
-    # A stage shorter than skip + iters gives nothing.
+    # Without its length, a stage shorter than skip + iters gives nothing.
     watch = DataWaitWatch(threshold=0.2, iters=5, skip=1)
     watch.start_stage('epoch 0')
     assert _feed(watch, [(9.0, 10.0)] * 5) == []
+
+
+def test_watch_measures_a_short_stage_to_its_end():
+    """A 4-iteration stage (MSR's coarse stages have 3-6) is measured over
+    its last 3; one of 1 iteration over that one; both warn."""
+    watch = DataWaitWatch(threshold=0.2, iters=10, skip=1)
+    watch.start_stage('epoch 0', 0.5, length=4)
+    out = _feed(watch, [(2.0, 3.0)] + [(0.6, 1.0)] * 3)
+    assert [level for level, _ in out] == [logging.INFO, logging.WARNING]
+    assert 'data wait 60% of the next 3 iterations' in out[0][1]
+    assert 'first 1 batch(es) 2.00 s' in out[0][1]
+    watch.start_stage('epoch 1', length=1)
+    out = _feed(watch, [(0.3, 1.0)])
+    assert 'first 0 batch(es) 0.00 s' in out[0][1]
+    assert 'data wait 30% of the next 1 iterations' in out[0][1]
 
 
 def test_shape_changes_and_precise_bn_reach_the_visualizer(full):

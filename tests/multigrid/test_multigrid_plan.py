@@ -29,7 +29,7 @@ def test_hook_shows_its_options_and_their_defaults():
     params = inspect.signature(MultigridHook).parameters
     schedule = {f.name: f.default for f in dataclasses.fields(
         MultigridOptions)}
-    assert len(params) == 14 and set(schedule) < set(params)
+    assert len(params) == 15 and set(schedule) < set(params)
     assert {n: params[n].default for n in schedule} == schedule
     assert schedule['long_cycle_factors'] == DEFAULT_LONG_CYCLE_FACTORS
     hook = MultigridHook()
@@ -39,7 +39,7 @@ def test_hook_shows_its_options_and_their_defaults():
     assert (hook.watch.threshold, hook.watch.iters) == (0.2, 10)
     for name in params:
         assert f'    {name} (' in MultigridHook.__doc__
-    assert MultigridHook.__doc__.count('Defaults to') == 14
+    assert MultigridHook.__doc__.count('Defaults to') == 15
 
 
 def test_misspelt_option_is_a_type_error():
@@ -71,7 +71,7 @@ def test_sequences_are_tuples_and_the_schedule_gets_its_fields():
     assert options.schedule_kwargs() == dict(
         long_cycle=True, short_cycle=True, epoch_factor=1.5,
         long_cycle_factors=((0.5, 1), (1, 1)), short_cycle_factors=(0.5, ),
-        short_cycle_mode='absolute')
+        short_cycle_mode='absolute', batch_policy='paper')
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.short_cycle = False
 
@@ -277,8 +277,9 @@ def test_clips_left_unused_by_incomplete_batches_are_said(samples, world_size,
     """Stage 0 cycles batches 32, 16, 16, the base-shape stages 16, 8, 4:
     64 clips leave 0 and 8 (12.5 %) unused per epoch; 40 leave 8 (20 %)
     and 12 (30 %)."""
-    messages = _messages([STEP], samples_per_rank=samples,
-                         world_size=world_size)
+    messages = [m for m in _messages([STEP], samples_per_rank=samples,
+                                     world_size=world_size)
+                if m.startswith('Incomplete')]
     if unused is None:
         assert messages == []
         return
@@ -287,6 +288,31 @@ def test_clips_left_unused_by_incomplete_batches_are_said(samples, world_size,
     assert 'per process unused in each of epochs 3-4 ' in message
     assert '(batches [16, 8, 4]; 4 stages lose 20%+)' in message
     assert message.endswith(unused)
+
+
+@pytest.mark.parametrize('policy, samples, expected', [
+    # Batch 16 of 128 clips (12.5 %): 128 // (32 + 16 + 16) * 3 = 6 steps
+    # per epoch in epochs 0-3, against 128 / 4 = 32 of the recipe.
+    ('paper', 128, 'Batch 16 is 12% of the 128 clips per process: 6 '
+     'optimizer steps per epoch in epochs 0-3 (recipe 32; 1 stages)'),
+    ('paper', 160, None),  # batch 16 is 10 %: no warning
+    ('sqrt', 128, None),  # batch 4 round(sqrt 4) = 8: 6 %
+    ('sqrt', 64, 'Batch 8 is 12% of the 64 clips'),
+])
+def test_few_optimizer_steps_per_epoch_are_said(policy, samples, expected):
+    """Base (B, T, S) = (4, 16, 56); the first long-cycle shape has the
+    paper's batch factor 4. A long-cycle batch above 10 % of the clips per
+    process warns with the steps per epoch and the policy that keeps them."""
+    messages = [m for m in _messages([STEP], samples_per_rank=samples,
+                                     batch_policy=policy, bn_base_size=None)
+                if m.startswith('Batch')]
+    if expected is None:
+        assert messages == []
+        return
+    [message] = messages
+    assert message.startswith(expected)
+    assert message.endswith("use batch_policy='constant', more data or a "
+                            'smaller batch_size.')
 
 
 def test_extreme_short_cycle_factors_are_named():
@@ -353,7 +379,7 @@ def test_iteration_bounds_need_the_epoch_length():
     # Unknown iterations per epoch: nothing can be said.
     assert _messages([warmup, STEP]) == []
     # 64 clips / batch 4 = 16 iterations per recipe epoch, 64 in the recipe.
-    [message] = _messages([warmup, STEP], samples_per_rank=64)
+    message = _messages([warmup, STEP], samples_per_rank=64)[0]
     assert 'recipe iteration 500' in message
     assert '64 recipe iterations' in message
 
@@ -525,10 +551,12 @@ def test_table_rows_and_totals():
                                'epochs; ')
     assert 'world size 2 x accumulative_counts 1; ' in lines[0]
     assert '; rel. LR = batch factor x LR decay ' in lines[0]
-    assert lines[0].endswith("(lr_rule='linear')")
+    assert "(lr_rule='linear'); batch_policy='paper'; FLOPs = " in lines[0]
+    # Stage 0's FLOPs, B T S^2 per clip over the recipe's 4 x 16 x 56^2:
+    # 3 epochs x (32 x 8 x 28^2 + 2 x 16 x 8 x 40^2) / 64 -> 14.3 %.
     assert lines[2].split() == ['0', '16', '32', '8', '40', '0', '3', '9',
-                                '4', '[(32,', '28),', '(16,', '40),',
-                                '(16,', '40)]']
+                                '9', '14.3%', '4', '[(32,', '28),', '(16,',
+                                '40),', '(16,', '40)]']
     total = lines[-1]
     assert total.startswith('total: 6 epochs, 27 iterations (exact, 64 clips ')
     assert 'vs 64 of the recipe -> 2.37x fewer iterations; ' in total
@@ -544,8 +572,8 @@ def test_sqrt_lr_rule_in_the_plan_and_its_report():
     assert [s.lr_factor for s in plan.stages] == [
         2, 1, 1, pytest.approx(0.1)]
     assert summary(plan)['lr_rule'] == 'sqrt'
-    assert describe(plan).splitlines()[0].endswith(
-        "rel. LR = sqrt(batch factor) x LR decay (lr_rule='sqrt')")
+    assert "rel. LR = sqrt(batch factor) x LR decay (lr_rule='sqrt')" in (
+        describe(plan).splitlines()[0])
 
 
 def test_flops_counted_on_the_model_replace_the_estimate():

@@ -8,7 +8,7 @@ from mmext.multigrid.plan import find_lr_steps
 from mmext.multigrid.schedule import (GridShape, MultigridStage,
                                       iterations_per_epoch, map_recipe_epoch,
                                       short_cycle_shapes, stage_at_epoch,
-                                      total_flops_ratio)
+                                      stage_flops_ratios)
 
 
 @pytest.fixture(scope='module')
@@ -49,7 +49,7 @@ def test_reference_iteration_saving(reference):
         s.num_epochs * len(s.short_cycle) /
         sum(x.batch_factor for x in s.short_cycle) for s in reference)
     assert base_iters / mg_iters == pytest.approx(3.4, abs=0.1)
-    assert total_flops_ratio(reference, MAX_EPOCHS, 32, 224) < 1
+    assert sum(stage_flops_ratios(reference, MAX_EPOCHS, 32, 224)) < 1
 
 
 def test_flops_ratio_from_counted_clip_flops():
@@ -64,11 +64,12 @@ def test_flops_ratio_from_counted_clip_flops():
     stages = [MultigridStage(0, mid, (small, mid), 0, 4, 2.0),
               MultigridStage(1, base, (base, ), 4, 6, 0.1)]
     flops = {(8, 56): 1.0, (8, 112): 3.0, (16, 112): 10.0}
-    assert total_flops_ratio(stages, 5, 16, 112, flops) == pytest.approx(
-        8 / 15)
+    assert stage_flops_ratios(stages, 5, 16, 112, flops) == pytest.approx(
+        [2 / 15, 2 / 5])
     del flops[8, 56]
-    assert total_flops_ratio(stages, 5, 16, 112, flops) == pytest.approx(0.6)
-    assert total_flops_ratio(stages, 5, 16, 112) == pytest.approx(0.6)
+    assert sum(stage_flops_ratios(stages, 5, 16, 112, flops)) == (
+        pytest.approx(0.6))
+    assert sum(stage_flops_ratios(stages, 5, 16, 112)) == pytest.approx(0.6)
 
 
 def test_relative_short_cycle():
@@ -157,3 +158,40 @@ def test_a_2d_recognizer_is_told_to_keep_t_1():
         (1, 0.5**0.5), (1, 1)])
     assert {(s.shape.clip_len, s.shape.crop_size) for s in stages} == {
         (1, 158), (1, 224)}
+
+
+@pytest.mark.parametrize('policy, long_cycle, first_cycle', [
+    ('constant', [1, 1, 1, 1], [1, 1, 1]),
+    # round(sqrt F): sqrt 8 = 2.83, sqrt 2 = 1.41, sqrt 16 = 4.
+    ('sqrt', [3, 2, 1, 1], [4, 3, 3]),
+])
+def test_batch_policy_keeps_the_epochs_and_scales_batch_and_lr(
+        reference, policy, long_cycle, first_cycle):
+    """Every policy trains the reference's shapes for the reference's epochs;
+    the batch factors (long cycle, stage 0's short cycle) are the policy's
+    and the LR (linear rule) follows them."""
+    stages = build_multigrid_schedule(32, 224, STEPS, MAX_EPOCHS, gamma=0.1,
+                                      batch_policy=policy)
+    shape = lambda s: (s.shape.clip_len, s.shape.crop_size)  # noqa: E731
+    assert [(s.start_epoch, s.end_epoch, shape(s)) for s in stages] == [
+        (s.start_epoch, s.end_epoch, shape(s)) for s in reference]
+    assert [s.shape.batch_factor for s in stages[:4]] == long_cycle
+    assert [x.batch_factor for x in stages[0].short_cycle] == first_cycle
+    assert [s.lr_factor for s in stages[:12]] == pytest.approx(
+        [f * 0.1**k for k in range(3) for f in long_cycle])
+    assert stages[-1].shape == GridShape(1, 32, 224)
+
+
+def test_constant_policy_flops_weigh_the_short_cycle_equally():
+    """(T0, S0) = (16, 112), short cycle only at 1/2 and 1/sqrt2: constant
+    batches train a third of the clips at each crop: FLOPs per epoch
+    (56^2 + 79^2 + 112^2) / 3 / 112^2 = 0.582 of the recipe's; the paper's
+    weighs them 4:2:1 (F = 4, round(2.01) = 2): (4 56^2 + 2 79^2 + 112^2)
+    / 7 / 112^2 = 0.427; 6 epochs of 4 recipe epochs (epoch_factor 1.5)."""
+    ratios = {policy: sum(stage_flops_ratios(build_multigrid_schedule(
+        16, 112, [0, 4], 4, long_cycle=False, batch_policy=policy), 4, 16,
+        112)) for policy in ('constant', 'paper')}
+    assert ratios['constant'] == pytest.approx(
+        1.5 * (56**2 + 79**2 + 112**2) / 3 / 112**2)
+    assert ratios['paper'] == pytest.approx(
+        1.5 * (4 * 56**2 + 2 * 79**2 + 112**2) / 7 / 112**2)
