@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 import warnings
 from typing import Callable, List, NamedTuple, Optional, Sequence
@@ -589,7 +590,10 @@ def prebuilt_ops(args, deadline: float) -> tuple:
     differences = prebuilt_differences(args)
     if differences != []:
         return None, _no_prebuilt(differences)
-    ext = mmcv_ops.unpack(osp.join(args.bundle, 'prebuilt'), args.target)
+    try:
+        ext = mmcv_ops.unpack(osp.join(args.bundle, 'prebuilt'), args.target)
+    except (OSError, ValueError, KeyError, tarfile.TarError) as error:
+        return None, f'prebuilt ops unusable: {error}'
     error = import_report(['mmcv.ops'], deadline)['mmcv.ops']
     if error:
         os.remove(ext)
@@ -642,7 +646,12 @@ def finish_ops_build(build, args, deadline: float,
         if error:
             why = detail = f'the built ops do not load: {error[:160]}'
         elif os.environ.get('OUT'):
-            archive = mmcv_ops.pack(ext, _stack(args), os.environ['OUT'])
+            try:  # within half the time the build left the lines
+                archive = mmcv_ops.pack(ext, _stack(args), os.environ['OUT'],
+                                        (deadline - time.monotonic()) / 2)
+            except (OSError, subprocess.SubprocessError) as error:
+                return ('mmcv-ops-build', 'FAIL', build.seconds,
+                        f'{detail}; not packed into $OUT: {error}'), None
             size = osp.getsize(archive)
             detail += (f'; packed into {archive} ({size / 2**20:.1f} MiB' +
                        (', over the 16 MiB that come back)'

@@ -96,10 +96,16 @@ def stack_differences(built_for: Dict[str, str],
             for key, value in machine.items() if built_for.get(key) != value]
 
 
-def pack(ext: str, stack: Dict[str, str], out: str) -> str:
-    """Write ``out/mmcv-ops.tar.xz`` (``ext`` without debug symbols) and
-    ``out/mmcv-ops.json`` (``stack``, the file's name and sha256); the
-    archive's path."""
+def _sha256(path: str) -> str:
+    with open(path, 'rb') as f:
+        return hashlib.file_digest(f, 'sha256').hexdigest()
+
+
+def pack(ext: str, stack: Dict[str, str], out: str,
+         timeout: Optional[float] = None) -> str:
+    """Write ``out/mmcv-ops.tar.xz`` (``ext`` without debug symbols; xz on
+    every core, within ``timeout`` seconds) and ``out/mmcv-ops.json``
+    (``stack``, the file's name and sha256); the archive's path."""
     archive = osp.join(out, PREBUILT + '.tar.xz')
     os.makedirs(out, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,23 +113,27 @@ def pack(ext: str, stack: Dict[str, str], out: str) -> str:
         if shutil.which('strip'):
             subprocess.run(['strip', '--strip-debug', so],
                            capture_output=True)  # a failure keeps them
-        with tarfile.open(archive, 'w:xz') as tar:
-            tar.add(so, arcname=osp.basename(so))
-    with open(archive, 'rb') as f:
-        sha256 = hashlib.file_digest(f, 'sha256').hexdigest()
+        subprocess.run(['tar', '-C', tmp, '-cJf', archive, osp.basename(so)],
+                       check=True, timeout=timeout,
+                       env=dict(os.environ, XZ_OPT='-T0'))
     with open(osp.join(out, PREBUILT + '.json'), 'w') as f:
-        json.dump(dict(stack, file=osp.basename(ext), sha256=sha256), f,
-                  indent=1)
+        json.dump(dict(stack, file=osp.basename(ext),
+                       sha256=_sha256(archive)), f, indent=1)
     return archive
 
 
 def unpack(folder: str, target: str) -> str:
     """Install the prebuilt ops of ``folder`` into ``target/mmcv``; the
-    extension's path."""
+    extension's path. Raises ValueError if the archive is not the one its
+    json names."""
     with open(osp.join(folder, PREBUILT + '.json')) as f:
-        name = json.load(f)['file']
+        meta = json.load(f)
+    archive = osp.join(folder, PREBUILT + '.tar.xz')
+    if _sha256(archive) != meta['sha256']:
+        raise ValueError(f'{archive}: sha256 differs from its json')
+    name = meta['file']
     dest = osp.join(target, 'mmcv', name)
-    with tarfile.open(osp.join(folder, PREBUILT + '.tar.xz')) as tar:
+    with tarfile.open(archive) as tar:
         with tar.extractfile(name) as src, open(dest + '.part', 'wb') as f:
             shutil.copyfileobj(src, f)
     os.replace(dest + '.part', dest)

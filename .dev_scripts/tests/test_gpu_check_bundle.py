@@ -288,3 +288,21 @@ def test_gpu_check_help_names_the_one_command():
     assert '    .dev_scripts/gpu_check.sh --bundle .gpu_bundle\n' in out
     assert 'usage: gpu_check.py' in out  # then the options
     assert '--budget BUDGET' in out
+
+
+def test_a_changed_prebuilt_archive_is_built_and_a_failed_pack_kept(
+        bundle, capsys, monkeypatch):
+    """An archive other than its json names is not installed; ops that
+    cannot be packed into $OUT fail their row, not the lines."""
+    monkeypatch.setenv('FAKE_BUILD', 'ok')
+    _prebuilt(bundle)
+    with open(bundle / 'bundle' / 'prebuilt' / 'mmcv-ops.tar.xz', 'ab') as f:
+        f.write(b'x')
+    (bundle / 'out').write_text('a file, not a folder')
+    monkeypatch.setenv('OUT', str(bundle / 'out'))
+    code, rows = _run(bundle, capsys)
+    assert code == 1 and _status(rows['mmcv-ops-build']) == 'FAIL'
+    for part in ('built (prebuilt ops unusable: ', 'sha256 differs from its '
+                 'json', '; not packed into $OUT: '):
+        assert part in rows['mmcv-ops-build']
+    assert _status(rows['with-ops']) == 'pass'
