@@ -306,3 +306,19 @@ def test_a_changed_prebuilt_archive_is_built_and_a_failed_pack_kept(
                  'json', '; not packed into $OUT: '):
         assert part in rows['mmcv-ops-build']
     assert _status(rows['with-ops']) == 'pass'
+
+
+def test_dry_run_says_how_the_ops_come(bundle, capsys, monkeypatch):
+    monkeypatch.setattr(gpu_check, 'check_bundle_imports', lambda: ([], ''))
+    args = ['--bundle', str(bundle / 'bundle'), '--target',
+            str(bundle / 'target'), '--dry-run']
+    assert gpu_check.main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3].split()[0] == 'plain' and 'after' not in out[-3]
+    assert out[-2].endswith('(after an mmcv ops build)')
+    assert out[-1].split(None, 1)[1].startswith(
+        'build (no prebuilt ops in the bundle): FORCE_CUDA=1 ')
+    _prebuilt(bundle)
+    assert gpu_check.main(args) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith(
+        'mmcv-ops-build             prebuilt, for this stack')
