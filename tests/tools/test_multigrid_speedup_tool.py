@@ -26,9 +26,12 @@ def _json(proc):
 
 @pytest.mark.slow
 def test_synthetic_run_figures(tmp_path):
+    # The warm-up over the whole run: one recipe epoch of 40 leaves
+    # LinearLR's 1-epoch warm-up under one iteration (mmengine refuses it).
     proc = run_tool([sys.executable, TOOL, '--synthetic', '--epochs', '1',
                      '--clips', '240', '--warmup', '1', '--json',
-                     '--work-dir', str(tmp_path)] + TINY)
+                     '--work-dir', str(tmp_path)] + TINY +
+                    ['param_scheduler.0.end=40'])
     out = _json(proc)
     base, mg = out['baseline'], out['multigrid']
     assert out['mode'] == 'synthetic' and out['device'] == 'cpu'
@@ -234,7 +237,8 @@ def test_compiled_channels_last_run(tmp_path):
     counts each run's graphs; multigrid's run has none falling back."""
     proc = run_tool([sys.executable, TOOL, '--synthetic', '--epochs', '1',
                      '--compile', 'eager', '--channels-last', '--json',
-                     '--work-dir', str(tmp_path)] + TINY)
+                     '--work-dir', str(tmp_path)] + TINY +
+                    ['param_scheduler.0.end=40'])  # as above
     out = _json(proc)
     assert out['stack'] == dict(channels_last=True, compile='eager',
                                 amp=None, repeat_aug=None)
