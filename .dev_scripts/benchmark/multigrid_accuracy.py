@@ -4,7 +4,8 @@ Usage, from the project root (it trains through the speed-up tool's
 ``train_arm``, so ``tools/benchmark`` goes on ``PYTHONPATH``):
 PYTHONPATH=tools/benchmark python .dev_scripts/benchmark/multigrid_accuracy.py
 [--config CONFIG] [--seeds 0 1 2 3 4] [--fractions 0.25 0.5 0.75 1]
-[--curve-seeds 3] [--mg-fractions 1 0.5] [--lr-rule linear|sqrt ...]
+[--curve-seeds 3] [--mg-fractions 1] [--arms paper constant ...]
+[--reuse JSON ...]
 [--jobs 2] [--threads 1] [--epochs N] [--margin 0.05] [--device cpu|cuda]
 [--json] [--work-dir DIR] [--cfg-options key=value ...]
 PYTHONPATH=tools/benchmark python .dev_scripts/benchmark/multigrid_accuracy.py
@@ -23,6 +24,7 @@ a file without training. Rules and figures: docs/en/benchmarks.md (Time to
 accuracy).
 """
 import argparse
+import itertools
 import json
 import os
 import os.path as osp
@@ -40,6 +42,7 @@ from seed_stats import (bootstrap_groups, detectable_difference,
 from bench_utils import load_run_config
 from mmext.multigrid import MultigridPlan
 from mmext.multigrid.checks import check_run
+from mmext.multigrid.plan import is_multigrid_hook
 from mmext.multigrid.data import parse_grid_shape
 from mmext.multigrid.transformers import install_shape_adapters
 
@@ -50,8 +53,18 @@ DEFAULT_CONFIG = ('configs/multigrid/'
 # tell the arms apart; parity needs the paired 95 % interval inside +-margin.
 LEARNS = 0.25
 MARGIN = 0.05
-# Multigrid arms by the hook's lr_rule (linear: the paper's; sqrt: Adam's).
-MG_ARMS = {'linear': 'multigrid', 'sqrt': 'multigrid-sqrt'}
+# Multigrid arms: MultigridHook options over the config's. 'paper' is the
+# paper's batch scaling (with the config's lr_rule), the halves use it too.
+MG_ARMS = {
+    'paper': dict(batch_policy='paper'),
+    'paper-linear': dict(batch_policy='paper', lr_rule='linear'),
+    'constant': dict(batch_policy='constant'),
+    'sqrt-batch': dict(batch_policy='sqrt'),
+    'long-cycle': dict(batch_policy='paper', short_cycle=False),
+    'short-cycle': dict(batch_policy='paper', long_cycle=False),
+}
+# Arm names of earlier JSON files (--reuse): the lr_rule arms.
+LEGACY_ARMS = {'multigrid-sqrt': 'paper', 'multigrid': 'paper-linear'}
 # The keys of a run that its cached result must match to be reused.
 RUN_KEYS = ('config', 'cfg_options', 'device', 'threads', 'channels_last',
             'compile', 'amp', 'repeat_aug')
@@ -145,6 +158,7 @@ def summarize(runs, clip_lens, chance, margin=MARGIN):
             top1={t: summary([r['top1_at'][t] for r in rs]) for t in lens},
             load={k: statistics.fmean(r['load'][k] for r in rs)
                   for k in ('load_average', 'other_cores')},
+            bound=statistics.mode(r['bound'] for r in rs),
             **{k: summary([r[k] for r in rs]) for k in (
                 'seconds', 'cpu_seconds', 'flops', 'data_share')}))
     recipe = {f: rs for (arm, f), rs in by.items() if arm == 'recipe'}
@@ -184,7 +198,8 @@ def report(result):
     lines = [f'{"arm":>14} {"sched":>5} {"epochs":>6} {"seeds":>5} '
              + ' '.join(f'{f"top-1 T={t}":>22}' for t in lens)
              + f' {"train min":>16} {"CPU min":>7} {"TFLOPs":>7} '
-               f'{"data wait":>9} {"load":>5} {"other cores":>11}']
+               f'{"data wait":>9} {"bound":>7} {"load":>5} '
+               f'{"other cores":>11}']
     for g in result['groups']:
         lines.append(
             f'{g["arm"]:>14} {g["fraction"]:>5.2f} {g["epochs"]:>6} '
@@ -193,7 +208,7 @@ def report(result):
             + f' {format_summary(g["seconds"], 1 / 60, 1):>16} '
               f'{g["cpu_seconds"]["mean"] / 60:>7.1f} '
               f'{g["flops"]["mean"] / 1e12:>7.1f} '
-              f'{g["data_share"]["mean"]:>9.0%} '
+              f'{g["data_share"]["mean"]:>9.0%} {g.get("bound", "?"):>7} '
               f'{g["load"]["load_average"]:>5.2f} '
               f'{g["load"]["other_cores"]:>11.2f}')
     for c in result['comparisons']:
@@ -226,7 +241,7 @@ def plot(result, path):
             ('flops', 1e-12, 'training FLOPs (forward, TFLOPs)')]
     fig, grid = plt.subplots(len(lens), 2, figsize=(12, 4.5 * len(lens)),
                              squeeze=False)
-    colours = dict(zip(['multigrid', 'multigrid-sqrt'], ['C3', 'C2']))
+    colours = {arm: f'C{k + 1}' for k, arm in enumerate(MG_ARMS)}
     markers = {1.0: 'o', 0.5: 's'}
     for row, t in zip(grid, lens):
         for ax, (key, scale, label) in zip(row, axes):
@@ -272,15 +287,15 @@ def plot(result, path):
 
 
 # ---------------------------------------------------------------- runs
-def plan_runs(seeds, fractions, curve_seeds, mg_fractions, lr_rules, epochs):
+def plan_runs(seeds, fractions, curve_seeds, mg_fractions, arms, epochs):
     """Every run: the recipe at each fraction (all seeds at 1, the first
-    ``curve_seeds`` below), multigrid at each of ``mg_fractions`` and LR
-    rule with all seeds; longest first (fewer idle slots at the end), the
-    arms of a seed side by side."""
+    ``curve_seeds`` below), each multigrid arm at each of ``mg_fractions``
+    with all seeds; longest first (fewer idle slots at the end), the arms of
+    a seed side by side."""
     runs = [dict(arm='recipe', fraction=f, seed=s) for f in fractions
             for s in (seeds if f == 1 else seeds[:curve_seeds])]
-    runs += [dict(arm=MG_ARMS[rule], fraction=f, seed=s)
-             for rule in lr_rules for f in mg_fractions for s in seeds]
+    runs += [dict(arm=arm, fraction=f, seed=s)
+             for arm in arms for f in mg_fractions for s in seeds]
     for r in runs:
         r['epochs'] = round(r['fraction'] * epochs)
     return sorted(runs, key=lambda r: (-r['epochs'], r['seed'], r['arm']))
@@ -293,17 +308,37 @@ def _run_one(spec_file):
     args = Namespace(**spec['args'])
     setup_torch(None, args)
     arm = spec['run']['arm']
-    rule = next((r for r, a in MG_ARMS.items() if a == arm), None)
-    result = train_arm(args, arm != 'recipe', spec['clip_lens'], rule)[0]
+    result = train_arm(args, arm != 'recipe', spec['clip_lens'],
+                       MG_ARMS.get(arm))[0]
     result['top1_at'] = {str(t): v for t, v in result['top1_at'].items()}
     with open(spec['result'], 'w') as f:
         json.dump(dict(spec['run'], key=spec['key'], **result), f,
                   default=str)
 
 
+def _key_text(key):
+    return json.dumps(key, sort_keys=True, default=str)
+
+
+def earlier_runs(files):
+    """``{key text: run}`` of the runs in earlier JSON files of this tool
+    (``--reuse``), their legacy arm names renamed."""
+    found = {}
+    for name in files or []:
+        with open(name) as f:
+            for run in json.load(f)['runs']:
+                arm = LEGACY_ARMS.get(run['arm'], run['arm'])
+                run = dict(run, arm=arm, key=dict(run['key'], arm=arm),
+                           reused_from=name)
+                found[_key_text(run['key'])] = run
+    return found
+
+
 def launch(runs, args, clip_lens):
     """Run every run as a subprocess, ``args.jobs`` at a time; a run whose
-    result file holds the same run is reused. Returns the results."""
+    result file, or a ``--reuse`` JSON, holds the same run is reused.
+    Returns the results."""
+    earlier = earlier_runs(args.reuse)
     pending, active, done = list(runs), [], []
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     start = time.perf_counter()
@@ -318,13 +353,17 @@ def launch(runs, args, clip_lens):
                 k: getattr(args, k) for k in RUN_KEYS})
             key['cfg_options'] = options
             result = osp.join(run_dir, 'result.json')
-            if osp.isfile(result):
+            cached = earlier.get(_key_text(key))
+            if cached is None and osp.isfile(result):
                 with open(result) as f:
                     cached = json.load(f)
-                if cached.get('key') == json.loads(json.dumps(key)):
-                    print(f'{name}: reusing {result}', flush=True)
-                    done.append(cached)
-                    continue
+                cached = cached if cached.get('key') == json.loads(
+                    json.dumps(key)) else None
+            if cached is not None:
+                print(f'{name}: reusing '
+                      f'{cached.get("reused_from", result)}', flush=True)
+                done.append(cached)
+                continue
             os.makedirs(run_dir, exist_ok=True)
             spec = dict(run=run, key=key, clip_lens=clip_lens, result=result,
                         args=dict(vars(args), cfg_options=options,
@@ -393,25 +432,27 @@ def _train(parser, args):
     cfg = load_run_config(args.config, args.cfg_options)
     epochs = args.epochs or cfg.train_cfg.max_epochs
     runs = plan_runs(seeds, args.fractions, args.curve_seeds,
-                     args.mg_fractions, args.lr_rule, epochs)
+                     args.mg_fractions, args.arms, epochs)
     lengths = sorted({(r['fraction'], r['epochs']) for r in runs})
     if min(e for _, e in lengths) < 1 or len({e for _, e in lengths}) < len(
             lengths):
         parser.error(f'--fractions of {epochs} epochs give {lengths}: each '
                      f'needs its own number of epochs >= 1')
-    for fraction in args.mg_fractions:
+    for fraction, arm in itertools.product(args.mg_fractions, args.arms):
         short = cfg.copy()
         shorten_schedule(short, round(fraction * epochs))
+        next(h for h in short.custom_hooks if is_multigrid_hook(h)).update(
+            MG_ARMS[arm])
         try:
             MultigridPlan.from_config(short)
         except ValueError as error:
-            parser.error(f'multigrid at {fraction:g} of {epochs} epochs: '
-                         f'{error}')
+            parser.error(f'{arm} at {fraction:g} of {epochs} epochs: {error}')
     base_t = parse_grid_shape(cfg.val_dataloader.dataset.pipeline)[0]
     clip_lens = [base_t, base_t // 2]
     setup_torch(parser, args)
     flops = clip_flops(cfg)
     start, load_before = time.perf_counter(), os.getloadavg()
+    os.makedirs(args.work_dir, exist_ok=True)
     print(f'{len(runs)} runs, {args.jobs} at a time', flush=True)
     done = launch(runs, args, clip_lens)
     for r in done:
@@ -446,9 +487,10 @@ def show_defaults(parser):
             action.help = f'{action.help or ""} (default: %(default)s)'
     d = parser.parse_args([])
     runs = plan_runs(d.seeds, d.fractions, d.curve_seeds, d.mg_fractions,
-                     d.lr_rule, 1)
-    parser.epilog = (f'The default run: {len(runs)} trainings, about 105 '
-                     f'min on 2 idle CPU cores (MSR Action3D, 2026-12-03).')
+                     d.arms, 1)
+    parser.epilog = (f'The default run: {len(runs)} trainings of 4-15 min '
+                     f'each, 2 at a time on 2 idle CPU cores (MSR Action3D, '
+                     f'docs/en/benchmarks.md); --reuse skips the done ones.')
 
 
 def main():
@@ -465,12 +507,13 @@ def main():
                         help='the first N --seeds (all if fewer) train the '
                              'fractions below 1')
     parser.add_argument('--mg-fractions', type=float, nargs='+',
-                        default=[1.0, 0.5],
+                        default=[1.0],
                         help='multigrid at these fractions (all seeds)')
-    parser.add_argument('--lr-rule', nargs='+', choices=sorted(MG_ARMS),
-                        default=['sqrt'],
-                        help="the hook's lr_rule, one multigrid arm each: "
-                             "linear (SGD's), sqrt (Adam family's)")
+    parser.add_argument('--arms', nargs='+', choices=list(MG_ARMS),
+                        default=['paper', 'constant', 'sqrt-batch'],
+                        help='multigrid arms (MG_ARMS: hook options)')
+    parser.add_argument('--reuse', nargs='+', metavar='JSON',
+                        help='reuse the equal runs of earlier JSON files')
     parser.add_argument('--jobs', type=int, default=2,
                         help='trainings at a time (subprocesses)')
     parser.add_argument('--margin', type=float, default=MARGIN,

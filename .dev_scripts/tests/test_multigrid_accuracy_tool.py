@@ -48,7 +48,8 @@ def _run(arm, fraction, seed, top1, seconds, flops, half=None):
     return dict(arm=arm, fraction=fraction, epochs=round(32 * fraction),
                 seed=seed, top1_at={'16': top1, '8': half or top1 - 0.1},
                 seconds=seconds, cpu_seconds=2 * seconds, flops=flops,
-                data_share=0.1, load=dict(load_average=2.0, other_cores=0.5))
+                data_share=0.1, load=dict(load_average=2.0, other_cores=0.5),
+                bound='data')
 
 
 # Recipe at 0.5 (seeds 0, 1): top-1 0.40, 0.50 (mean 0.45), 110 s mean, 1
@@ -153,20 +154,43 @@ def test_summary_refuses_a_seed_twice(tool):
 
 def test_plan_runs_counts_seeds_and_orders_longest_first(tool):
     runs = tool.plan_runs([0, 1, 2, 3, 4], [0.25, 0.5, 0.75, 1.0], 3,
-                          [1.0, 0.5], ['linear', 'sqrt'], 32)
+                          [1.0, 0.5], ['paper', 'constant'], 32)
     count = {}
     for r in runs:
         key = (r['arm'], r['epochs'])
         count[key] = count.get(key, 0) + 1
     assert count == {('recipe', 8): 3, ('recipe', 16): 3, ('recipe', 24): 3,
-                     ('recipe', 32): 5, ('multigrid', 32): 5,
-                     ('multigrid', 16): 5, ('multigrid-sqrt', 32): 5,
-                     ('multigrid-sqrt', 16): 5}
+                     ('recipe', 32): 5, ('paper', 32): 5, ('paper', 16): 5,
+                     ('constant', 32): 5, ('constant', 16): 5}
     assert [(r['arm'], r['epochs'], r['seed']) for r in runs[:4]] == [
-        ('multigrid', 32, 0), ('multigrid-sqrt', 32, 0), ('recipe', 32, 0),
-        ('multigrid', 32, 1)]
+        ('constant', 32, 0), ('paper', 32, 0), ('recipe', 32, 0),
+        ('constant', 32, 1)]
     assert [r['epochs'] for r in runs] == sorted(
         (r['epochs'] for r in runs), reverse=True)
+
+
+def test_runs_of_an_earlier_json_are_reused_under_their_new_arm(
+        tool, tmp_path):
+    """A JSON of the lr_rule arms: its 'multigrid-sqrt' runs are the
+    'paper' arm's; runs of the same key are taken, nothing trains."""
+    args = SimpleNamespace(
+        work_dir=str(tmp_path), jobs=1, threads=1, cfg_options=None,
+        config='c.py', device='cpu', channels_last=False, compile=None,
+        amp=None, repeat_aug=None, reuse=[str(tmp_path / 'old.json')])
+    runs = tool.plan_runs([0, 1], [1.0], 1, [1.0], ['paper'], 4)
+    old = []
+    for run in runs:
+        arm = 'multigrid-sqrt' if run['arm'] == 'paper' else 'recipe'
+        key = dict(run, arm=arm, clip_lens=[16, 8],
+                   **{k: getattr(args, k) for k in tool.RUN_KEYS})
+        key['cfg_options'] = {'randomness.seed': run['seed']}
+        old.append(dict(run, arm=arm, key=key, top1=0.5))
+    (tmp_path / 'old.json').write_text(json.dumps(dict(runs=old)))
+    done = tool.launch(runs, args, [16, 8])
+    assert sorted((r['arm'], r['seed']) for r in done) == [
+        ('paper', 0), ('paper', 1), ('recipe', 0), ('recipe', 1)]
+    assert {r['reused_from'] for r in done} == {str(tmp_path / 'old.json')}
+    assert not list(tmp_path.glob('*/spec.json'))
 
 
 def test_shorter_schedules_scale_milestones_and_warm_up(tool):
@@ -221,7 +245,7 @@ def test_report_and_plot_from_json(tool, tmp_path):
     (['--mg-fractions', '0.3'], 'and every --mg-fractions [0.3]'),
     (['--epochs', '2'], 'each needs its own number of epochs >= 1'),
     (['--cfg-options', 'custom_hooks.0.epoch_factor=0.1'],
-     'multigrid at 1 of 32 epochs'),
+     'paper at 1 of 32 epochs'),
 ])
 def test_bad_options_stop_before_training(tmp_path, args, message):
     assert_refused_before_training(
@@ -239,7 +263,8 @@ def test_tiny_protocol_end_to_end(tmp_path, shared_data):
         (tmp_path / f'{name}.txt').write_text(''.join(lines))
     proc = run_tool([
         sys.executable, TOOL, '--seeds', '0', '1', '--fractions', '0.5', '1',
-        '--mg-fractions', '1', '--epochs', '4', '--json', '--work-dir',
+        '--mg-fractions', '1', '--arms', 'paper', '--epochs', '4', '--json',
+        '--work-dir',
         str(tmp_path / 'out'), '--cfg-options',
         'model.backbone.base_channels=4', 'model.cls_head.in_channels=32',
         'train_dataloader.batch_size=2', 'custom_hooks.0.bn_base_size=2',
@@ -247,9 +272,8 @@ def test_tiny_protocol_end_to_end(tmp_path, shared_data):
         f'val_dataloader.dataset.ann_file={tmp_path}/val.txt'],
         env=dict(MMEXT_DATA_ROOT=shared_data))
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    # The default multigrid arm: square-root LR scaling.
     assert sorted((r['arm'], r['epochs'], r['seed']) for r in out['runs']) == [
-        ('multigrid-sqrt', 4, 0), ('multigrid-sqrt', 4, 1), ('recipe', 2, 0),
+        ('paper', 4, 0), ('paper', 4, 1), ('recipe', 2, 0),
         ('recipe', 2, 1), ('recipe', 4, 0), ('recipe', 4, 1)]
     flops = {k: v * 1e9 for k, v in out['clip_gflops'].items()}
     for r in out['runs']:
@@ -264,7 +288,7 @@ def test_tiny_protocol_end_to_end(tmp_path, shared_data):
     # 41 clips a recipe epoch.
     recipe = [r for r in out['runs'] if r['arm'] == 'recipe']
     assert {r['clips'] for r in recipe} == {82, 164}
-    mg = [r for r in out['runs'] if r['arm'] == 'multigrid-sqrt']
+    mg = [r for r in out['runs'] if r['arm'] == 'paper']
     diff = out['comparisons'][0]['16']['difference']['differences']
     assert diff == pytest.approx([
         m['top1_at']['16'] - r['top1_at']['16']

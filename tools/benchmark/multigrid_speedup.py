@@ -212,8 +212,9 @@ def evaluate_at(runner, cfg, clip_lens, top1=None):
     return out
 
 
-def train_arm(args, multigrid, clip_lens=(), lr_rule=None):
-    """Train one run (multigrid with the hook's ``lr_rule`` if given): its
+def train_arm(args, multigrid, clip_lens=(), hook_options=None):
+    """Train one run (multigrid with ``hook_options`` overriding the
+    config's ``MultigridHook`` options, if given): its
     figures (with ``top1_at`` ``clip_lens``), config, clips per process and
     the hook's plan."""
     name = 'multigrid' if multigrid else 'baseline'
@@ -225,9 +226,9 @@ def train_arm(args, multigrid, clip_lens=(), lr_rule=None):
     keep_cpu_memory = build_hook(cfg).keep_cpu_memory
     if not multigrid:
         _drop_multigrid(cfg)
-    elif lr_rule is not None:
+    elif hook_options:
         next(h for h in cfg.custom_hooks
-             if is_multigrid_hook(h))['lr_rule'] = lr_rule
+             if is_multigrid_hook(h)).update(hook_options)
     _apply_stack(cfg, args)
     runner = build_runner(cfg)
     if not multigrid:
@@ -698,11 +699,10 @@ def _pair(args):
     base, _, _, _ = train_arm(args, False)
     mg, _, _, plan = train_arm(args, True)
     for x in base['shapes'] + mg['shapes']:  # steady steps' FLOP rates
-        x['tflops_per_s'] = flop_rate(plan.clip_flops, (
+        x['tflops_per_s'] = rate = flop_rate(plan.clip_flops, (
             x['batch'], x['clip_len'], x['crop_size']), x['steady_s_per_iter'])
-        x['rate_vs_base'] = x['tflops_per_s'] and base['shapes'][0][
-            'tflops_per_s'] and x['tflops_per_s'] / base['shapes'][0][
-                'tflops_per_s']
+        first = base['shapes'][0]['tflops_per_s']
+        x['rate_vs_base'] = rate and first and rate / first
     pair = dict(baseline=base, multigrid=mg, **_overall(base, mg, plan))
     if mg['iters'] != plan.max_iters:
         print(f'warning: multigrid trained {mg["iters"]} iterations, the '
