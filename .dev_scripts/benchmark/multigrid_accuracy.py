@@ -24,6 +24,7 @@ a file without training. Rules and figures: docs/en/benchmarks.md (Time to
 accuracy).
 """
 import argparse
+import copy
 import itertools
 import json
 import os
@@ -439,7 +440,7 @@ def _train(parser, args):
         parser.error(f'--fractions of {epochs} epochs give {lengths}: each '
                      f'needs its own number of epochs >= 1')
     for fraction, arm in itertools.product(args.mg_fractions, args.arms):
-        short = cfg.copy()
+        short = copy.deepcopy(cfg)
         shorten_schedule(short, round(fraction * epochs))
         next(h for h in short.custom_hooks if is_multigrid_hook(h)).update(
             MG_ARMS[arm])
