@@ -1,8 +1,9 @@
 """mmext: multigrid and AGVM training for OpenMMLab 2.0 toolboxes.
 
 ``mmext.multigrid`` and ``mmext.agvm`` hold one method each; importing
-``mmext`` itself only registers the ``mmext::`` config prefix
-(:mod:`mmext.compat`).
+``mmext`` itself registers the ``mmext::`` config prefix
+(:mod:`mmext.compat`) and the ``mmext`` scope, whose hints name the mmext
+type or option a config misspells (:mod:`mmext.registry`).
 """
 import warnings
 
@@ -11,7 +12,7 @@ import warnings
 warnings.filterwarnings('ignore', message='pkg_resources is deprecated',
                         category=UserWarning)
 
-from . import compat  # noqa: F401,E402
+from . import compat, registry  # noqa: F401,E402
 from .version import __version__  # noqa: E402
 
 __all__ = ['__version__']

@@ -5,7 +5,6 @@ The effective batch of an optimizer step is loader ``batch_size`` x world
 size x ``accumulative_counts``; mmengine's ``auto_scale_lr`` leaves out the
 third factor, and knows the linear rule only.
 """
-import difflib
 import math
 import numbers
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from mmengine.optim import OptimWrapper, OptimWrapperDict
 
 from .compat import accumulative_counts
 from .log import refuse
+from .registry import unexpected
 
 __all__ = [
     'RUNNER_TYPE', 'EFFECTIVE_BATCH_INFO', 'LR_RULES', 'optim_wrappers',
@@ -77,13 +77,10 @@ def auto_scale_lr_options(auto_scale_lr: Optional[dict]
     if not isinstance(auto_scale_lr, dict):
         raise refuse(TypeError(f'auto_scale_lr={auto_scale_lr!r}: expected '
                                f'dict(enable=True, base_batch_size=...)'))
-    unknown = sorted(set(auto_scale_lr) - set(AUTO_SCALE_LR_KEYS))
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], AUTO_SCALE_LR_KEYS, 1)
-        raise refuse(TypeError(
-            f'auto_scale_lr got an unexpected key {unknown[0]!r}: ' +
-            (f'did you mean {close[0]!r}?' if close else
-             f'expected {list(AUTO_SCALE_LR_KEYS)}')))
+    message = unexpected('auto_scale_lr', 'key', auto_scale_lr,
+                         AUTO_SCALE_LR_KEYS)
+    if message:
+        raise refuse(TypeError(message))
     enable = auto_scale_lr.get('enable', False)
     if not isinstance(enable, bool):
         raise refuse(TypeError(f'auto_scale_lr.enable={enable!r}: expected '

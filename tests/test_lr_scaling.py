@@ -105,8 +105,7 @@ def test_auto_scale_lr_options(auto, expected):
     (dict(base_batch_size=8, rules='sqrt'), TypeError,
      "unexpected key 'rules': did you mean 'rule'?"),
     (dict(base_batch_size=8, factor=2), TypeError,
-     "unexpected key 'factor': expected ['enable', 'base_batch_size', "
-     "'rule']"),
+     "expected one of ['enable', 'base_batch_size', 'rule']"),
 ])
 def test_a_bad_auto_scale_lr_is_refused(auto, error, fragment):
     with pytest.raises(error, match=re.escape(fragment)):

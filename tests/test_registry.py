@@ -1,4 +1,6 @@
 """mmext.registry: child registries of mmengine's, found from any scope."""
+import re
+
 import pytest
 from mmengine.registry import DefaultScope
 
@@ -70,3 +72,29 @@ def test_mmext_prefix_resolves_from_any_scope(default_scope):
         assert isinstance(hook, _ProbeHook)
     finally:
         registry.HOOKS.module_dict.pop('_ProbeHook')
+
+
+@pytest.mark.parametrize('cfg, error, meant', [
+    (dict(type='MultigridHook'), KeyError, "mean 'mmext.MultigridHook'?"),
+    (dict(type='mmext.MultigridHok'), KeyError, "'mmext.MultigridHook'?"),
+    (dict(type='ExpWarmupLR'), KeyError, "mean 'mmext.ExpWarmupLR'?"),
+    (dict(type='mmext.MultigridHook', epoch_factr=1.5), TypeError,
+     "MultigridHook got an unexpected option 'epoch_factr': did you mean "),
+])
+def test_mmengines_builds_name_the_mmext_type_or_option_meant(
+        cfg, error, meant):
+    """As the toolboxes' own tools build, ``mmext`` imported (e.g. by
+    ``custom_imports``): mmengine's root registries, a toolbox scope."""
+    from mmengine.registry import HOOKS, PARAM_SCHEDULERS
+    root = PARAM_SCHEDULERS if 'LR' in cfg['type'] else HOOKS
+    with DefaultScope.overwrite_default_scope('mmaction'):
+        with pytest.raises(error, match=re.escape(meant)):
+            root.build(cfg)
+
+
+def test_a_toolbox_type_misspelt_keeps_mmengines_error():
+    from mmengine.registry import HOOKS
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        with pytest.raises(KeyError, match='CheckpointHok is not') as err:
+            HOOKS.build(dict(type='CheckpointHok'))
+    assert 'mmext' not in str(err.value)

@@ -6,7 +6,6 @@ module or to ``'others'`` (the reference ``GroupOptimizerConstructor``
 dropped those); frozen ones stay, as mmengine keeps them.
 """
 import copy
-import difflib
 import inspect
 from typing import Dict, List, Optional, Sequence
 
@@ -18,7 +17,8 @@ from torch.optim import Optimizer
 
 from mmext.compat import calling_runner
 from mmext.log import logs_refusals, warn
-from mmext.registry import OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS
+from mmext.registry import (OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS,
+                            closest)
 from .optim_wrapper import is_agvm_type
 
 __all__ = [
@@ -434,9 +434,9 @@ class AGVMOptimWrapperConstructor:
             self.base_constructor, str) else self.base_constructor.__name__
         # A key close to one the constructor looked up is a typo; any other
         # belongs to another constructor (the recipe's former one).
-        close = {key: difflib.get_close_matches(key, self.paramwise_cfg.read,
-                                                1, 0.8) for key in unread}
-        typos = {key: match[0] for key, match in close.items() if match}
+        close = {key: closest(key, self.paramwise_cfg.read, 0.8)
+                 for key in unread}
+        typos = {key: match for key, match in close.items() if match}
         if typos:
             raise ValueError(f'unknown paramwise_cfg keys {list(typos)}: did '
                              f'you mean {list(typos.values())}?')

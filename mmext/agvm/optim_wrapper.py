@@ -3,8 +3,6 @@
 Their option table, start-of-run summary and checks, and the resume guard
 that needs ``mmext.Runner``.
 """
-import difflib
-import inspect
 import logging
 import math
 import numbers
@@ -91,31 +89,6 @@ _OPTIONS = {
     'ema_momentum': (lambda v, _: _is_number(v) and 0 <= v < 1,
                      'a number in [0, 1)', 0.97),
 }
-
-
-def _check_keywords(cls: type, kwargs: dict) -> None:
-    """Refuse keywords that neither ``cls`` nor its mmengine bases take.
-
-    mmengine's builder would pass them on to ``OptimWrapper.__init__``,
-    whose ``TypeError`` names neither AGVM nor the option meant.
-
-    Raises:
-        TypeError: Naming the first unknown keyword and, if one is close,
-            the option meant.
-    """
-    known = {
-        param.name for klass in cls.__mro__
-        if issubclass(klass, BaseOptimWrapper) and '__init__' in vars(klass)
-        for param in inspect.signature(klass.__init__).parameters.values()
-        if param.kind is param.POSITIONAL_OR_KEYWORD
-        or param.kind is param.KEYWORD_ONLY
-    } - {'self'}
-    unknown = sorted(set(kwargs) - known)
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], known, 1)
-        raise TypeError(
-            f'{cls.__name__} got an unexpected option {unknown[0]!r}' +
-            (f': did you mean {close[0]!r}?' if close else ''))
 
 
 def _check_options(options: dict) -> None:
@@ -287,8 +260,9 @@ class AGVMOptimWrapper(OptimWrapper):
             Defaults to 1.
         clip_grad (dict, optional): As in ``OptimWrapper``. Defaults to None.
         **kwargs: Options of the next wrapper in the MRO (``AmpOptimWrapper``
-            for :class:`AGVMAmpOptimWrapper`); an unknown name raises
-            ``TypeError`` there.
+            for :class:`AGVMAmpOptimWrapper`); built from a config, an
+            unknown name raises ``TypeError`` naming the option meant
+            (:mod:`mmext.registry`).
 
     Raises:
         ValueError: On an invalid option, untagged param groups, a
@@ -311,7 +285,6 @@ class AGVMOptimWrapper(OptimWrapper):
                  accumulative_counts: int = 1,
                  clip_grad: Optional[dict] = None,
                  **kwargs):
-        _check_keywords(type(self), kwargs)
         _check_options(dict(
             statistic=statistic, accumulative_counts=accumulative_counts,
             update_interval=update_interval, start_iter=start_iter,

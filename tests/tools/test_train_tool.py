@@ -3,6 +3,7 @@ scope, with what mmext adds (runner, AGVM's --amp, gloo on CPU)."""
 import argparse
 import importlib.util
 import os.path as osp
+import re
 import sys
 import uuid
 
@@ -246,3 +247,23 @@ def test_show_dir_on_mmaction2_is_the_toolboxs_check():
     test.py asks for the hook its default runtime lacks."""
     with pytest.raises(AssertionError, match='VisualizationHook is not set'):
         tool.main('test', [VIDEO, 'w.pth', '--show-dir', 'shown'])
+
+
+@pytest.mark.parametrize('config,options,error,meant', [
+    ("custom_hooks = [dict(type='MultigridHook')]", [], KeyError,
+     "did you mean 'mmext.MultigridHook'?"),
+    ('', ['optim_wrapper.type=AGVMOptimWrapper'], KeyError,
+     "did you mean 'mmext.AGVMOptimWrapper'?"),
+    ('', ['optim_wrapper.constructor=AGVMOptimWrapperConstructr'], KeyError,
+     "did you mean 'mmext.AGVMOptimWrapperConstructor'?"),
+    ("custom_hooks = [dict(type='mmext.MultigridHook', epoch_factr=1.5)]",
+     [], TypeError, "'epoch_factr': did you mean 'epoch_factor'?"),
+])
+def test_a_misspelt_mmext_type_or_option_names_the_one_meant(
+        tmp_path, config, options, error, meant):
+    config_file = tmp_path / 'typo.py'
+    config_file.write_text(f'{TOY}\n{config}\n')
+    with pytest.raises(error, match=re.escape(meant)):
+        tool.main('train', [str(config_file), '--work-dir',
+                            str(tmp_path / 'work'), '--cfg-options',
+                            f'experiment_name={uuid.uuid4().hex}', *options])
