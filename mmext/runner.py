@@ -107,10 +107,17 @@ def check_ann_file(dataset_cfg: dict) -> None:
         default = next((name for name, value in DATA_ROOT_VARIABLES.items()
                         if osp.normpath(path).startswith(value + os.sep)),
                        None)
-        hint = f', or set {default}' if default else ''
+        root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+        if osp.exists(osp.join(root, path)) and not osp.samefile(root, '.'):
+            fix = f'run from the project root {root}'
+        elif default == 'MMEXT_DEMO_DATA':
+            fix = 'make the demo data: make demo-data (in the project root)'
+        elif default:
+            fix = f'set {default} to the folder of the datasets'
+        else:
+            fix = "get the dataset there or set the config's data_root"
         raise refuse(FileNotFoundError(
-            f'ann_file {path} does not exist in {os.getcwd()}: run from '
-            f'the project root{hint}'))
+            f'ann_file {path} does not exist in {os.getcwd()}: {fix}'))
     # A list of blank lines is empty too; a large file is not (COCO json).
     if osp.isfile(path) and osp.getsize(path) < 4096:
         with open(path, 'rb') as f:

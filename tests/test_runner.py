@@ -9,7 +9,8 @@ import warnings
 import pytest
 import torch
 from bench_utils import build_runner, run_processes
-from helpers import ToyRegressionData, ToyRegressor, logged_errors
+from helpers import (REPO_ROOT, ToyRegressionData, ToyRegressor,
+                     logged_errors)
 from mmengine.config import Config
 from mmengine.registry import DATASETS, MODELS
 from mmengine.runner import Runner as MMEngineRunner
@@ -346,18 +347,24 @@ def test_a_missing_or_empty_annotation_list_is_named(tmp_path, monkeypatch):
     from mmengine.registry import DefaultScope
     for name in DATA_ROOT_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(REPO_ROOT)
     with DefaultScope.overwrite_default_scope('mmaction'):
         with pytest.raises(FileNotFoundError, match=re.escape(
-                f'no/such/folder/train.txt does not exist in {os.getcwd()}: '
-                'run from the project root')) as err:
+                f'train.txt does not exist in {REPO_ROOT}: get the dataset')
+        ) as err:
             Runner.build_dataloader(_video_loader('no/such/folder/train.txt'))
         assert 'MMEXT' not in str(err.value)  # the config reads none
-        # mmext's configs' default folders: the variable that moves them.
-        for variable, folder in DATA_ROOT_VARIABLES.items():
-            with pytest.raises(FileNotFoundError,
-                               match=f'root, or set {variable}$'):
+        # mmext's configs' default folders: how to make or move them.
+        for folder, fix in [('data/demo', 'make demo-data (in the project'),
+                            ('../shared/data', 'set MMEXT_DATA_ROOT to the')]:
+            with pytest.raises(FileNotFoundError, match=re.escape(fix)):
                 Runner.build_dataloader(_video_loader(
                     osp.join(folder, 'no-such-set', 'train.txt')))
+        # From elsewhere, a file of the project: run from its root.
+        monkeypatch.chdir(tmp_path)
+        with pytest.raises(FileNotFoundError, match=re.escape(
+                f': run from the project root {REPO_ROOT}')):
+            Runner.build_dataloader(_video_loader('setup.cfg'))
         missing = str(tmp_path / 'absent.txt')
         with pytest.raises(FileNotFoundError,
                            match=f'^ann_file {re.escape(missing)} does not '

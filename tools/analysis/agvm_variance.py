@@ -24,6 +24,7 @@ from mmengine.runner.utils import set_random_seed
 import mmext  # noqa: F401
 from mmext.agvm.statistics import DEFAULT_RATIO_RANGE
 from mmext.compat import trusted_checkpoint_loading
+from mmext.runner import check_ann_file
 
 from agvm_diagnostic import module_layout, variance_by_batch_size
 
@@ -69,24 +70,11 @@ def parse_args():
 
 
 def check_data(cfg: Config, config: str) -> None:
-    """Exit with a hint if the training annotations are missing."""
-    dataset = cfg.train_dataloader.dataset
-    while 'dataset' in dataset:  # RepeatDataset, ClassBalancedDataset, ...
-        dataset = dataset.dataset
-    root = dataset.get('data_root', '') or ''
-    path = osp.join(root, dataset.get('ann_file', '') or '')
-    if osp.exists(path):
-        return
-    if 'data/demo' in path:
-        hint = ('generate the demo data from the repository root with '
-                '`make demo-data` (or `.venv/bin/python '
-                'tools/make_demo_data.py --out data/demo`)')
-    else:
-        hint = ('point the dataset\'s data_root at it (--cfg-options, or '
-                'MMEXT_DATA_ROOT for the configs reading ../shared/data)')
-    sys.exit(f'agvm_variance: the training data of {config} is missing: '
-             f'{osp.abspath(path)} does not exist (run from the repository '
-             f'root?); {hint}.')
+    """Exit with the fix if the training annotations are missing."""
+    try:
+        check_ann_file(cfg.train_dataloader.dataset)
+    except (FileNotFoundError, ValueError) as exc:
+        sys.exit(f'agvm_variance: the training data of {config}: {exc}')
 
 
 class HalfSampler:
