@@ -115,14 +115,18 @@ def make_det_set(root, rng, num_train=48, num_val=16):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--out', default='data/demo', help='output folder')
-    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--out', default='data/demo',
+                        help='output folder (default: %(default)s)')
+    parser.add_argument('--seed', type=int, default=0,
+                        help='seed of the data (default: %(default)s)')
     parser.add_argument('--only', choices=['video', 'det'],
                         help='write one of the two sets (default: both)')
     parser.add_argument('--det-train', type=int, default=48,
-                        help='detection training images')
+                        help='detection training images '
+                        '(default: %(default)s)')
     parser.add_argument('--det-val', type=int, default=16,
-                        help='detection validation images')
+                        help='detection validation images '
+                        '(default: %(default)s)')
     args = parser.parse_args()
     if min(args.det_train, args.det_val) < 1:
         parser.error('--det-train and --det-val must be >= 1')

@@ -81,8 +81,9 @@ def test_flop_saving_counted_on_the_model():
 
 def test_plot_is_written(tmp_path):
     out = tmp_path / 'schedule.png'
-    _run(CFG, '--no-model-check', '--plot', str(out))
+    proc = _run(CFG, '--no-model-check', '--plot', str(out))
     assert out.stat().st_size > 10000
+    assert proc.stdout.rstrip().endswith(f'plot: {out}')
 
 
 @pytest.mark.usefixtures('demo_data')

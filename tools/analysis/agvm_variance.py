@@ -41,9 +41,11 @@ def parse_args():
                         '(default: the config\'s initialisation)')
     parser.add_argument('--batch-sizes', type=int, nargs='+',
                         default=[4, 8, 16, 32],
-                        help='total batch sizes N (even); two halves of N/2')
+                        help='total batch sizes N (even); two halves of N/2 '
+                        '(default: %(default)s)')
     parser.add_argument('--repeats', type=int, default=3,
-                        help='pairs of halves (different images) per N')
+                        help='pairs of halves (different images) per N '
+                        '(default: %(default)s)')
     parser.add_argument('--modules', nargs='+',
                         help='modules, anchor first (default: the config\'s '
                         'optim_wrapper.module_names, else the model\'s '
@@ -52,9 +54,11 @@ def parse_args():
     parser.add_argument('--json', action='store_true',
                         help='print the results as one JSON line at the end')
     parser.add_argument('--device', default='cuda'
-                        if torch.cuda.is_available() else 'cpu')
+                        if torch.cuda.is_available() else 'cpu',
+                        help='default: cuda if available, here %(default)s')
     parser.add_argument('--seed', type=int, default=0,
-                        help='seed of the initialisation and image order')
+                        help='seed of the initialisation and image order '
+                        '(default: %(default)s)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
     args = parser.parse_args()

@@ -37,10 +37,11 @@ def parse_args():
     count.add_argument('--num-samples', type=int,
                        help='number of training clips (exact iterations)')
     parser.add_argument('--world-size', type=int, default=1,
-                        help='processes the run uses')
+                        help='processes the run uses (default: %(default)s)')
     parser.add_argument('--json', action='store_true',
                         help='print one JSON object instead of the table')
-    parser.add_argument('--plot', help='draw the schedule into this file')
+    parser.add_argument('--plot', metavar='OUT.png',
+                        help='draw the schedule into this file')
     parser.add_argument('--no-model-check', action='store_true',
                         help='skip building the model for its checks')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
@@ -208,6 +209,8 @@ def main():
         except Exception as error:  # noqa: B902 e.g. an unwritable path
             refuse(f'cannot draw the plot into {args.plot}: '
                    f'{_failure(error)}')
+        print(f'plot: {osp.abspath(args.plot)}',
+              file=sys.stderr if args.json else sys.stdout)
 
 
 if __name__ == '__main__':
