@@ -383,6 +383,13 @@ class MultigridHook(Hook):
         TypeError: For an unknown option.
         BrokenClipError: During training, for a clip that fails to load
             (unless ``skip_broken_clips``).
+
+    Examples:
+        >>> # In an mmaction2 recipe's config: the paper's schedule
+        >>> custom_hooks = [dict(type='mmext.MultigridHook')]
+        >>> # A small dataset: the recipe's batch, cheaper steps (Adam)
+        >>> custom_hooks = [dict(type='mmext.MultigridHook',
+        ...                      batch_policy='constant', lr_rule='sqrt')]
     """
 
     priority = 'HIGHEST'  # before RuntimeInfoHook logs the LR and before
