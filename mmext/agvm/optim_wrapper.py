@@ -8,7 +8,7 @@ import math
 import numbers
 from contextlib import ExitStack, contextmanager
 from functools import partial
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 from mmengine.dist import get_rank, get_world_size
@@ -269,6 +269,16 @@ class AGVMOptimWrapper(OptimWrapper):
             statistic the optimizer cannot give (``'adam'`` with SGD or
             ZeRO, whose state is sharded), or one process with an odd or
             < 2 ``accumulative_counts``.
+
+    Examples:
+        >>> # In an mmdet / mmseg recipe's config, AGVM after the warm-up
+        >>> optim_wrapper = dict(
+        ...     type='mmext.AGVMOptimWrapper',
+        ...     constructor='mmext.AGVMOptimWrapperConstructor',
+        ...     optimizer=dict(type='SGD', lr=0.02, momentum=0.9),
+        ...     start_iter=600)
+        >>> # In one process the halves are two accumulated micro-batches
+        >>> optim_wrapper = dict(optim_wrapper, accumulative_counts=2)
     """
 
     @logs_refusals
@@ -593,21 +603,46 @@ class AGVMAmpOptimWrapper(AGVMOptimWrapper, AmpOptimWrapper):
     depend on the loss scale).
 
     Args:
-        optimizer (Optimizer): As in :class:`AGVMOptimWrapper`.
+        optimizer, module_names, update_interval, ema_momentum, ratio_range,
+            start_iter, end_iter, statistic, clip_grad_window,
+            accumulative_counts, clip_grad: As in :class:`AGVMOptimWrapper`.
         loss_scale (str | float | dict): As in ``AmpOptimWrapper``.
             Defaults to ``'dynamic'``.
         dtype (str | torch.dtype, optional): As in ``AmpOptimWrapper``.
             Defaults to None.
-        **kwargs: The options of :class:`AGVMOptimWrapper`.
+        use_fsdp (bool): As in ``AmpOptimWrapper``. Defaults to False.
 
     Raises:
         AssertionError: Without CUDA (raised by ``AmpOptimWrapper``).
+
+    Examples:
+        >>> # What tools/train.py --amp selects for AGVMOptimWrapper
+        >>> optim_wrapper = dict(
+        ...     type='mmext.AGVMAmpOptimWrapper', loss_scale='dynamic',
+        ...     constructor='mmext.AGVMOptimWrapperConstructor',
+        ...     optimizer=dict(type='SGD', lr=0.02, momentum=0.9))
     """
 
-    def __init__(self, optimizer: Optimizer, loss_scale='dynamic',
-                 dtype=None, **kwargs):
-        super().__init__(optimizer, loss_scale=loss_scale, dtype=dtype,
-                         **kwargs)
+    def __init__(self,
+                 optimizer: Optimizer,
+                 module_names: Optional[Sequence[str]] = None,
+                 update_interval: int = 10,
+                 ema_momentum: float = 0.97,
+                 ratio_range: Tuple[float, float] = DEFAULT_RATIO_RANGE,
+                 start_iter: int = 0,
+                 end_iter: Optional[int] = None,
+                 statistic: str = 'grad',
+                 clip_grad_window: Optional[Tuple[int, int]] = None,
+                 accumulative_counts: int = 1,
+                 clip_grad: Optional[dict] = None,
+                 loss_scale: Union[str, float, dict] = 'dynamic',
+                 dtype: Union[str, torch.dtype, None] = None,
+                 use_fsdp: bool = False):
+        super().__init__(
+            optimizer, module_names, update_interval, ema_momentum,
+            ratio_range, start_iter, end_iter, statistic, clip_grad_window,
+            accumulative_counts, clip_grad, loss_scale=loss_scale,
+            dtype=dtype, use_fsdp=use_fsdp)
 
 
 # ------------------------------------------------- needs mmext.Runner
