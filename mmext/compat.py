@@ -4,15 +4,18 @@ Checked against mmengine ``MMENGINE_CHECKED``; ``tests/test_compat.py``
 exercises each use on real objects (docs/en/design.md, "mmengine's private
 API"). Importing it adds ``mmext`` to mmengine's config package table.
 """
+import bisect
 import inspect
 import logging
 import os.path as osp
 from contextlib import contextmanager
-from typing import Iterator, List
+from typing import Iterator, List, Sequence
 
 import torch
 from mmengine.config import Config
 from mmengine.config import utils as config_utils
+from mmengine.hooks import CheckpointHook
+from mmengine.model import is_model_wrapper
 from mmengine.optim.scheduler.param_scheduler import INF
 from mmengine.runner import CheckpointLoader, FlexibleRunner, Runner
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -20,14 +23,16 @@ from torch.nn.modules.instancenorm import _InstanceNorm
 
 __all__ = [
     'MMENGINE_CHECKED', 'SCHEDULER_INF', 'BatchNormBase', 'InstanceNormBase',
-    'register_config_package', 'config_base_files',
-    'set_train_loop_length', 'accumulative_counts', 'max_counts',
+    'register_config_package', 'config_base_files', 'unwrap_model',
+    'set_train_loop_length', 'loop_validates', 'set_validation_epochs',
+    'epoch_checkpoint_hooks', 'checkpoint_saves', 'save_checkpoint_after',
+    'accumulative_counts', 'max_counts',
     'calling_runner', 'random_other_index',
     'train_loader_batch_size', 'trusted_checkpoint_loading',
     'batch_norm_xd_type', 'drop_logged_scalar',
     'grad_clipping_off', 'reset_to_initial_values',
     'shadow_tensor', 'clear_shadow', 'registered_tensor',
-    'dynamo_recompile_limit', 'set_dynamo_recompile_limit',
+    'dynamo_config', 'set_dynamo_config',
     'dynamo_graph_count', 'DynamoRecompileLimitWatch'
 ]
 
@@ -55,11 +60,58 @@ def config_base_files(filename: str) -> List[str]:
             for base in Config._get_base_files(filename)]
 
 
+def unwrap_model(model):
+    """The model inside mmengine's model wrappers (DDP, FSDP, ...), as
+    mmengine's own hooks reach it."""
+    return model.module if is_model_wrapper(model) else model
+
+
+# ------------------------------------ the train loop and checkpoints, re-timed
 def set_train_loop_length(loop, max_epochs: int, max_iters: int) -> None:
     """Set a train loop's read-only length (``_max_epochs``,
     ``_max_iters``)."""
     loop._max_epochs = int(max_epochs)
     loop._max_iters = int(max_iters)
+
+
+def loop_validates(loop, done: int) -> bool:
+    """Whether an ``EpochBasedTrainLoop`` validates after ``done`` epochs
+    by its interval (its ``_decide_current_val_interval`` after the epoch;
+    the last epoch aside)."""
+    step = bisect.bisect(loop.dynamic_milestones, done + 1)
+    return done >= loop.val_begin and done % loop.dynamic_intervals[
+        step - 1] == 0
+
+
+def set_validation_epochs(loop, epochs: Sequence[int]) -> None:
+    """Make an ``EpochBasedTrainLoop`` validate after exactly ``epochs``
+    (ascending epoch counts; the last one if it validates at all): the
+    interval ``v`` of ``dynamic_intervals`` from the epoch of ``epochs``
+    before ``v`` up to ``v`` validates at ``v`` only."""
+    loop.val_begin = epochs[0] if epochs else loop.max_epochs + 1
+    loop.dynamic_milestones = [0] + [v + 2 for v in epochs]
+    loop.dynamic_intervals = list(epochs) + [loop.max_epochs + 1]
+    loop.val_interval = loop.dynamic_intervals[0]
+
+
+def epoch_checkpoint_hooks(runner) -> List[CheckpointHook]:
+    """A runner's ``CheckpointHook``s that save by epoch."""
+    return [h for h in runner.hooks if isinstance(h, CheckpointHook)
+            and h.by_epoch and h.interval > 0]
+
+
+def checkpoint_saves(hook: CheckpointHook, done: int) -> bool:
+    """Whether an epoch-based ``CheckpointHook`` saves after ``done``
+    epochs by its interval (``every_n_epochs`` from ``save_begin``)."""
+    return done >= hook.save_begin and (
+        done - hook.save_begin) % hook.interval == 0
+
+
+def save_checkpoint_after(hook: CheckpointHook, done: int,
+                          save: bool) -> None:
+    """Make an epoch-based ``CheckpointHook`` save after ``done`` epochs or
+    not, whatever its interval (moves its ``save_begin``)."""
+    hook.save_begin = done if save else done + 1
 
 
 def accumulative_counts(wrapper) -> int:
@@ -215,17 +267,18 @@ def trusted_checkpoint_loading() -> Iterator[None]:
 
 # dynamo internals (checked against torch 2.13): mmengine's runner makes the
 # torch.compile call. Imported on first use: importing dynamo costs seconds.
-def dynamo_recompile_limit() -> int:
-    """Compiled entries a frame may hold before dynamo runs it eagerly
-    (``torch._dynamo.config.recompile_limit``; default 8)."""
+def dynamo_config(name: str):
+    """A setting of ``torch._dynamo.config``: ``recompile_limit`` (compiled
+    entries a frame may hold before dynamo runs it eagerly; default 8),
+    ``automatic_dynamic_shapes``."""
     import torch._dynamo
-    return torch._dynamo.config.recompile_limit
+    return getattr(torch._dynamo.config, name)
 
 
-def set_dynamo_recompile_limit(limit: int) -> None:
-    """Set :func:`dynamo_recompile_limit` (process-wide, at once)."""
+def set_dynamo_config(name: str, value) -> None:
+    """Set :func:`dynamo_config` ``name`` (process-wide, at once)."""
     import torch._dynamo
-    torch._dynamo.config.recompile_limit = int(limit)
+    setattr(torch._dynamo.config, name, value)
 
 
 def dynamo_graph_count() -> int:

@@ -6,7 +6,6 @@ size x ``accumulative_counts``; mmengine's ``auto_scale_lr`` leaves out the
 third factor, and knows the linear rule only.
 """
 import math
-import numbers
 from contextlib import contextmanager
 from typing import (Callable, Dict, Iterator, List, Optional, Sequence,
                     Tuple)
@@ -15,6 +14,7 @@ from mmengine.optim import OptimWrapper, OptimWrapperDict
 
 from .compat import accumulative_counts
 from .log import refuse
+from .options import LR_RULES, is_number  # LR_RULES: auto_scale_lr.rule
 from .registry import unexpected
 
 __all__ = [
@@ -28,14 +28,6 @@ RUNNER_TYPE = 'mmext.Runner'
 # Message hub runtime info ``{wrapper name ('' for one): effective batch}``,
 # set by :class:`mmext.runner.Runner`.
 EFFECTIVE_BATCH_INFO = 'effective_batch_size'
-# ``auto_scale_lr.rule``: the LR factor as a function of effective batch /
-# ``base_batch_size``. Linear for SGD (Goyal et al., "Accurate, Large
-# Minibatch SGD", 2017; mmengine's only rule), square root for Adam-family
-# optimizers and LAMB (timm's train.py, ``--lr-base-scale``).
-LR_RULES: Dict[str, Callable[[float], float]] = {
-    'linear': lambda ratio: ratio,
-    'sqrt': math.sqrt,
-}
 AUTO_SCALE_LR_KEYS = ('enable', 'base_batch_size', 'rule')
 # Above this linear factor an Adam-family or LAMB optimizer gets a warning.
 ADAM_LINEAR_LIMIT = 4.
@@ -92,7 +84,7 @@ def auto_scale_lr_options(auto_scale_lr: Optional[dict]
     if not enable:
         return None
     base = auto_scale_lr.get('base_batch_size')
-    if not isinstance(base, numbers.Real) or isinstance(base, bool):
+    if not is_number(base):
         raise refuse(TypeError(f'auto_scale_lr.base_batch_size={base!r}: '
                                f'set the batch the LR was tuned for'))
     if not (math.isfinite(base) and base > 0):

@@ -9,8 +9,8 @@ import torch
 from mmengine.dist import all_reduce, get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 
+from .compat import unwrap_model
 from .log import refuse
 from .lr_scaling import optim_wrappers
 from .registry import HOOKS
@@ -107,8 +107,7 @@ class NaNGuardHook(Hook):
 
     def before_train(self, runner) -> None:
         """Watch every optimizer wrapper's losses and optimizer's steps."""
-        model = runner.model.module if is_model_wrapper(
-            runner.model) else runner.model
+        model = unwrap_model(runner.model)
         self._param_names = {id(p): n for n, p in model.named_parameters()}
         self._wrappers = list(optim_wrappers(runner.optim_wrapper).values())
         for wrapper in self._wrappers:

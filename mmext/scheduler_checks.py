@@ -5,6 +5,7 @@ where the warm-ups end (used by ``MultigridPlan`` and
 from typing import List, Optional
 
 from .compat import SCHEDULER_INF
+from .options import type_name
 
 __all__ = [
     'STEP_TYPES', 'WARMUP_TYPES', 'scheduler_configs',
@@ -81,7 +82,7 @@ def unused_scheduler_values(schedulers, max_epochs: Optional[int],
                 f'training ({length} {unit}s): it never applies. Move its '
                 f'begin or remove it.')
             continue
-        kind = str(cfg['type']).split('.')[-1]
+        kind = type_name(cfg['type'])
         if end != SCHEDULER_INF and end > length and kind not in STEP_TYPES:
             final = ('the warm-up never reaches its target LR'
                      if kind in WARMUP_TYPES else
@@ -113,7 +114,7 @@ def warmup_ends(schedulers, epoch_length: int) -> List[tuple]:
     """
     ends = []
     for cfg in scheduler_configs(schedulers):
-        name = str(cfg['type']).split('.')[-1]
+        name = type_name(cfg['type'])
         end = cfg.get('end', SCHEDULER_INF)
         if name not in _WARMUPS or not _WARMUPS[name](cfg) or (
                 end == SCHEDULER_INF):

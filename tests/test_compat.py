@@ -278,11 +278,11 @@ def test_dynamo_recompile_limit_graph_count_and_fallback_watch():
     def scaled(x, n):
         return x * n
 
-    previous = compat.dynamo_recompile_limit()
+    previous = compat.dynamo_config('recompile_limit')
     assert previous == torch._dynamo.config.recompile_limit
     torch.compiler.reset()
     try:
-        compat.set_dynamo_recompile_limit(2)
+        compat.set_dynamo_config('recompile_limit', 2)
         assert torch._dynamo.config.recompile_limit == 2
         fn = torch.compile(scaled, backend='eager', dynamic=False)
         before = compat.dynamo_graph_count()
@@ -296,7 +296,7 @@ def test_dynamo_recompile_limit_graph_count_and_fallback_watch():
         fn(torch.ones(2), 7)
         assert len(watch.fallbacks) == 1
     finally:
-        compat.set_dynamo_recompile_limit(previous)
+        compat.set_dynamo_config('recompile_limit', previous)
         torch.compiler.reset()
 
 

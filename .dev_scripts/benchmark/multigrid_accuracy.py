@@ -408,8 +408,9 @@ def clip_flops(cfg):
     from mmaction.registry import MODELS
     plan, model = MultigridPlan.from_config(cfg), MODELS.build(cfg.model)
     install_shape_adapters(model)  # as the hook does before its checks
-    check_run(plan, model, cfg.train_dataloader.dataset.pipeline)
-    return {f'{t}x{s}': f for (t, s), f in plan.clip_flops.items()}
+    flops = check_run(plan, model,
+                      cfg.train_dataloader.dataset.pipeline).clip_flops
+    return {f'{t}x{s}': f for (t, s), f in flops.items()}
 
 
 def run_flops(run, flops):

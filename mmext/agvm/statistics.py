@@ -44,16 +44,8 @@ class HalfStatistics(NamedTuple):
 
 def half_dot_from_norms(sq_norm_sum: Tensor, sq_norm_a: Tensor,
                         sq_norm_b: Tensor) -> Tensor:
-    """Dot product ``a . b = (|a + b|^2 - |a|^2 - |b|^2) / 2``.
-
-    Args:
-        sq_norm_sum (Tensor): |a + b|^2, shape (M,).
-        sq_norm_a (Tensor): |a|^2, shape (M,).
-        sq_norm_b (Tensor): |b|^2, shape (M,).
-
-    Returns:
-        Tensor: a . b, shape (M,).
-    """
+    """Dot product ``a . b = (|a + b|^2 - |a|^2 - |b|^2) / 2`` of the
+    squared norms (each of shape (M,)); shape (M,)."""
     return (sq_norm_sum - sq_norm_a - sq_norm_b) / 2
 
 
@@ -127,14 +119,8 @@ class ModulationEMA:
         self.num_updates = 0
 
     def update(self, mu: Tensor) -> Tensor:
-        """Blend one measurement into the average.
-
-        Args:
-            mu (Tensor): Shape (M,), on the host; NaN entries keep their s_i.
-
-        Returns:
-            Tensor: The new factors s, float64, shape (M,).
-        """
+        """Blend ``mu`` (shape (M,), on the host; NaN entries keep their
+        s_i) into the average; return the factors s (float64, (M,))."""
         mu = mu.double()
         finite = torch.isfinite(mu)
         blended = self.momentum * self.factors + (1 - self.momentum) * mu
@@ -157,21 +143,8 @@ class ModulationEMA:
 
 
 def split_ranks(world_size: int) -> Tuple[Sequence[int], Sequence[int]]:
-    """Split data-parallel ranks into two equal halves A and B.
-
-    With an odd world size the last rank is in neither half.
-
-    Args:
-        world_size (int): Number of processes, >= 2.
-
-    Returns:
-        tuple[list[int], list[int]]: Ranks of half A and of half B.
-
-    Raises:
-        ValueError: If ``world_size < 2``.
-    """
-    if world_size < 2:
-        raise ValueError(f'two halves need world_size >= 2, got {world_size}')
+    """The ranks of the two equal halves A and B of ``world_size >= 2``
+    processes; with an odd world size the last rank is in neither."""
     half = world_size // 2
     return list(range(half)), list(range(half, 2 * half))
 
@@ -193,14 +166,10 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
 
     Args:
         optimizer (Optimizer): An Adam-family optimizer.
-        params (Sequence[Tensor]): Parameters whose gradients ``flat``
-            concatenates.
+        params (Sequence[Tensor]): The parameters of ``flat``.
         flat (Tensor): Their gradients, shape (sum of numels,).
         out (Tensor, optional): Where to write the result (may be
-            ``flat``). Defaults to a new tensor.
-
-    Returns:
-        Tensor: ``out``: same shape, dtype and device as ``flat``.
+            ``flat``); default a new tensor. Returned.
     """
     eps_of, amsgrad = {}, set()
     for group in optimizer.param_groups:
@@ -231,13 +200,7 @@ def keeps_adam_moments(optimizer: Optimizer) -> bool:
     class and defaults steps once on a one-element tensor: Adam, AdamW,
     NAdam, RAdam and LAMB keep it; Adamax (``exp_inf``) and Lion do not.
     A class its defaults cannot rebuild counts if its groups have ``betas``.
-
-    Args:
-        optimizer (Optimizer): The run's optimizer (not ZeRO: it shards
-            the state).
-
-    Returns:
-        bool: Whether :func:`adam_precondition` can read ``exp_avg_sq``.
+    (Not for ZeRO, which shards the state.)
     """
     kind = type(optimizer)
     signature = inspect.signature(kind.__init__).parameters.values()

@@ -7,19 +7,21 @@ tried again on the model itself with :data:`FALLBACK_BATCH` clips, in eval
 mode without gradients. Nothing of the model changes.
 """
 import copy
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from mmext.log import warn
+from mmext.options import type_name
 from .bn import unsplittable_bn_layers
 from .plan import recipe_scheduler_warnings
 from .schedule import long_cycle_shapes
 
 __all__ = [
-    'PlannedShape', 'check_clip_lengths', 'check_model', 'check_run',
+    'PlannedShape', 'RunChecks', 'check_clip_lengths', 'check_model',
+    'check_run',
     'planned_shapes', 'probe_input_size', 'meta_copy', 'probe_shapes'
 ]
 
@@ -40,15 +42,9 @@ MAX_BATCH_SHARE = 0.1
 
 
 class PlannedShape(NamedTuple):
-    """One distinct per-process mini-batch shape of a plan.
-
-    Attributes:
-        batch (int): Clips per process ``B``.
-        clip_len (int): ``T`` in frames.
-        crop_size (int): ``S`` in pixels.
-        long_cycle (bool): Whether some stage trains it as its long-cycle
-            shape.
-    """
+    """One distinct per-process mini-batch shape of a plan: ``B`` clips of
+    ``T`` frames of ``S`` pixels; ``long_cycle``: some stage trains it as
+    its long-cycle shape."""
     batch: int
     clip_len: int
     crop_size: int
@@ -62,11 +58,9 @@ class ShapeResult(NamedTuple):
     """What one planned shape did on the model.
 
     Attributes:
-        shape (PlannedShape): The shape.
-        error (str, optional): ``'<ExceptionType>: <message>'`` of the
-            failed forward; None if it passed.
-        module (str, optional): The innermost module whose forward raised,
-            e.g. ``'backbone.pool5 (MaxPool3d)'``; None if it passed.
+        error, module (str, optional): ``'<ExceptionType>: <message>'`` of
+            a failed forward and the innermost module whose forward raised
+            (``'backbone.pool5 (MaxPool3d)'``); None if it passed.
         feature_map (tuple[int, int], optional): ``(H, W)`` of the
             backbone's output (smallest over pathways); None for tokens.
         device (str): ``'meta'``, or the model's device after a fallback.
@@ -97,9 +91,7 @@ def planned_shapes(plan) -> List[PlannedShape]:
 
 def _num_clips(pipeline: Optional[Sequence[dict]]) -> int:
     for transform in pipeline or []:
-        name = transform['type']
-        name = name if isinstance(name, str) else name.__name__
-        if name.split('.')[-1] in ('SampleFrames', 'UniformSample'):
+        if type_name(transform['type']) in ('SampleFrames', 'UniformSample'):
             return int(transform.get('num_clips', 1))
     return 1
 
@@ -233,12 +225,9 @@ def _fallback(model: nn.Module, shape: PlannedShape, pipeline
 def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
                  pipeline: Optional[Sequence[dict]] = None
                  ) -> List[ShapeResult]:
-    """Forward every shape through a meta copy of the unwrapped recognizer
-    in training mode (``pipeline``: the train pipeline, for ``num_clips``).
-
-    Returns:
-        list[ShapeResult]: One per shape, in order.
-    """
+    """One :class:`ShapeResult` per shape: its forward through a meta copy
+    of the unwrapped recognizer in training mode (``pipeline``: the train
+    pipeline, for ``num_clips``)."""
     try:
         ghost = meta_copy(model).train()
     except Exception:  # noqa: B902 an uncopyable model: use the fallback
@@ -266,13 +255,9 @@ def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
 
 
 def check_clip_lengths(backbone, clip_lens: Sequence[int]) -> None:
-    """Raise if the backbone cannot take one of the clip lengths.
-
-    SlowFast: ``T`` a multiple of ``resample_rate``. ResNet3d family:
-    ``T >= conv1_stride_t * pool1_stride_t * 2`` (with ``pool2``).
-
-    Raises:
-        ValueError: Naming the clip lengths (frames) and the fix.
+    """Raise ``ValueError`` naming the clip lengths the backbone cannot take
+    and the fix. SlowFast: ``T`` a multiple of ``resample_rate``. ResNet3d
+    family: ``T >= conv1_stride_t * pool1_stride_t * 2`` (with ``pool2``).
     """
     tau = getattr(backbone, 'resample_rate', None)
     if tau:
@@ -291,53 +276,46 @@ def check_clip_lengths(backbone, clip_lens: Sequence[int]) -> None:
                              f'got T={bad}; change long_cycle_factors.')
 
 
+class RunChecks(NamedTuple):
+    """What :func:`check_run` found: the ``warnings`` given and
+    ``clip_flops``, ``(T, S)`` -> FLOPs of one clip's forward at every
+    planned shape (for ``MultigridPlan.clip_flops``; None without a
+    model)."""
+    warnings: List[str]
+    clip_flops: Optional[Dict[Tuple[int, int], float]]
+
+
 def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
-              ) -> List[str]:
+              ) -> RunChecks:
     """Every check of a run before training, as the hook runs them; nothing
-    of the model changes.
+    of the model or the plan changes.
 
-    Warns about what the plan cannot honour; with a model, runs
-    :func:`check_model` and warns about small feature maps.
-
-    Args:
-        plan (MultigridPlan): The run's plan.
-        model (nn.Module, optional): The unwrapped recognizer as it trains,
-            with its shape adapters
-            (:func:`~mmext.multigrid.transformers.install_shape_adapters`);
-            None skips the model checks.
-        pipeline (Sequence[dict], optional): The train pipeline.
-
-    Returns:
-        list[str]: The warnings given.
-
-    Raises:
-        ValueError: See :func:`check_model`.
+    Warns about what the plan cannot honour; with a model (unwrapped, as it
+    trains, with its shape adapters; None skips the model checks) runs
+    :func:`check_model` (``ValueError``), counts its FLOPs and warns about
+    small feature maps. ``pipeline``: the train pipeline.
     """
     messages = recipe_scheduler_warnings(plan) + _dropped_shapes(plan) + [
         m for m in [_short_cycle_warning(plan), _few_steps(plan),
                     _unused_clips(plan)] if m]
+    flops = None
     if model is not None:
-        found = _small_feature_maps(plan, check_model(plan, model, pipeline))
+        results = check_model(plan, model, pipeline)
+        flops = {(r.shape.clip_len, r.shape.crop_size): r.flops
+                 for r in results}
+        found = _small_feature_maps(plan, results)
         messages += [found] if found else []
     for message in messages:
         warn(message)
-    return messages
+    return RunChecks(messages, flops)
 
 
 def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
                 ) -> List[ShapeResult]:
-    """Raise if ``model`` (unwrapped, with its shape adapters) cannot train
-    ``plan``; ``pipeline`` as in :func:`probe_shapes`. Sets
-    ``plan.clip_flops`` to the probe's FLOPs per clip of every ``(T, S)``.
-
-    Returns:
-        list[ShapeResult]: The probe of every planned shape.
-
-    Raises:
-        ValueError: For a clip length the backbone cannot take, a BN layer
-            that sub-batch BN must but cannot split, or planned shapes the
-            model refuses.
-    """
+    """The probe of every planned shape (:func:`probe_shapes`); raise
+    ``ValueError`` if ``model`` (unwrapped, with its shape adapters) cannot
+    train ``plan``: a clip length the backbone cannot take, a BN layer that
+    sub-batch BN must but cannot split, or planned shapes it refuses."""
     if hasattr(model, 'backbone'):
         check_clip_lengths(
             model.backbone,
@@ -356,8 +334,6 @@ def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
             f'The model refuses {len(refused)} of {len(results)} shapes, '
             f'e.g. {first.shape} in {first.module}: {first.error}. Fix: '
             f'{_refused_shapes_fix(plan, results)}.')
-    plan.clip_flops = {(r.shape.clip_len, r.shape.crop_size): r.flops
-                       for r in results}
     return results
 
 
@@ -485,8 +461,8 @@ def _unused_clips(plan) -> Optional[str]:
 
 def _batch_fix(plan) -> str:
     """``"batch_policy='constant', "`` unless the plan has it."""
-    policy = plan.options.batch_policy
-    return '' if policy == 'constant' else "batch_policy='constant', "
+    return ('' if plan.options.batch_policy == 'constant' else
+            "batch_policy='constant', ")
 
 
 def _few_steps(plan) -> Optional[str]:

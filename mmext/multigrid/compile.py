@@ -12,8 +12,8 @@ from typing import Callable, List, Optional
 
 import torch
 
-from mmext.compat import (DynamoRecompileLimitWatch, dynamo_graph_count,
-                          dynamo_recompile_limit, set_dynamo_recompile_limit)
+from mmext.compat import (DynamoRecompileLimitWatch, dynamo_config,
+                          dynamo_graph_count, set_dynamo_config)
 from mmext.lr_scaling import optim_wrappers
 
 __all__ = [
@@ -86,12 +86,11 @@ class CompiledRun:
     def start(self) -> str:
         """Raise the recompile limit, compile every shape statically, start
         counting; return what was set, for the log."""
-        from torch._dynamo import config as dynamo_config
-        self._previous = dynamo_recompile_limit()
+        self._previous = dynamo_config('recompile_limit')
         self.limit = max(self.shapes, self._previous)
-        set_dynamo_recompile_limit(self.limit)
-        self._automatic_dynamic = dynamo_config.automatic_dynamic_shapes
-        dynamo_config.automatic_dynamic_shapes = False
+        set_dynamo_config('recompile_limit', self.limit)
+        self._automatic_dynamic = dynamo_config('automatic_dynamic_shapes')
+        set_dynamo_config('automatic_dynamic_shapes', False)
         self._watch = DynamoRecompileLimitWatch().__enter__()
         self._start_graphs = dynamo_graph_count()
         return (f'torch.compile: dynamo recompile limit {self.limit} (was '
@@ -101,15 +100,15 @@ class CompiledRun:
     def stop(self) -> str:
         """Restore the limit and automatic dynamic shapes; count graphs and
         fallbacks; return the count, for the log."""
-        from torch._dynamo import config as dynamo_config
         self.graphs = dynamo_graph_count() - self._start_graphs
         if self._watch is not None:
             self._watch.__exit__(None, None, None)
             self.fallbacks = list(self._watch.fallbacks)
             self._watch = None
         if self._previous is not None:
-            set_dynamo_recompile_limit(self._previous)
-            dynamo_config.automatic_dynamic_shapes = self._automatic_dynamic
+            set_dynamo_config('recompile_limit', self._previous)
+            set_dynamo_config('automatic_dynamic_shapes',
+                              self._automatic_dynamic)
             self._previous = None
         if not self.fallbacks:
             return (f'torch.compile: {self.graphs} graphs compiled; no frame '

@@ -17,12 +17,13 @@ from torch.utils.data import Dataset, Sampler
 
 from mmext.compat import random_other_index
 from mmext.log import warn
+from mmext.options import type_name
 from .schedule import iterations_per_epoch
 
 __all__ = [
     'BrokenClipError', 'MultigridDataset', 'ShortCycleBatchSampler',
-    'check_field_of_view', 'clips_per_sample', 'config_clips_per_sample', 'name_broken_clips',
-    'parse_grid_shape', 'resize_pipeline'
+    'check_field_of_view', 'clips_per_sample', 'config_clips_per_sample',
+    'name_broken_clips', 'parse_grid_shape', 'resize_pipeline'
 ]
 
 # Transform type -> key holding its output size.
@@ -37,11 +38,6 @@ _SAMPLERS = ('SampleFrames', 'UniformSample')
 _VARIABLE_SIZE = ('RandomResizedCrop', 'Resize', 'RandomRescale')
 # Test-time crops: several views of each clip.
 _MULTI_VIEW = {'ThreeCrop': 3, 'TenCrop': 10}
-
-
-def _type(t: dict) -> str:
-    name = t['type'] if isinstance(t['type'], str) else t['type'].__name__
-    return name.split('.')[-1]
 
 
 def _square(value) -> Optional[int]:
@@ -59,7 +55,7 @@ def _final_crop_index(pipeline: List[dict]) -> Tuple[int, int]:
     ``ValueError``)."""
     for i in range(len(pipeline) - 1, -1, -1):
         t = pipeline[i]
-        name = _type(t)
+        name = type_name(t['type'])
         if name == 'Resize' and not t.get('keep_ratio', True):
             side = _square(t.get('scale'))
         elif name in _FIXED_SIZE_KEYS:
@@ -87,11 +83,12 @@ def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
             without a final fixed-size square crop, or with a multi-view
             test crop (``ThreeCrop``, ``TenCrop``).
     """
-    views = [_type(t) for t in pipeline if _type(t) in _MULTI_VIEW]
+    names = [type_name(t['type']) for t in pipeline]
+    views = [name for name in names if name in _MULTI_VIEW]
     if views:
         raise ValueError(f'{views[0]} makes {_MULTI_VIEW[views[0]]} views of '
                          f'each clip (a test crop); train on one crop.')
-    samplers = [t for t in pipeline if _type(t) in _SAMPLERS]
+    samplers = [t for t, name in zip(pipeline, names) if name in _SAMPLERS]
     if not samplers:
         raise ValueError('MultigridHook needs a SampleFrames or UniformSample '
                          'in the train pipeline.')
@@ -109,8 +106,9 @@ def _first_resize(pipeline: List[dict]) -> Optional[int]:
     the final crop; None: the final crop cuts the raw frame."""
     final, _ = _final_crop_index(pipeline)
     return next((i for i, t in enumerate(pipeline[:final + 1])
-                 if _type(t) == 'MultiScaleCrop' or (
-                     _type(t) == 'Resize' and t.get('scale') is not None)),
+                 if type_name(t['type']) == 'MultiScaleCrop' or (
+                     type_name(t['type']) == 'Resize'
+                     and t.get('scale') is not None)),
                 None)
 
 
@@ -120,7 +118,8 @@ def check_field_of_view(pipeline: List[dict]) -> None:
     ``S``."""
     if _first_resize(pipeline) is None:
         final, side = _final_crop_index(pipeline)
-        raise ValueError(f'{_type(pipeline[final])}({side}) crops the raw '
+        name = type_name(pipeline[final]['type'])
+        raise ValueError(f'{name}({side}) crops the raw '
                          f'frame: smaller S would see less of it; add a '
                          f'Resize before it.')
 
@@ -147,7 +146,7 @@ def resize_pipeline(pipeline: List[dict], clip_len: int,
     first = final if first is None else first
     ratio = crop_size / base_s
     for i, t in enumerate(out):
-        name = _type(t)
+        name = type_name(t['type'])
         if name == 'SampleFrames':
             t['clip_len'] = clip_len
             t['frame_interval'] = max(1, int(round(interval * base_t /

@@ -4,7 +4,6 @@ Every safeguard holds with mmengine's own ``Runner``; only refusing a
 multigrid checkpoint resumed without the hook needs ``mmext.Runner``
 (:func:`mmext.runner.register_resume_guard`).
 """
-import bisect
 import copy
 import itertools
 import logging
@@ -16,14 +15,17 @@ from mmengine.dataset import Compose
 from mmengine.dist import all_reduce
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import DATA_SAMPLERS
 from mmengine.runner import Runner
 
-from mmext.compat import reset_to_initial_values, set_train_loop_length
+from mmext.compat import (checkpoint_saves, epoch_checkpoint_hooks,
+                          loop_validates, reset_to_initial_values,
+                          save_checkpoint_after, set_train_loop_length,
+                          set_validation_epochs, unwrap_model)
 from mmext.log import logs_refusals, warn
 from mmext.lr_scaling import check_auto_scale_lr, optim_wrappers, scale_lrs
+from mmext.options import check_option, is_int, is_number, type_name
 from mmext.registry import HOOKS
 from mmext.runner import register_resume_guard, restart_hint
 from .bn import (bn_layers_in_training, disable_sub_bn, enable_sub_bn,
@@ -33,18 +35,17 @@ from .compile import CompiledRun, compile_enabled, run_outside_dynamo
 from .data import (MultigridDataset, ShortCycleBatchSampler, clips_per_sample,
                    name_broken_clips, resize_pipeline)
 from .memory import glibc_version, keep_freed_memory
-from .plan import (MultigridOptions, MultigridPlan, check_option, is_int,
-                   is_number)
-from .report import describe
+from .plan import MultigridOptions, MultigridPlan
+from .report import DataWaitWatch, describe
+from .resume import CHECKPOINT_KEY, check_resume, resume_signature
 from .schedule import (DEFAULT_LONG_CYCLE_FACTORS, DEFAULT_SHORT_CYCLE_FACTORS,
                        MultigridStage)
 from .transformers import install_shape_adapters, remove_shape_adapters
 
 __all__ = [
     'MultigridHook', 'SCALAR_BATCH_SIZE', 'SCALAR_CLIP_LEN',
-    'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN', 'CHECKPOINT_KEY',
-    'resume_signature', 'check_resume', 'DataWaitWatch',
-    'reads_bn_statistics_after_epoch', 'set_validation_epochs', 'prepare_run'
+    'SCALAR_CROP_SIZE', 'SCALAR_PRECISE_BN', 'reads_bn_statistics_after_epoch',
+    'prepare_run', 'cudnn_autotuner'
 ]
 
 # Visualizer scalars: the per-process long-cycle shape at each loader
@@ -53,16 +54,8 @@ SCALAR_BATCH_SIZE = 'multigrid/batch_size'
 SCALAR_CLIP_LEN = 'multigrid/clip_len'
 SCALAR_CROP_SIZE = 'multigrid/crop_size'
 SCALAR_PRECISE_BN = 'multigrid/precise_bn_batches'
-
-# Where a multigrid run's checkpoints record its schedule (``meta``).
-CHECKPOINT_KEY = 'mmext_multigrid'
-
 # Seeds of rebuilt loaders differ per stage so augmentations are not replayed.
 _STAGE_SEED_STRIDE = 1009
-
-
-def unwrap_model(model):
-    return model.module if is_model_wrapper(model) else model
 
 
 def cudnn_autotuner(cfg) -> Tuple[bool, str]:
@@ -118,38 +111,11 @@ def prepare_run(runner, keep_cpu_memory: bool = True) -> Callable[[], None]:
 def _check_repeat_collate(loader_cfg) -> None:
     """Raise unless the loader collates with ``repeat_pseudo_collate``."""
     collate = loader_cfg.get('collate_fn', dict(type='pseudo_collate'))
-    kind = collate.get('type') if isinstance(collate, dict) else collate
-    name = getattr(kind, '__name__', str(kind)).rsplit('.', 1)[-1]
+    name = type_name(collate.get('type') if isinstance(collate, dict)
+                     else collate)
     if name != 'repeat_pseudo_collate':
         raise ValueError(f'A RepeatAugDataset needs collate_fn=dict(type='
                          f"'repeat_pseudo_collate'), got {name!r}.")
-
-
-def _loop_validates(loop, done: int) -> bool:
-    """Whether an ``EpochBasedTrainLoop`` validates after ``done`` epochs
-    by its interval (``_decide_current_val_interval``, after the epoch;
-    the last epoch aside)."""
-    step = bisect.bisect(loop.dynamic_milestones, done + 1)
-    return done >= loop.val_begin and done % loop.dynamic_intervals[
-        step - 1] == 0
-
-
-def set_validation_epochs(loop, epochs: Sequence[int]) -> None:
-    """Make an ``EpochBasedTrainLoop`` validate after exactly ``epochs``
-    (ascending epoch counts; the last one if it validates at all).
-
-    The interval ``v`` (of ``dynamic_intervals``) from the epoch of
-    ``epochs`` before ``v`` up to ``v`` validates at ``v`` only.
-    """
-    loop.val_begin = epochs[0] if epochs else loop.max_epochs + 1
-    loop.dynamic_milestones = [0] + [v + 2 for v in epochs]
-    loop.dynamic_intervals = list(epochs) + [loop.max_epochs + 1]
-    loop.val_interval = loop.dynamic_intervals[0]
-
-
-def _epoch_checkpoint_hooks(runner) -> List[CheckpointHook]:
-    return [h for h in runner.hooks if isinstance(h, CheckpointHook)
-            and h.by_epoch and h.interval > 0]
 
 
 def reads_bn_statistics_after_epoch(runner) -> bool:
@@ -162,159 +128,11 @@ def reads_bn_statistics_after_epoch(runner) -> bool:
     done = runner.epoch + 1
     if done >= runner.train_loop.max_epochs:
         return True
-    if runner.val_loop is not None and _loop_validates(runner.train_loop,
-                                                       done):
+    if runner.val_loop is not None and loop_validates(runner.train_loop,
+                                                      done):
         return True
-    return any(
-        hook.every_n_epochs(runner, hook.interval, hook.save_begin)
-        for hook in _epoch_checkpoint_hooks(runner))
-
-
-# ---------------------------------------------------------------- resume
-# Signature keys (as earlier checkpoints saved them) as messages name them.
-_LABELS = {'max_epochs': 'multigrid epochs', 'recipe_epochs': 'recipe epochs'}
-# The iteration axis: what the iterations per epoch follow.
-_AXIS = ('world_size', 'batch_size', 'samples_per_rank', 'max_iters')
-
-
-def resume_signature(plan) -> dict:
-    """What defines a run's epoch and iteration axes
-    (``meta[CHECKPOINT_KEY]`` of its checkpoints).
-
-    Returns:
-        dict: The schedule options (sequences as lists), ``lr_steps``,
-        ``recipe_epochs``, ``max_epochs``, ``world_size``, ``batch_size``
-        (per process), ``samples_per_rank`` and ``max_iters`` (None without
-        exact counts).
-    """
-    options = plan.options
-    signature = options.schedule_kwargs()
-    signature.update(
-        long_cycle_factors=[tuple(f) for f in options.long_cycle_factors],
-        short_cycle_factors=list(options.short_cycle_factors),
-        lr_steps=list(plan.lr_steps), recipe_epochs=plan.recipe_epochs,
-        max_epochs=plan.max_epochs, world_size=plan.world_size,
-        batch_size=plan.base_batch, samples_per_rank=plan.samples_per_rank,
-        max_iters=plan.max_iters if plan.exact else None)
-    return signature
-
-
-def check_resume(plan, saved: Optional[dict], epoch: Optional[int] = None,
-                 iteration: Optional[int] = None) -> None:
-    """Raise unless a resumed checkpoint trained this very schedule.
-
-    The schedule of :func:`resume_signature` must match, and the iteration
-    axis where both runs count it exactly (another world size, batch or
-    dataset changes the iterations of every epoch); a checkpoint without an
-    iteration record must have ``iteration`` inside this plan's ``epoch``.
-
-    Args:
-        plan (MultigridPlan): The run's plan.
-        saved (dict, optional): The checkpoint's :func:`resume_signature`;
-            None for a run without multigrid.
-        epoch, iteration (int, optional): ``runner.epoch``, ``runner.iter``.
-
-    Raises:
-        ValueError: Naming the differences and the fix.
-    """
-    if saved is None:
-        raise ValueError('Not a multigrid checkpoint: use load_from=CKPT '
-                         'without --resume.')
-    ours = resume_signature(plan)
-    axis = plan.exact and 'max_iters' in saved and (
-        saved['max_iters'] != ours['max_iters'])
-    # Checkpoints from before batch_policy trained the paper's batches.
-    saved = dict({'batch_policy': 'paper'}, **saved)
-    differ = [f'{_LABELS.get(k, k)} {saved.get(k)!r} (config {v!r})'
-              for k, v in ours.items()
-              if (axis or k not in _AXIS) and saved.get(k) != v]
-    if differ:
-        raise ValueError(f'Checkpoint of another multigrid schedule: '
-                         f'{", ".join(differ)}. Resume with those or use '
-                         f'load_from=CKPT.')
-    if 'max_iters' in saved or not plan.exact or None in (epoch, iteration):
-        return
-    cum = plan.cum_iters
-    first, end = (cum[epoch], cum[epoch + 1]) if epoch + 1 < len(cum) else (
-        cum[-1], cum[-1] + 1)
-    if not first <= iteration < end:
-        raise ValueError(f'Checkpoint iteration {iteration} is outside epoch '
-                         f'{epoch} [{first}, {end}): resume with its world '
-                         f'size, batch and data.')
-
-
-# ---------------------------------------------------------------- data wait
-class DataWaitWatch:
-    """The data-wait share after each shape change; one warning per run.
-
-    The first ``skip`` iterations after :meth:`start_stage` count as
-    stage-change cost, the next ``iters`` are measured; a stage shorter
-    than ``skip + iters`` (its length given) is measured to its end, one
-    of a single iteration with nothing skipped.
-
-    Args:
-        threshold (float, optional): Data-wait share in [0, 1]; 0 or None
-            disables the warning.
-        iters (int): Iterations measured per stage (>= 1).
-        skip (int): Leading iterations counted as stage-change cost.
-    """
-
-    def __init__(self, threshold: Optional[float], iters: int,
-                 skip: int = 1):
-        self.threshold = threshold
-        self.iters = iters
-        self.skip = skip
-        self.warned = False
-        self.start_stage('')
-
-    def start_stage(self, where: str, rebuild_seconds: float = 0.0,
-                    length: Optional[int] = None) -> None:
-        """Begin measuring a stage (``rebuild_seconds``: loader rebuild;
-        ``length``: its iterations, None: long enough)."""
-        self.where = where
-        self.change_seconds = self._rebuild = rebuild_seconds
-        self._seen = 0
-        self._data = self._total = 0.0
-        self._skip = self.skip if length is None else min(self.skip,
-                                                          length - 1)
-        self._iters = self.iters if length is None else max(
-            min(self.iters, length - self._skip), 1)
-
-    def record(self, data_seconds: float,
-               total_seconds: float) -> List[Tuple[int, str]]:
-        """Add one iteration's data wait and total time (s; mmengine's
-        ``train/data_time``, ``train/time``); return the ``(logging level,
-        text)`` due now."""
-        self._seen += 1
-        skip, iters = self._skip, self._iters
-        if self._seen <= skip:
-            self.change_seconds += data_seconds
-            return []
-        if self._seen > skip + iters:
-            return []
-        self._data += data_seconds
-        self._total += total_seconds
-        if self._seen < skip + iters:
-            return []
-        share = (min(max(self._data / self._total, 0.0), 1.0)
-                 if self._total > 0 else 0.0)
-        per_iter = self._total / iters
-        out = [(logging.INFO, (
-            f'Multigrid: stage change at {self.where}: '
-            f'{self.change_seconds:.2f} s (loader rebuild {self._rebuild:.2f}'
-            f' s, first {skip} batch(es) '
-            f'{self.change_seconds - self._rebuild:.2f} s) = '
-            f'{self.change_seconds / per_iter:.1f} iterations of '
-            f'{per_iter:.3f} s; data wait {share:.0%} of the next '
-            f'{iters} iterations'))]
-        if self.threshold and not self.warned and share > self.threshold:
-            self.warned = True
-            out.append((logging.WARNING, (
-                f'Multigrid: data wait is {share:.0%} of the iteration time '
-                f'at {self.where} (data_wait_threshold '
-                f'{self.threshold:.0%}): the run is data-bound. Add '
-                f'train_dataloader.num_workers or decode faster.')))
-        return out
+    return any(checkpoint_saves(hook, done)
+               for hook in epoch_checkpoint_hooks(runner))
 
 
 # ---------------------------------------------------------------- the hook
@@ -420,7 +238,7 @@ class MultigridHook(Hook):
             short_cycle_factors=short_cycle_factors,
             short_cycle_mode=short_cycle_mode, bn_base_size=bn_base_size,
             lr_steps=lr_steps, lr_rule=lr_rule, batch_policy=batch_policy)
-        check_option(is_int(precise_bn_iters) and precise_bn_iters >= 0,
+        check_option(is_int(precise_bn_iters, 0),
                      'precise_bn_iters', precise_bn_iters, 'an int >= 0')
         for name, value in (('skip_broken_clips', skip_broken_clips),
                             ('keep_cpu_memory', keep_cpu_memory)):
@@ -430,7 +248,7 @@ class MultigridHook(Hook):
             threshold is None or (is_number(threshold) and 0 <= threshold
                                   <= 1), 'data_wait_threshold', threshold,
             'None or a share in [0, 1]')
-        check_option(is_int(data_wait_iters) and data_wait_iters >= 1,
+        check_option(is_int(data_wait_iters, 1),
                      'data_wait_iters', data_wait_iters, 'an int >= 1')
         self.precise_bn_iters = precise_bn_iters
         self.skip_broken_clips = skip_broken_clips
@@ -471,7 +289,8 @@ class MultigridHook(Hook):
         model = unwrap_model(runner.model)
         for line in install_shape_adapters(model):
             print_log(f'Multigrid: shape adapter: {line}', logger='current')
-        check_run(self.plan, model, self._pipeline)
+        self.plan.clip_flops = check_run(self.plan, model,
+                                         self._pipeline).clip_flops
         if self.precise_bn_iters and not bn_layers_in_training(model):
             warn(f'precise_bn_iters={self.precise_bn_iters} has no effect: no '
                  f'BN layer trains (norm_eval=True?).')
@@ -509,15 +328,14 @@ class MultigridHook(Hook):
         said = []
         if runner.val_loop is not None:
             epochs = plan.multigrid_epochs(
-                r for r in recipe if _loop_validates(loop, r) or (
+                r for r in recipe if loop_validates(loop, r) or (
                     r == plan.recipe_epochs and r >= loop.val_begin))
             set_validation_epochs(loop, epochs)
             said.append(f'validation after epochs {epochs}')
         self._checkpoint_epochs = {
             hook: plan.multigrid_epochs(
-                r for r in recipe if r >= hook.save_begin
-                and (r - hook.save_begin) % hook.interval == 0)
-            for hook in _epoch_checkpoint_hooks(runner)}
+                r for r in recipe if checkpoint_saves(hook, r))
+            for hook in epoch_checkpoint_hooks(runner)}
         saved = {e for hook, epochs in self._checkpoint_epochs.items()
                  for e in epochs + [plan.max_epochs] * hook.save_last}
         if saved:
@@ -598,9 +416,7 @@ class MultigridHook(Hook):
         self._report_skipped(runner)
         done = runner.epoch + 1
         for hook, epochs in self._checkpoint_epochs.items():
-            # CheckpointHook saves where done - save_begin divides by its
-            # interval; it runs after this hook.
-            hook.save_begin = done if done in epochs else done + 1
+            save_checkpoint_after(hook, done, done in epochs)
         iters = self.precise_bn_iters
         if not iters or not reads_bn_statistics_after_epoch(runner):
             return

@@ -1,49 +1,30 @@
 """What a multigrid run trains: the schedule options, the recipe's
-schedulers on the multigrid axis, the run's plan and what it cannot honour.
-
-Configs and arithmetic only, no model and no runner; the hook and
-``tools/analysis/multigrid_schedule.py`` build the same plan.
-"""
+schedulers on the multigrid axis, the run's plan and what it cannot honour
+(configs and arithmetic, no model, no runner)."""
 import copy
 import math
-import numbers
 from dataclasses import dataclass
 from typing import (Callable, Dict, Iterable, List, NamedTuple, Optional,
                     Sequence, Tuple)
 
 from mmext.compat import SCHEDULER_INF
+from mmext.options import (LR_RULES, check_option, is_int, is_number,
+                           type_name)
 from mmext.registry import HOOKS
 from mmext.scheduler_checks import (STEP_TYPES, WARMUP_TYPES,
                                     unused_scheduler_values)
 from .data import (check_field_of_view, config_clips_per_sample,
                    parse_grid_shape)
 from .schedule import (BATCH_POLICIES, DEFAULT_LONG_CYCLE_FACTORS,
-                       DEFAULT_SHORT_CYCLE_FACTORS, LR_RULES, SHORT_CYCLE_MODES, GridShape, MultigridStage,
-                       build_multigrid_schedule, iterations_per_epoch,
-                       lr_scale, map_recipe_epoch, stage_at_epoch,
+                       DEFAULT_SHORT_CYCLE_FACTORS, SHORT_CYCLE_MODES,
+                       GridShape, MultigridStage, build_multigrid_schedule,
+                       iterations_per_epoch, map_recipe_epoch, stage_at_epoch,
                        stage_flops_ratios)
 
 __all__ = ['MultigridOptions', 'MultigridPlan']
 
 
 # ---------------------------------------------------------------- options
-def is_number(value) -> bool:
-    """A real number, not a bool."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def is_int(value) -> bool:
-    """An integer, not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def check_option(ok: bool, name: str, value, expected: str) -> None:
-    """Raise ``ValueError`` unless ``ok``: option ``name`` must be
-    ``expected``."""
-    if not ok:
-        raise ValueError(f'{name} must be {expected}, got {value!r}')
-
-
 def _long_cycle_factors(value) -> bool:
     """(t, s) pairs in (0, 1], t s^2 not decreasing, (1, 1) last."""
     if not (isinstance(value, (list, tuple)) and value and all(
@@ -65,17 +46,13 @@ def _lr_steps(value) -> bool:
 
 def is_multigrid_hook(hook_cfg: dict) -> bool:
     """Whether a ``custom_hooks`` entry builds ``MultigridHook``."""
-    return str(hook_cfg['type']).split('.')[-1] == 'MultigridHook'
+    return type_name(hook_cfg['type']) == 'MultigridHook'
 
 
 def build_hook(cfg):
     """The ``MultigridHook`` of a config's ``custom_hooks``, built as the
-    runner builds it (its ``__init__`` checks every option).
-
-    Raises:
-        ValueError: Without such a hook, or for a bad option value.
-        TypeError: For an unknown option.
-    """
+    runner builds it (its ``__init__`` checks every option); ValueError
+    without one."""
     entries = [h for h in cfg.get('custom_hooks', []) if is_multigrid_hook(h)]
     if not entries:
         raise ValueError('The config has no mmext.MultigridHook in '
@@ -88,12 +65,9 @@ def build_hook(cfg):
 @dataclass(frozen=True)
 class MultigridOptions:
     """The options of ``MultigridHook`` that shape the schedule (meaning and
-    defaults: the hook's docstring), checked here, once; sequences are
-    stored as tuples.
-
-    Raises:
-        ValueError: Naming the option, what it must be and the value.
-    """
+    defaults: the hook's docstring), checked here, once (``ValueError``
+    naming the option, what it must be and the value); sequences are
+    stored as tuples."""
     long_cycle: bool = True
     short_cycle: bool = True
     epoch_factor: float = 1.5
@@ -135,7 +109,7 @@ class MultigridOptions:
             check_option(getattr(self, name) in values, name,
                          getattr(self, name), ' or '.join(map(repr, values)))
         base = self.bn_base_size
-        check_option(base is None or (is_int(base) and base >= 0),
+        check_option(base is None or is_int(base, 0),
                      'bn_base_size', base, 'None or an int >= 0')
         check_option(_lr_steps(self.lr_steps), 'lr_steps', self.lr_steps,
                      'None or increasing epochs from 0')
@@ -156,15 +130,11 @@ class MultigridOptions:
 # ------------------------------------------------ the recipe's schedulers
 def find_lr_steps(schedulers: Sequence[dict],
                   max_epochs: int) -> Tuple[List[int], Optional[float]]:
-    """LR stage starts and decay of a recipe's ``param_scheduler``.
-
-    Returns:
-        tuple: ``([0] + sorted milestones inside (0, max_epochs), gamma)``
-        of the epoch-based LR ``MultiStepLR``, else
-        ``([0, max_epochs], None)``.
-    """
+    """LR stage starts and decay of a recipe's ``param_scheduler``:
+    ``([0] + sorted milestones inside (0, max_epochs), gamma)`` of the
+    epoch-based LR ``MultiStepLR``, else ``([0, max_epochs], None)``."""
     for s in schedulers:
-        if str(s['type']).split('.')[-1] in STEP_TYPES and s.get(
+        if type_name(s['type']) in STEP_TYPES and s.get(
                 'by_epoch', True) and s.get('param_name', 'lr') == 'lr':
             inside = sorted({m for m in s['milestones'] if 0 < m < max_epochs})
             if inside:
@@ -176,22 +146,15 @@ def remap_param_schedulers(schedulers: Sequence[dict],
                            epoch_map: Callable[[float], float],
                            iter_at: Callable[[float], int],
                            base_epoch_len: int) -> List[dict]:
-    """Copies of scheduler configs on the multigrid axis.
+    """New copies of the recipe's ``param_scheduler`` configs on the
+    multigrid axis.
 
     ``begin``, ``end``, ``milestones`` and ``T_max`` go through
-    ``epoch_map``; iteration-based schedulers (or ``convert_to_iter_based``,
-    which mmengine scales by the first epoch's length) get exact counts
-    from ``iter_at``.
-
-    Args:
-        schedulers (Sequence[dict]): The recipe's ``param_scheduler``.
-        epoch_map (callable): Recipe epoch -> multigrid epoch.
-        iter_at (callable): Multigrid epoch (float) -> iterations done.
-        base_epoch_len (int): Iterations per epoch of the recipe's loader,
-            to read ``by_epoch=False`` bounds in epochs.
-
-    Returns:
-        list[dict]: New configs (the input is not modified).
+    ``epoch_map`` (recipe epoch -> multigrid epoch); iteration-based
+    schedulers (or ``convert_to_iter_based``, which mmengine scales by the
+    first epoch's length) get exact counts from ``iter_at`` (multigrid
+    epoch -> iterations done). ``base_epoch_len``: iterations per epoch of
+    the recipe's loader, to read ``by_epoch=False`` bounds in epochs.
     """
     out = []
     for cfg in schedulers:
@@ -217,16 +180,13 @@ def remap_param_schedulers(schedulers: Sequence[dict],
 
 
 # ---------------------------------------------------------------- the plan
-class ShapeIterations(NamedTuple):
-    """Iterations one grid shape trains within one stage.
+_NOT_EXACT = 'exact iteration counts need samples_per_rank'
 
-    Attributes:
-        stage (MultigridStage): The stage.
-        shape (GridShape): One of ``stage.short_cycle``.
-        batch_size (int): Dataset indices per process.
-        sub_bn_splits (int): Sub-BN splits of its batches.
-        iters (int): Its iterations over the stage.
-    """
+
+class ShapeIterations(NamedTuple):
+    """The ``iters`` one grid ``shape`` of ``stage.short_cycle`` trains over
+    the stage, its ``batch_size`` (dataset indices per process) and
+    ``sub_bn_splits``."""
     stage: MultigridStage
     shape: GridShape
     batch_size: int
@@ -308,7 +268,8 @@ class MultigridPlan:
             raise ValueError(f'{error} Recipe values the schedule cannot '
                              f'honour: {" ".join(dropped)}') from error
         _check_sub_bn(self)
-        # (T, S) -> FLOPs of one clip's forward, set by a model check.
+        # (T, S) -> FLOPs of one clip's forward, counted by the caller of a
+        # model check (checks.check_run).
         self.clip_flops: Optional[Dict[Tuple[int, int], float]] = None
         self.cum_iters: Optional[List[int]] = None
         if samples_per_rank is not None:
@@ -321,26 +282,16 @@ class MultigridPlan:
                     options: Optional[MultigridOptions] = None,
                     clips_per_sample: Optional[int] = None
                     ) -> 'MultigridPlan':
-        """Plan of a full mmaction2 config.
+        """Plan of a full mmaction2 config (``train_cfg``,
+        ``train_dataloader``, ``param_scheduler``, ``optim_wrapper``); the
+        hook and the schedule tool plan through it.
 
-        The epoch-based loop is checked here, once: the hook and the
-        schedule tool plan through this method.
-
-        Args:
-            cfg (Config): The config (``train_cfg``, ``train_dataloader``,
-                ``param_scheduler``, ``optim_wrapper``).
-            options (MultigridOptions, optional): Default: those of the
-                config's ``MultigridHook`` (:func:`build_hook`).
-            clips_per_sample (int, optional): Default: the train dataset
-                config's.
-            samples_per_rank, world_size, recipe_iters_per_epoch: As in the
-                constructor.
-
-        Raises:
-            ValueError: For a train loop without ``max_epochs``, a train
-                dataset without its own pipeline, as :func:`build_hook` or
-                as the constructor.
-            TypeError: For an unknown ``MultigridHook`` option.
+        ``options`` default to those of the config's ``MultigridHook``
+        (:func:`build_hook`), ``clips_per_sample`` to the train dataset
+        config's; the other arguments as in the constructor. Raises
+        ``ValueError`` for a loop without ``max_epochs`` (checked here,
+        once), a train dataset without its own pipeline, as
+        :func:`build_hook` or as the constructor.
         """
         train_cfg = cfg.get('train_cfg') or {}
         if 'max_epochs' not in train_cfg:
@@ -386,7 +337,7 @@ class MultigridPlan:
     def lr_scale(self, stage: MultigridStage) -> float:
         """Factor on the scheduled LR at every iteration of ``stage``: its
         long-cycle batch factor by ``lr_rule``."""
-        return lr_scale(stage.shape.batch_factor, self.options.lr_rule)
+        return LR_RULES[self.options.lr_rule](stage.shape.batch_factor)
 
     def batch_sizes(self, stage: MultigridStage,
                     short_cycle: bool = True) -> List[int]:
@@ -435,13 +386,13 @@ class MultigridPlan:
     def iters_per_epoch(self, stage: MultigridStage) -> int:
         """Exact iterations of one epoch of ``stage``."""
         if self.samples_per_rank is None:
-            raise ValueError('exact iteration counts need samples_per_rank')
+            raise ValueError(_NOT_EXACT)
         return iterations_per_epoch(self.samples_per_rank,
                                     self.batch_sizes(stage))
 
     def _cum(self) -> List[int]:
         if self.cum_iters is None:
-            raise ValueError('exact iteration counts need samples_per_rank')
+            raise ValueError(_NOT_EXACT)
         return self.cum_iters
 
     def iter_at(self, epoch: float) -> int:
@@ -465,8 +416,7 @@ class MultigridPlan:
 
     def scheduler_cfgs(self) -> List[dict]:
         """The recipe's ``param_scheduler`` on the multigrid axis
-        (:func:`remap_param_schedulers`)."""
-        self._cum()
+        (:func:`remap_param_schedulers`; an exact plan)."""
         return remap_param_schedulers(
             self.param_scheduler, self.recipe_epoch_to_multigrid,
             self.iter_at, self.recipe_iters_per_epoch)
@@ -551,12 +501,9 @@ def _count_iterations(plan: MultigridPlan) -> List[int]:
 
 
 def recipe_scheduler_warnings(plan: MultigridPlan) -> List[str]:
-    """Recipe LR scheduler values the run cannot honour.
-
-    Any run's rules (``unused_scheduler_values``) on the recipe's axis,
-    milestones that make no LR stages, a warm-up longer than the first LR
-    stage.
-    """
+    """Recipe LR scheduler values the run cannot honour: any run's rules
+    (``unused_scheduler_values``) on the recipe's axis, milestones that make
+    no LR stages, a warm-up longer than the first LR stage."""
     lr = [s for s in plan.param_scheduler
           if s.get('param_name', 'lr') == 'lr']
     per_epoch = plan.recipe_iters_per_epoch
@@ -566,7 +513,7 @@ def recipe_scheduler_warnings(plan: MultigridPlan) -> List[str]:
         axis='recipe')
     first_stage = plan.lr_steps[1]
     for s in lr:
-        kind = str(s['type']).split('.')[-1]
+        kind = type_name(s['type'])
         name = f'param_scheduler {s["type"]}'
         if kind in STEP_TYPES and not plan.options.lr_steps:
             early = [m for m in s.get('milestones', []) if m <= 0]

@@ -1,10 +1,12 @@
 """A multigrid plan reported: as plain data (the schedule tool's ``--json``)
-and as the stage table the hook logs and the schedule tool prints."""
-from typing import Sequence
+and as the stage table the hook logs and the schedule tool prints; the
+data-wait watch that reports each shape change of a run."""
+import logging
+from typing import List, Optional, Sequence, Tuple
 
 from .schedule import stage_flops_ratios
 
-__all__ = ['summary', 'describe']
+__all__ = ['summary', 'describe', 'DataWaitWatch']
 
 
 def summary(plan, warnings: Sequence[str] = ()) -> dict:
@@ -125,3 +127,76 @@ def describe(plan) -> str:
             f'batches ignored; give the dataset for exact counts); '
             f'{flops}')
     return '\n'.join(lines)
+
+
+class DataWaitWatch:
+    """The data-wait share after each shape change; one warning per run.
+
+    The first ``skip`` iterations after :meth:`start_stage` count as
+    stage-change cost, the next ``iters`` are measured; a stage shorter
+    than ``skip + iters`` (its length given) is measured to its end, one
+    of a single iteration with nothing skipped.
+
+    Args:
+        threshold (float, optional): Data-wait share in [0, 1]; 0 or None
+            disables the warning.
+        iters (int): Iterations measured per stage (>= 1).
+        skip (int): Leading iterations counted as stage-change cost.
+    """
+
+    def __init__(self, threshold: Optional[float], iters: int,
+                 skip: int = 1):
+        self.threshold = threshold
+        self.iters = iters
+        self.skip = skip
+        self.warned = False
+        self.start_stage('')
+
+    def start_stage(self, where: str, rebuild_seconds: float = 0.0,
+                    length: Optional[int] = None) -> None:
+        """Begin measuring a stage (``rebuild_seconds``: loader rebuild;
+        ``length``: its iterations, None: long enough)."""
+        self.where = where
+        self.change_seconds = self._rebuild = rebuild_seconds
+        self._seen = 0
+        self._data = self._total = 0.0
+        self._skip = self.skip if length is None else min(self.skip,
+                                                          length - 1)
+        self._iters = self.iters if length is None else max(
+            min(self.iters, length - self._skip), 1)
+
+    def record(self, data_seconds: float,
+               total_seconds: float) -> List[Tuple[int, str]]:
+        """Add one iteration's data wait and total time (s; mmengine's
+        ``train/data_time``, ``train/time``); return the ``(logging level,
+        text)`` due now."""
+        self._seen += 1
+        skip, iters = self._skip, self._iters
+        if self._seen <= skip:
+            self.change_seconds += data_seconds
+            return []
+        if self._seen > skip + iters:
+            return []
+        self._data += data_seconds
+        self._total += total_seconds
+        if self._seen < skip + iters:
+            return []
+        share = (min(max(self._data / self._total, 0.0), 1.0)
+                 if self._total > 0 else 0.0)
+        per_iter = self._total / iters
+        out = [(logging.INFO, (
+            f'Multigrid: stage change at {self.where}: '
+            f'{self.change_seconds:.2f} s (loader rebuild {self._rebuild:.2f}'
+            f' s, first {skip} batch(es) '
+            f'{self.change_seconds - self._rebuild:.2f} s) = '
+            f'{self.change_seconds / per_iter:.1f} iterations of '
+            f'{per_iter:.3f} s; data wait {share:.0%} of the next '
+            f'{iters} iterations'))]
+        if self.threshold and not self.warned and share > self.threshold:
+            self.warned = True
+            out.append((logging.WARNING, (
+                f'Multigrid: data wait is {share:.0%} of the iteration time '
+                f'at {self.where} (data_wait_threshold '
+                f'{self.threshold:.0%}): the run is data-bound. Add '
+                f'train_dataloader.num_workers or decode faster.')))
+        return out

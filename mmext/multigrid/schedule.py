@@ -11,19 +11,21 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import List, Mapping, Optional, Sequence, Tuple
 
+from mmext.options import LR_RULES
+
 __all__ = [
     'MultigridStage', 'GridShape', 'build_multigrid_schedule',
-    'short_cycle_shapes', 'long_cycle_shapes', 'stage_at_epoch',
+    'short_cycle_shapes', 'long_cycle_sizes', 'long_cycle_shapes',
+    'stage_at_epoch',
     'map_recipe_epoch', 'iterations_per_epoch', 'stage_flops_ratios',
-    'lr_scale', 'DEFAULT_LONG_CYCLE_FACTORS', 'DEFAULT_SHORT_CYCLE_FACTORS',
-    'LR_RULES', 'BATCH_POLICIES'
+    'DEFAULT_LONG_CYCLE_FACTORS', 'DEFAULT_SHORT_CYCLE_FACTORS',
+    'BATCH_POLICIES'
 ]
 
 DEFAULT_LONG_CYCLE_FACTORS = ((0.25, 0.5**0.5), (0.5, 0.5**0.5), (0.5, 1),
                               (1, 1))
 DEFAULT_SHORT_CYCLE_FACTORS = (0.5, 0.5**0.5)
 SHORT_CYCLE_MODES = ('absolute', 'relative')
-LR_RULES = ('linear', 'sqrt')
 # How a shape's batch follows the paper's batch factor F = T0 S0^2 / (T S^2):
 # 'paper' B0 F (a step's FLOPs stay the base step's, paper Sec. 3.1),
 # 'sqrt' B0 round(sqrt F), 'constant' B0 (each step cheaper, the recipe's
@@ -33,13 +35,6 @@ BATCH_POLICIES = {
     'sqrt': lambda factor: max(1, int(round(math.sqrt(factor)))),
     'constant': lambda factor: 1,
 }
-
-
-def lr_scale(batch_factor: int, rule: str = 'linear') -> float:
-    """LR factor of a long-cycle batch ``batch_factor`` times the recipe's:
-    ``'linear'`` (the paper's rule for SGD, Goyal et al. 2017) or ``'sqrt'``
-    (the square root, the usual rule for the Adam family)."""
-    return math.sqrt(batch_factor) if rule == 'sqrt' else float(batch_factor)
 
 
 @dataclass(frozen=True)
@@ -70,8 +65,8 @@ class MultigridStage:
         start_epoch (int): First epoch (inclusive).
         end_epoch (int): End epoch (exclusive).
         lr_factor (float): LR relative to the recipe's base LR,
-            ``lr_scale(batch_factor) * gamma ** lr_stage`` (PySlowFast
-            ``SOLVER.LRS`` with the linear rule).
+            ``LR_RULES[lr_rule](batch_factor) * gamma ** lr_stage``
+            (PySlowFast ``SOLVER.LRS`` with the linear rule).
         fine_tune (bool): Whether the stage is (a half of) the final
             fine-tune at the base shape.
     """
@@ -85,7 +80,6 @@ class MultigridStage:
 
     @property
     def num_epochs(self) -> int:
-        """int: Number of epochs of the stage."""
         return self.end_epoch - self.start_epoch
 
     @property
@@ -117,22 +111,13 @@ def short_cycle_shapes(base_t: int, base_s: int, clip_len: int,
                        crop_size: int, factors: Sequence[float],
                        mode: str, batch_policy: str = 'paper'
                        ) -> Tuple[GridShape, ...]:
-    """The short cycle of one long-cycle shape (paper Sec. 3.2): the small
-    crops, then the long-cycle crop.
-
-    Args:
-        base_t (int): Recipe clip length ``T0`` (frames).
-        base_s (int): Recipe crop size ``S0`` (pixels).
-        clip_len (int): Long-cycle ``T`` (frames), kept for all 3 shapes.
-        crop_size (int): Long-cycle ``S`` (pixels).
-        factors (Sequence[float]): Spatial factors of the small crops.
-        mode (str): ``'absolute'``: crops are ``factor * S0`` (PySlowFast);
-            ``'relative'``: ``factor * S`` (the paper's text).
-        batch_policy (str): A key of :data:`BATCH_POLICIES`.
-
-    Returns:
-        tuple[GridShape]: The shapes in iteration order.
-    """
+    """The short cycle of the long-cycle shape ``(clip_len, crop_size)``
+    of a recipe ``(T0, S0) = (base_t, base_s)`` (frames, pixels), in
+    iteration order (paper Sec. 3.2): the small crops of ``factors``, then
+    the long-cycle crop, all of ``clip_len`` frames. ``mode``:
+    ``'absolute'``: crops are ``factor * S0`` (PySlowFast); ``'relative'``:
+    ``factor * S`` (the paper's text). ``batch_policy``: a key of
+    :data:`BATCH_POLICIES`."""
     ref = base_s if mode == 'absolute' else crop_size
     # The batch factor uses the unrounded size (PySlowFast), the crop the
     # rounded one.
@@ -147,14 +132,22 @@ def _shape(base_t: int, base_s: int, t: int, s: float,
     return GridShape(factor, t, int(round(s)))
 
 
+def long_cycle_sizes(base_t: int, base_s: int,
+                     factors: Sequence[Tuple[float, float]]
+                     ) -> List[Tuple[int, int]]:
+    """``(T, S) = (round(t T0), round(s S0))`` of each ``(t, s)`` factor
+    (PySlowFast ``MULTIGRID.DEFAULT_S``)."""
+    return [(int(round(base_t * t)), int(round(base_s * s)))
+            for t, s in factors]
+
+
 def long_cycle_shapes(base_t: int, base_s: int,
                       factors: Sequence[Tuple[float, float]],
                       batch_policy: str = 'paper') -> List[GridShape]:
-    """The long-cycle shapes of ``(t, s)`` factors of ``(T0, S0)``:
-    ``T = round(t T0)``, ``S = round(s S0)`` (PySlowFast
-    ``MULTIGRID.DEFAULT_S``), the batch by ``batch_policy``."""
-    return [_shape(base_t, base_s, int(round(base_t * t)),
-                   int(round(base_s * s)), batch_policy) for t, s in factors]
+    """The long-cycle shapes of ``(t, s)`` factors of ``(T0, S0)``
+    (:func:`long_cycle_sizes`), the batch by ``batch_policy``."""
+    return [_shape(base_t, base_s, t, s, batch_policy)
+            for t, s in long_cycle_sizes(base_t, base_s, factors)]
 
 
 def build_multigrid_schedule(
@@ -184,19 +177,17 @@ def build_multigrid_schedule(
     ``epoch_factor`` and truncated (``init_multigrid``).
 
     Args:
-        base_t (int): Recipe clip length ``T0`` (frames).
-        base_s (int): Recipe crop size ``S0`` (pixels).
+        base_t, base_s (int): Recipe clip length ``T0`` (frames) and crop
+            size ``S0`` (pixels).
         lr_steps (Sequence[int]): LR stage starts in recipe epochs
             (``[0] + milestones``; ``[0, max_epochs]``: no fine-tune).
         max_epochs (int): Recipe's ``train_cfg.max_epochs``.
         long_cycle, short_cycle, long_cycle_factors, short_cycle_factors,
-            epoch_factor, short_cycle_mode: As ``MultigridHook``'s options.
+            epoch_factor, short_cycle_mode, lr_rule, batch_policy: As
+            ``MultigridHook``'s options (the epochs are the paper's under
+            every ``batch_policy``).
         gamma (float, optional): Step decay of the recipe, only used for the
             reported ``lr_factor``.
-        lr_rule (str): :func:`lr_scale`'s rule for the reported
-            ``lr_factor``.
-        batch_policy (str): A key of :data:`BATCH_POLICIES`: the batch of
-            each shape (the epochs are the paper's under every policy).
 
     Returns:
         list[MultigridStage]: Stages in order, contiguous from epoch 0;
@@ -227,7 +218,7 @@ def build_multigrid_schedule(
         c = cycle(c[-1], batch_policy)
         return MultigridStage(
             lr_stage, c[-1], c, start, end,
-            lr_scale(c[-1].batch_factor, lr_rule) * decay**lr_stage,
+            LR_RULES[lr_rule](c[-1].batch_factor) * decay**lr_stage,
             fine_tune)
 
     base_cycle = cycle(GridShape(1, base_t, base_s))
@@ -280,12 +271,13 @@ def _check_factors(base_t: int, base_s: int,
                    short_cycle_factors: Sequence[float]) -> None:
     """Raise ``ValueError`` for factors that round a shape of this recipe to
     no frame or pixel."""
-    for t, s in long_cycle_factors:
+    for (t, s), sizes in zip(long_cycle_factors, long_cycle_sizes(
+            base_t, base_s, long_cycle_factors)):
         if base_t == 1 and t < 1:
             raise ValueError(f'long_cycle_factors entry {(t, s)} leaves 0 '
                              f'frames of T=1: 2D models need t = 1 in '
                              f'every entry.')
-        if round(base_t * t) < 1 or round(base_s * s) < 1:
+        if min(sizes) < 1:
             raise ValueError(f'long_cycle_factors entry {(t, s)} leaves 0 '
                              f'frames or pixels of (T, S) = ({base_t}, '
                              f'{base_s}).')
@@ -310,22 +302,13 @@ def stage_at_epoch(stages: Sequence[MultigridStage],
 def map_recipe_epoch(stages: Sequence[MultigridStage],
                      lr_steps: Sequence[int], max_epochs: int,
                      epoch: float) -> float:
-    """Map an epoch of the recipe's schedule onto the multigrid schedule.
+    """The multigrid epoch of a (fractional) recipe ``epoch``.
 
     Piecewise-linear through the knots ``lr_steps[i] -> start of LR stage i``
     and ``max_epochs -> end of the schedule`` (extrapolated past it), so a
     milestone lands on its multigrid LR drop and warm-up or cosine keep their
-    share of each LR stage.
-
-    Args:
-        stages (Sequence[MultigridStage]): From
-            :func:`build_multigrid_schedule` with ``lr_steps``.
-        lr_steps (Sequence[int]): LR stage starts (recipe epochs).
-        max_epochs (int): Recipe's max epochs.
-        epoch (float): Recipe epoch.
-
-    Returns:
-        float: Multigrid epoch.
+    share of each LR stage. ``stages``: from :func:`build_multigrid_schedule`
+    with ``lr_steps`` (recipe epochs) and the recipe's ``max_epochs``.
     """
     knots = {}
     for s in stages:
@@ -368,15 +351,11 @@ def stage_flops_ratios(stages: Sequence[MultigridStage], base_epochs: int,
 
     Args:
         stages (Sequence[MultigridStage]): The schedule.
-        base_epochs (int): Recipe epochs.
-        base_t (int): Recipe clip length ``T0`` (frames).
-        base_s (int): Recipe crop size ``S0`` (pixels).
+        base_epochs, base_t, base_s (int): Recipe epochs, ``T0`` (frames)
+            and ``S0`` (pixels).
         clip_flops (Mapping[tuple[int, int], float], optional): ``(T, S)``
             -> FLOPs of one clip's forward, for every shape of ``stages``;
             else (or None) ``F(T, S) = T S^2``.
-
-    Returns:
-        list[float]: The ratio of each stage.
     """
     shapes = {(x.clip_len, x.crop_size) for s in stages
               for x in s.short_cycle} | {(base_t, base_s)}

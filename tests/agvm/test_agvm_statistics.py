@@ -93,11 +93,6 @@ def test_split_ranks(world_size, expected):
     assert tuple(split_ranks(world_size)) == expected
 
 
-def test_split_ranks_needs_two():
-    with pytest.raises(ValueError, match='world_size >= 2'):
-        split_ranks(1)
-
-
 def _adam_with_state():
     w, b = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.AdamW([dict(params=[w], eps=0.5),

@@ -28,10 +28,10 @@ TINY_SHAPES = [(32, 8, 28, 8), (16, 8, 40, 4), (16, 16, 28, 4),
 @pytest.fixture
 def dynamo_state():
     """Leave dynamo's limit and caches as they were."""
-    previous = compat.dynamo_recompile_limit()
+    previous = compat.dynamo_config('recompile_limit')
     torch.compiler.reset()
     yield
-    compat.set_dynamo_recompile_limit(previous)
+    compat.set_dynamo_config('recompile_limit', previous)
     torch.compiler.reset()
 
 
@@ -57,22 +57,22 @@ def test_train_shape_count():
 def test_limit_is_the_shape_count_or_higher(dynamo_state):
     plan = _tiny_plan()
     for current, expected in ((2, 5), (8, 8)):
-        compat.set_dynamo_recompile_limit(current)
+        compat.set_dynamo_config('recompile_limit', current)
         run = CompiledRun(plan)
         message = run.start()
-        assert compat.dynamo_recompile_limit() == expected == run.limit
+        assert compat.dynamo_config('recompile_limit') == expected == run.limit
         assert message.startswith(
             f'torch.compile: dynamo recompile limit {expected} (was ')
         assert f"{current}) for the plan's 5 train shapes" in message
         assert run.stop().startswith('torch.compile: 0 graphs compiled; ')
-        assert compat.dynamo_recompile_limit() == current
+        assert compat.dynamo_config('recompile_limit') == current
 
 
 def test_stop_names_the_frames_that_fell_back(dynamo_state):
-    compat.set_dynamo_recompile_limit(1)
+    compat.set_dynamo_config('recompile_limit', 1)
     run = CompiledRun(_tiny_plan())
     run.start()
-    compat.set_dynamo_recompile_limit(1)  # below the plan, to force a hit
+    compat.set_dynamo_config('recompile_limit', 1)  # below the plan, to force a hit
 
     def per_value(x, n):
         return x + n
@@ -86,7 +86,7 @@ def test_stop_names_the_frames_that_fell_back(dynamo_state):
     assert message.startswith('torch.compile: 1 graphs compiled; frames that ')
     assert 'hit the recompile limit 5 and ran eagerly: ' in message
     assert run.fallbacks[0] in message
-    assert compat.dynamo_recompile_limit() == 1
+    assert compat.dynamo_config('recompile_limit') == 1
 
 
 def _model_and_batches():
@@ -174,7 +174,7 @@ def test_every_shape_compiles_once_val_and_precise_bn_add_nothing(
     validation and precise BN (eager) compiles nothing, and nothing falls
     back."""
     model, wrapper, batches = _model_and_batches()
-    compat.set_dynamo_recompile_limit(3)
+    compat.set_dynamo_config('recompile_limit', 3)
     step = torch.compile(model.train_step, backend='eager')
     with compat.DynamoRecompileLimitWatch() as watch:
         for batch in batches:
@@ -187,7 +187,7 @@ def test_every_shape_compiles_once_val_and_precise_bn_add_nothing(
     run.start()
     undo = run_outside_dynamo(model, MessageHub.get_current_instance(),
                               wrapper)
-    assert compat.dynamo_recompile_limit() == 5
+    assert compat.dynamo_config('recompile_limit') == 5
     step = torch.compile(model.train_step, backend='eager')
     losses = [step(batch, wrapper)['loss_cls'] for batch in batches]
     first = compat.dynamo_graph_count()

@@ -24,12 +24,14 @@ from mmcv.transforms import BaseTransform
 from mmengine.hooks import Hook
 from mmengine.optim import OptimWrapper
 
+from mmext.compat import set_validation_epochs
 from mmext.multigrid import (MultigridHook, MultigridOptions, MultigridPlan,
                              build_multigrid_schedule)
-from mmext.multigrid.hook import (CHECKPOINT_KEY, DataWaitWatch,
-                                  _check_repeat_collate, check_resume,
-                                  reads_bn_statistics_after_epoch,
-                                  resume_signature, set_validation_epochs)
+from mmext.multigrid.hook import (_check_repeat_collate,
+                                  reads_bn_statistics_after_epoch)
+from mmext.multigrid.report import DataWaitWatch
+from mmext.multigrid.resume import (CHECKPOINT_KEY, check_resume,
+                                    resume_signature)
 from mmext.multigrid.schedule import iterations_per_epoch
 
 pytestmark = pytest.mark.usefixtures('demo_data')
@@ -45,11 +47,12 @@ def _train(work_dir, **options):
     return read_shapes(work_dir)
 
 
-def _expected():
+def _expected(batch_policy='paper'):
     """(epoch, batch, T, S, lr) per iteration from the pure schedule."""
     stages = build_multigrid_schedule(16, 56, [0, 2], 4, gamma=0.1,
                                       long_cycle_factors=[(0.5, 0.5**0.5),
-                                                          (1, 1)])
+                                                          (1, 1)],
+                                      batch_policy=batch_policy)
     rows, it = [], 0
     total = sum(
         s.num_epochs * iterations_per_epoch(
@@ -94,6 +97,57 @@ def checkpoints(full, tmp_path_factory):
     return dict(multigrid=ckpt, plain=plain, iters=state['meta']['iter'])
 
 
+@pytest.fixture(scope='module', params=['constant', 'sqrt'])
+def policy_run(request, tmp_path_factory, demo_data_dir):
+    """The whole tiny run under another batch_policy: its policy, records
+    and work dir."""
+    work_dir = tmp_path_factory.mktemp(f'mg_{request.param}')
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('MMEXT_DEMO_DATA', demo_data_dir)
+        records = _train(work_dir, custom_hooks=recorded(
+            batch_policy=request.param))
+    return SimpleNamespace(policy=request.param, records=records,
+                           work_dir=work_dir)
+
+
+def test_policy_batches_steps_and_lr_per_iteration(policy_run):
+    """Under 'constant' every iteration has the recipe's 4 clips (16 steps
+    per epoch, the recipe's) at the paper's shapes and epochs, the LR
+    unscaled; under 'sqrt' the coarse shape's factor 4 gives batch 8 and
+    LR x 2 (the linear rule on the batch trained), its short cycle 12, 8, 8
+    (round(sqrt 8) = 3, round(sqrt 3.92) = 2)."""
+    stages, rows, total = _expected(policy_run.policy)
+    paper, _, _ = _expected()
+    assert [(s.start_epoch, s.end_epoch) for s in stages] == [
+        (s.start_epoch, s.end_epoch) for s in paper]
+    coarse = {'constant': [4, 4, 4], 'sqrt': [12, 8, 8]}[policy_run.policy]
+    assert [r[1] for r in rows[:3]] == coarse
+    records = policy_run.records
+    assert [(r['epoch'], r['batch'], r['shapes']) for r in records] == [
+        (e, b, [[1, 3, t, s, s]]) for e, b, t, s, _, _ in rows]
+    if policy_run.policy == 'constant':
+        assert len(records) == 6 * 16  # 6 epochs x 64 / 4
+    assert [r['lr'] for r in records] == pytest.approx(
+        _expected_lrs(policy_run.policy), rel=1e-6)
+    # The coarse stage's LR over the recipe's at the same iteration.
+    factor = {'constant': 1, 'sqrt': 2}[policy_run.policy]
+    assert {round(r['lr'] / lr, 6) for r, lr in zip(records, _expected_lrs(
+        policy_run.policy)) if r['epoch'] == 0} == {1.0}
+    assert rows[0][5].shape.batch_factor == factor
+
+
+def test_policy_run_resumes_exactly(policy_run, tmp_path):
+    """Interrupted after epoch 2 and resumed: the same iterations, shapes
+    and LRs as the uninterrupted run."""
+    hooks = dict(batch_policy=policy_run.policy)
+    first = _train(tmp_path, custom_hooks=recorded(stop_after_epoch=2,
+                                                   **hooks))
+    tiny_runner(tmp_path, custom_hooks=recorded(**hooks), resume=True,
+                load_from=osp.join(tmp_path, 'epoch_2.pth'),
+                experiment_name='resumed').train()
+    assert first + read_shapes(tmp_path) == policy_run.records
+
+
 def test_observed_shapes_and_bookkeeping(full_run):
     stages, rows, total = _expected()
     assert stages[-1].end_epoch == 6
@@ -108,9 +162,10 @@ def test_observed_shapes_and_bookkeeping(full_run):
     assert len(full_run) == total
 
 
-def test_lr_per_iteration(full_run):
-    """LR = recipe LR on the multigrid axis x long-cycle batch factor."""
-    stages, rows, total = _expected()
+def _expected_lrs(batch_policy='paper'):
+    """LR per iteration: the recipe LR on the multigrid axis x the
+    long-cycle batch factor (linear rule)."""
+    stages, rows, total = _expected(batch_policy)
     # Warm-up (recipe epochs [0, 1) of LR stage [0, 2)) maps to the first
     # half of multigrid LR stage 0, in iterations of the real epoch lengths.
     stage0_end = [s.end_epoch for s in stages if s.lr_stage == 0][-1]
@@ -124,11 +179,15 @@ def test_lr_per_iteration(full_run):
     warm_iters = round(cum[k] + (warm_end_epoch - k) * (cum[k + 1] - cum[k]))
     # mmengine's LinearLR reaches end_factor at its last step, end - 1.
     warm_last = warm_iters - 1
-    for (epoch, _, _, _, it, stage), rec in zip(rows, full_run):
-        warm = 0.1 + 0.9 * min(it, warm_last) / warm_last
-        decay = 0.1 ** stage.lr_stage
-        expected = LR * warm * decay * stage.shape.batch_factor
-        assert rec['lr'] == pytest.approx(expected, rel=1e-6), (epoch, it)
+    return [LR * (0.1 + 0.9 * min(it, warm_last) / warm_last)
+            * 0.1**stage.lr_stage * stage.shape.batch_factor
+            for _, _, _, _, it, stage in rows]
+
+
+def test_lr_per_iteration(full_run):
+    """LR = recipe LR on the multigrid axis x long-cycle batch factor."""
+    assert [r['lr'] for r in full_run] == pytest.approx(_expected_lrs(),
+                                                        rel=1e-6)
 
 
 def test_sqrt_lr_rule_scales_by_the_root_of_the_batch_factor(full_run,

@@ -191,7 +191,7 @@ def _messages(schedulers, samples_per_rank=None, world_size=1, **options):
                          options=MultigridOptions(**options))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        messages = check_run(plan)
+        messages = check_run(plan).warnings
     assert [str(w.message) for w in caught] == messages
     return messages
 
@@ -202,7 +202,7 @@ def test_stock_i3d_recipe_shortened_warns_about_milestones():
     cfg.custom_hooks[0].long_cycle = False
     plan = MultigridPlan.from_config(cfg)
     with pytest.warns(UserWarning) as record:
-        [message] = check_run(plan)
+        [message] = check_run(plan).warnings
     assert I3D_MILESTONES in message
     assert [str(w.message) for w in record] == [message]
     assert plan.lr_steps == [0, 2] and plan.max_epochs == 3
@@ -245,7 +245,7 @@ def test_dropped_shapes_of_every_lr_stage_are_named():
         (0, 8, 158, False), (0, 16, 224, False), (1, 8, 158, False),
         (1, 16, 158, False), (1, 32, 224, True), (2, 32, 224, True)]
     with pytest.warns(UserWarning):
-        [message] = check_run(plan)
+        [message] = check_run(plan).warnings
     assert message.startswith('Shapes (B, T, S) trained for 0 epochs: ')
     assert 'LR stage 0 [(32, 16, 158), (8, 32, 224)], LR stage 1 ' in (
         message)
@@ -262,7 +262,7 @@ def test_a_dropped_fine_tune_is_named_with_the_other_stages():
                          options=MultigridOptions(epoch_factor=1.0))
     assert {s.lr_stage for s in plan.stages} == {0, 1}
     with pytest.warns(UserWarning):
-        [message] = check_run(plan)
+        [message] = check_run(plan).warnings
     assert 'LR stage 0 [(32, 16, 158), (16, 16, 224), (8, 32, 224)], ' in (
         message)
     assert ', LR stage 1 [(16, 16, 224)], LR stage 2 [(8, 32, 224)]' in (

@@ -175,8 +175,9 @@ def plan_and_check(cfg: Config, args, per_rank):
     with warnings.catch_warnings(record=True) as checked:
         warnings.simplefilter('always')
         try:
-            check_run(plan, model,
-                      cfg.train_dataloader.dataset.get('pipeline'))
+            plan.clip_flops = check_run(
+                plan, model,
+                cfg.train_dataloader.dataset.get('pipeline')).clip_flops
         except ValueError as error:
             refuse(str(error), caught + checked)
         except Exception as error:  # noqa: B902 a model the probe breaks

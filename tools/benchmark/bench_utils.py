@@ -25,10 +25,10 @@ from mmcv.transforms import BaseTransform
 from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 from mmengine.registry import RUNNERS
 
 import mmext.registry  # noqa: F401  (the mmext scope of RUNNERS)
+from mmext.compat import unwrap_model
 
 
 # ---------------------------------------------------------------- runners
@@ -238,10 +238,6 @@ class WorkTimer:
 
 
 # ---------------------------------------------------------- speed options
-def _unwrap(model):
-    return model.module if is_model_wrapper(model) else model
-
-
 def to_channels_last_3d(model: torch.nn.Module) -> int:
     """Store every 5-D parameter and buffer in channels_last_3d, in place
     (4-D ones, e.g. TSM's, stay); return how many were converted."""
@@ -284,7 +280,7 @@ class ChannelsLastHook(Hook):
         self._handle = None
 
     def before_run(self, runner) -> None:
-        model = _unwrap(runner.model)
+        model = unwrap_model(runner.model)
         backbone = getattr(model, 'backbone', None)
         if backbone is None:
             raise ValueError(f'{type(model).__name__} has no backbone to '
@@ -294,7 +290,7 @@ class ChannelsLastHook(Hook):
                 _inputs_to_channels_last)
 
     def before_train(self, runner) -> None:
-        count = to_channels_last_3d(_unwrap(runner.model))
+        count = to_channels_last_3d(unwrap_model(runner.model))
         optimizer = getattr(runner.optim_wrapper, 'optimizer', None)
         for state in getattr(optimizer, 'state', {}).values():
             for key, value in state.items():
@@ -306,7 +302,7 @@ class ChannelsLastHook(Hook):
                   logger='current')
 
     def before_val(self, runner) -> None:
-        to_channels_last_3d(_unwrap(runner.model))
+        to_channels_last_3d(unwrap_model(runner.model))
 
     before_test = before_val
 
@@ -331,7 +327,7 @@ class Float32HeadHook(Hook):
     priority = 'VERY_HIGH'
 
     def before_run(self, runner) -> None:
-        head = _unwrap(runner.model).cls_head
+        head = unwrap_model(runner.model).cls_head
         if not getattr(head, 'float32_outputs', False):
             head.register_forward_hook(_to_float32)
             head.float32_outputs = True
