@@ -1,11 +1,8 @@
-"""``mmext.AGVMOptimWrapper`` and ``mmext.AGVMAmpOptimWrapper``.
-
-Their option table, start-of-run summary and checks, and the resume guard
-that needs ``mmext.Runner``.
-"""
+"""``mmext.AGVMOptimWrapper`` and ``mmext.AGVMAmpOptimWrapper``: their
+option table, start-of-run summary and checks, and the resume guard that
+needs ``mmext.Runner``."""
 import logging
 import math
-import numbers
 from contextlib import ExitStack, contextmanager
 from functools import partial
 from typing import List, Optional, Sequence, Tuple, Union
@@ -26,6 +23,7 @@ from mmext.compat import (accumulative_counts, calling_runner,
 from mmext.log import logs_refusals, warn
 from mmext.lr_scaling import check_auto_scale_lr, optim_wrappers, scaled_lrs
 from mmext.nan_guard import NaNGuardHook
+from mmext.options import is_int, is_number
 from mmext.registry import OPTIM_WRAPPERS
 from mmext.runner import register_resume_guard
 from mmext.scheduler_checks import warmup_ends
@@ -50,17 +48,6 @@ SCALAR_ESTIMATE = 'agvm_s'
 
 
 # ------------------------------------------------------------------ options
-def _is_int(value, minimum: int) -> bool:
-    """An integer (not a bool, str or float) >= ``minimum``."""
-    return (isinstance(value, numbers.Integral)
-            and not isinstance(value, bool) and value >= minimum)
-
-
-def _is_number(value) -> bool:
-    """A real number that is not a bool (``True`` is an int in Python)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 def _is_pair(value) -> bool:
     return isinstance(value, (list, tuple)) and len(value) == 2
 
@@ -72,31 +59,28 @@ def _is_pair(value) -> bool:
 _OPTIONS = {
     'statistic': (lambda v, _: v in STATISTICS, f'one of {list(STATISTICS)}',
                   'grad'),
-    'accumulative_counts': (lambda v, _: _is_int(v, 1), 'an integer >= 1',
+    'accumulative_counts': (lambda v, _: is_int(v, 1), 'an integer >= 1',
                             2),
-    'update_interval': (lambda v, _: _is_int(v, 1), 'an integer >= 1', 10),
-    'start_iter': (lambda v, _: _is_int(v, 0), 'an integer >= 0', 560),
-    'end_iter': (lambda v, o: v is None or _is_int(v, o['start_iter'] + 1),
+    'update_interval': (lambda v, _: is_int(v, 1), 'an integer >= 1', 10),
+    'start_iter': (lambda v, _: is_int(v, 0), 'an integer >= 0', 560),
+    'end_iter': (lambda v, o: v is None or is_int(v, o['start_iter'] + 1),
                  'None or an integer > start_iter ({start_iter})', None),
     'clip_grad_window': (
-        lambda v, _: v is None or (_is_pair(v) and _is_int(v[0], 0) and
-                                   _is_int(v[1], v[0] + 1)),
+        lambda v, _: v is None or (_is_pair(v) and is_int(v[0], 0) and
+                                   is_int(v[1], v[0] + 1)),
         'None or integers (begin, end), 0 <= begin < end', (360, 560)),
     'ratio_range': (
-        lambda v, _: (_is_pair(v) and all(_is_number(x) for x in v)
+        lambda v, _: (_is_pair(v) and all(is_number(x) for x in v)
                       and 0 < v[0] <= v[1]),
         '(lo, hi) with 0 < lo <= hi', DEFAULT_RATIO_RANGE),
-    'ema_momentum': (lambda v, _: _is_number(v) and 0 <= v < 1,
+    'ema_momentum': (lambda v, _: is_number(v) and 0 <= v < 1,
                      'a number in [0, 1)', 0.97),
 }
 
 
 def _check_options(options: dict) -> None:
-    """Check each option against its row of the table.
-
-    Raises:
-        ValueError: At the first invalid value, with the expected form.
-    """
+    """Raise ``ValueError`` at the first option its row of the table
+    refuses, with the expected form."""
     for name, (check, expected, example) in _OPTIONS.items():
         value = options[name]
         if not check(value, options):
@@ -112,15 +96,9 @@ def _ranks(ranks: Sequence[int]) -> str:
 
 
 def halves_description(world_size: int, accumulative_counts: int) -> str:
-    """How the halves A and B are formed.
-
-    Args:
-        world_size (int): Processes.
-        accumulative_counts (int): K, micro-batches per optimizer step.
-
-    Returns:
-        str: e.g. ``'ranks 0-3 vs ranks 4-7 (world size 8)'``.
-    """
+    """How the halves A and B are formed of ``world_size`` processes or K
+    = ``accumulative_counts`` micro-batches: e.g. ``'ranks 0-3 vs ranks
+    4-7 (world size 8)'``."""
     if world_size >= 2:
         half_a, half_b = split_ranks(world_size)
         text = (f'{_ranks(half_a)} vs {_ranks(half_b)} (world size '
@@ -140,20 +118,11 @@ def halves_description(world_size: int, accumulative_counts: int) -> str:
 def run_summary(module_names: Sequence[str], sizes: Sequence[int],
                 halves: str, schedule: AGVMSchedule, clipping: bool,
                 statistic: str, max_iters: Optional[int] = None) -> str:
-    """The block AGVM logs when training starts.
-
-    Args:
-        module_names (Sequence[str]): Modulated modules, anchor first.
-        sizes (Sequence[int]): Trainable parameters per module, then
-            ``'others'`` (one more entry).
-        halves (str): From :func:`halves_description`.
-        schedule (AGVMSchedule): The window, interval and clipping window.
-        clipping (bool): Whether ``clip_grad`` is set.
-        statistic (str): ``'grad'`` or ``'adam'``.
-        max_iters (int, optional): Iterations of the run.
-
-    Returns:
-        str: Lines starting with ``AGVM``.
+    """The block AGVM logs when training starts (lines starting with
+    ``AGVM``): ``module_names`` (anchor first) with ``sizes`` (trainable
+    parameters per module, then ``'others'``), ``halves``
+    (:func:`halves_description`), the ``schedule``, whether ``clip_grad``
+    is set (``clipping``), the ``statistic`` and the run's ``max_iters``.
     """
     width = max(len(n) for n in list(module_names) + ['others'])
     lines = [f'AGVM: {len(module_names)} modulated modules, anchor (module '
@@ -196,16 +165,10 @@ def is_agvm_type(wrapper_type) -> bool:
 
 def ema_interval_messages(hook_cfgs: Sequence[dict],
                           accumulative_counts: int) -> List[str]:
-    """A message per ``EMAHook`` whose ``interval`` is no multiple of K.
-
-    With ``accumulative_counts = K`` the weights change every K runner
-    iterations, so such a hook averages the same weights several times.
-
-    Args:
-        hook_cfgs (Sequence[dict]): ``custom_hooks`` and the values of
-            ``default_hooks``.
-        accumulative_counts (int): K.
-    """
+    """A message per ``EMAHook`` of ``hook_cfgs`` (``custom_hooks`` and the
+    values of ``default_hooks``) whose ``interval`` is no multiple of K =
+    ``accumulative_counts``: the weights change every K runner iterations,
+    so such a hook averages the same weights several times."""
     messages = []
     for hook in hook_cfgs:
         hook_type = hook.get('type') if isinstance(hook, dict) else None
@@ -356,15 +319,8 @@ class AGVMOptimWrapper(OptimWrapper):
         runner's config object (:func:`mmext.compat.calling_runner`); without
         one they are skipped with a warning. Notes whether a
         ``NaNGuardHook`` of the runner checks the gradients
-        (:meth:`_non_finite`).
-
-        Args:
-            model (nn.Module): The training model.
-            init_counts (int): Iterations done (``runner.iter``).
-            max_counts (int): Iterations of the run (``max_iters``).
-
-        Raises:
-            ValueError: From :func:`mmext.lr_scaling.check_auto_scale_lr`.
+        (:meth:`_non_finite`). ``init_counts``: ``runner.iter``;
+        ``max_counts``: ``max_iters``.
         """
         super().initialize_count_status(model, init_counts, max_counts)
         print_log(self.summary(max_counts), logger='current',
@@ -417,11 +373,7 @@ class AGVMOptimWrapper(OptimWrapper):
     @contextmanager
     def optim_context(self, model: nn.Module):
         """mmengine's context; on DDP re-estimation steps, the halves'
-        (:meth:`DistributedHalves.measuring`).
-
-        Args:
-            model (nn.Module): The (possibly DDP-wrapped) training model.
-        """
+        (:meth:`DistributedHalves.measuring`) of the (DDP) ``model``."""
         with ExitStack() as stack:
             iteration = self._counts[0]
             if self.distributed:
@@ -475,12 +427,8 @@ class AGVMOptimWrapper(OptimWrapper):
             yield
 
     def update_factors(self, step: int) -> None:
-        """Measure the halves of optimizer step ``step``, update the EMA.
-
-        Raises:
-            FloatingPointError: At non-finite gradients, from
-                :meth:`_non_finite`.
-        """
+        """Measure the halves of optimizer step ``step``, update the EMA
+        (:meth:`_non_finite` at non-finite gradients)."""
         stats = self.halves.measure(step)
         if stats is None:
             # DDP already averaged the grads (no optim_context around the
@@ -516,9 +464,7 @@ class AGVMOptimWrapper(OptimWrapper):
         the loss scaler (AMP: it skips such steps) or a ``NaNGuardHook``
         checking gradients (it stops or skips, with the why) acts on this
         step, just after; then AGVM skips the re-estimate, saying so.
-
-        Raises:
-            FloatingPointError: Naming the modules, before the step.
+        Raises ``FloatingPointError`` naming the modules, before the step.
         """
         where = f'{modules} at iteration {(step + 1) * self._counts[1]}'
         if isinstance(self, AmpOptimWrapper) or self._nan_guard:
@@ -550,10 +496,8 @@ class AGVMOptimWrapper(OptimWrapper):
         visualizer.add_scalars(scalars, step=(step + 1) * self._counts[1])
 
     def state_dict(self) -> dict:
-        """The optimizer's state dict plus ``'agvm'``.
-
-        ``'agvm'``: module names, EMA state and last d_i (float64, (M,)).
-        """
+        """The optimizer's state dict plus ``'agvm'``: module names, EMA
+        state and last d_i (float64, (M,))."""
         state = super().state_dict()
         state['agvm'] = dict(
             module_names=list(self.module_names),
@@ -563,12 +507,8 @@ class AGVMOptimWrapper(OptimWrapper):
 
     @logs_refusals
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore :meth:`state_dict` output.
-
-        Raises:
-            ValueError: If the checkpoint has no AGVM state, other module
-                names or other param groups.
-        """
+        """Restore :meth:`state_dict` output; ``ValueError`` for a
+        checkpoint without AGVM state, of other module names or groups."""
         state_dict = dict(state_dict)
         agvm = state_dict.pop('agvm', None)
         if agvm is None:
@@ -650,11 +590,8 @@ class AGVMAmpOptimWrapper(AGVMOptimWrapper, AmpOptimWrapper):
 def agvm_checkpoint_needs_the_wrapper(runner, checkpoint: dict,
                                        filename: str,
                                        resume_optimizer: bool) -> None:
-    """Refuse to resume AGVM optimizer state into a wrapper without AGVM.
-
-    Raises:
-        ValueError: Naming the AGVM wrapper to use, or ``load_from``.
-    """
+    """Refuse to resume AGVM optimizer state into a wrapper without AGVM
+    (``ValueError`` naming the AGVM wrapper to use, or ``load_from``)."""
     saved = (checkpoint.get('optimizer') or {}) if resume_optimizer else {}
     if 'param_groups' in saved:
         saved = {'': saved}
