@@ -3,8 +3,7 @@
 The recipe's own constructor builds the param groups; they are split by
 module. Every parameter the recipe's optimizer holds belongs to a listed
 module or to ``'others'`` (the reference ``GroupOptimizerConstructor``
-dropped those); frozen ones stay, as mmengine keeps them.
-"""
+dropped those); frozen ones stay, as mmengine keeps them."""
 import copy
 import inspect
 from typing import Dict, List, Optional, Sequence
@@ -15,7 +14,7 @@ from mmengine.registry import OPTIMIZERS
 from torch import nn
 from torch.optim import Optimizer
 
-from mmext.compat import calling_runner
+from mmext.compat import calling_runner, unwrap_model
 from mmext.log import logs_refusals, warn
 from mmext.registry import (OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS,
                             closest)
@@ -37,12 +36,9 @@ _VALIDATED_AT_INIT = ('custom_keys', 'bias_decay_mult', 'norm_decay_mult',
 
 
 def _trainable_names(model: nn.Module) -> List[str]:
-    """The names of the model's trainable parameters.
-
-    A parameter several modules share (tied weights) is named once, by its
-    first module, which owns it (the one mmengine's ``bypass_duplicate``
-    keeps it in).
-    """
+    """The names of the model's trainable parameters; a parameter several
+    modules share (tied weights) is named once, by its first module, which
+    owns it (the one mmengine's ``bypass_duplicate`` keeps it in)."""
     return [n for n, p in model.named_parameters() if p.requires_grad]
 
 
@@ -57,12 +53,10 @@ SPLIT_HEADS = ('bbox_head', 'mask_head')
 
 
 def default_module_names(model: nn.Module) -> List[str]:
-    """The model's top-level children that own trainable parameters.
-
-    A child whose parameters are all tied to an earlier child's owns none.
-    A child with a trainable ``bbox_head`` and ``mask_head`` (Mask R-CNN's
-    ``roi_head``) is replaced by those two, as in the reference.
-    """
+    """The model's top-level children that own trainable parameters (one
+    whose parameters are all tied to an earlier child's owns none); a child
+    with a trainable ``bbox_head`` and ``mask_head`` (Mask R-CNN's
+    ``roi_head``) is replaced by those two, as in the reference."""
     trainable = _trainable_names(model)
     names = []
     for name, child in model.named_children():
@@ -90,26 +84,16 @@ def _warn_if_anchor_moved(model: nn.Module, names: Sequence[str]) -> None:
 
 def resolve_module_names(model: nn.Module,
                          module_names: Optional[Sequence[str]]) -> List[str]:
-    """Validate ``module_names`` (dotted submodule names) against ``model``.
+    """The modulated modules of the unwrapped ``model``, anchor first:
+    ``module_names`` (dotted submodule names) checked, or
+    :func:`default_module_names` for None (warned when the model's first
+    module is frozen: the anchor is then the next one).
 
-    Args:
-        model (nn.Module): The unwrapped model.
-        module_names (Sequence[str], optional): Modulated modules, the first
-            is the anchor; None for :func:`default_module_names`.
-
-    Returns:
-        list[str]: The module names, anchor first.
-
-    Raises:
-        ValueError: If ``module_names`` is not None or a list of names, if
-            a name is not a submodule, is listed twice or is ``'others'``,
-            if the list is empty, or if a module owns no trainable parameter
-            (frozen, tied to another module's, or claimed by a longer listed
-            name). The one check of the option: the wrapper trusts it.
-
-    Warns:
-        UserWarning: With the default names, if the model's first module has
-        no trainable parameters (the anchor is then the next one).
+    The one check of the option (the wrapper trusts it): ``ValueError`` if
+    ``module_names`` is not None or a list of names, if a name is not a
+    submodule, is listed twice or is ``'others'``, if the list is empty, or
+    if a module owns no trainable parameter (frozen, tied to another
+    module's, or claimed by a longer listed name).
     """
     if module_names is not None and not (
             isinstance(module_names, (list, tuple))
@@ -174,18 +158,11 @@ def _why_owns_nothing(model: nn.Module, name: str,
 
 def assign_parameters(model: nn.Module,
                       module_names: Sequence[str]) -> Dict[int, str]:
-    """Map each parameter to its modulated module or ``'others'``.
-
-    A parameter belongs to the longest listed name that prefixes its own
+    """``id(param)`` -> its modulated module of ``module_names`` (from
+    :func:`resolve_module_names`) or ``'others'``, for every parameter of
+    the unwrapped ``model``: the longest listed name that prefixes its own
     (so ``roi_head`` and ``roi_head.mask_head`` may both be listed). Frozen
     ones too: the optimizer keeps them, so that a hook can unfreeze them.
-
-    Args:
-        model (nn.Module): The unwrapped model.
-        module_names (Sequence[str]): From :func:`resolve_module_names`.
-
-    Returns:
-        dict[int, str]: ``id(param)`` to module name.
     """
     by_length = sorted(module_names, key=len, reverse=True)
     owners = {}
@@ -199,22 +176,12 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
                            module_names: Sequence[str]) -> List[Dict]:
     """Split param groups so each holds parameters of one module only.
 
-    Each group keeps its options and gets ``'agvm_module'``; a parallel
-    ``'param_names'`` list is split alongside; a parameter not in
-    ``owners`` goes to ``'others'``.
-
-    Args:
-        groups (list[dict]): Param groups (``'params'`` plus options).
-        owners (dict[int, str]): ``id(param)`` to module name
-            (:func:`assign_parameters`).
-        module_names (Sequence[str]): The listed modules.
-
-    Returns:
-        list[dict]: The tagged groups, in input order, empty ones left out.
-
-    Raises:
-        ValueError: If the groups hold no trainable parameter of a listed
-            module (a recipe constructor that leaves them out).
+    Each group keeps its options and gets ``'agvm_module'`` by ``owners``
+    (:func:`assign_parameters`; a parameter not in it goes to
+    ``'others'``); a parallel ``'param_names'`` list is split alongside.
+    Returns the tagged groups in input order, empty ones left out;
+    ``ValueError`` if they hold no trainable parameter of a listed module
+    (a recipe constructor that leaves them out).
     """
     tagged = []
     for group in groups:
@@ -318,9 +285,6 @@ def _refuse_optim_wrapper_dict() -> None:
     its summary and start checks would never run. Seen while the runner
     builds the optim wrapper: its ``optim_wrapper`` is then the config, of
     several optimizers when it has no ``optimizer`` of its own.
-
-    Raises:
-        ValueError: Naming the config's optimizers.
     """
     cfg = getattr(calling_runner(), 'optim_wrapper', None)
     if isinstance(cfg, dict) and 'optimizer' not in cfg:
@@ -420,13 +384,10 @@ class AGVMOptimWrapperConstructor:
         self.wrapper_cfg = wrapper_cfg
 
     def _recipe_optimizer(self, model: nn.Module) -> Optimizer:
-        """The optimizer ``base_constructor`` builds for ``model``.
-
-        Raises:
-            ValueError: If ``base_constructor`` left ``paramwise_cfg`` keys
-                unread: misspelt ones (close to a key it looked up) with
-                that key, the others with the ``base_constructor`` hint.
-        """
+        """The optimizer ``base_constructor`` builds for ``model``;
+        ``ValueError`` if it left ``paramwise_cfg`` keys unread: misspelt
+        ones (close to a key it looked up) with that key, the others with
+        the ``base_constructor`` hint."""
         optimizer = self.base(model).optimizer
         unread = sorted(set(dict.keys(self.paramwise_cfg)) -
                         self.paramwise_cfg.read)
@@ -451,17 +412,13 @@ class AGVMOptimWrapperConstructor:
     def __call__(self, model: nn.Module) -> OptimWrapper:
         """Build the AGVM wrapper for ``model`` (DDP-wrapped or not).
 
-        Raises:
-            ValueError: For AGVM in an ``OptimWrapperDict``, for one listed
-                module (never modulated), or from
-                :func:`resolve_module_names` and :meth:`_recipe_optimizer`.
-
-        Warns:
-            UserWarning: If the default names are one module (the others
-            frozen, perhaps unfrozen later by a hook).
+        ``ValueError`` for AGVM in an ``OptimWrapperDict``, for one listed
+        module (never modulated), or from :func:`resolve_module_names` and
+        :meth:`_recipe_optimizer`; a warning if the default names are one
+        module (the others frozen, perhaps unfrozen later by a hook).
         """
         _refuse_optim_wrapper_dict()
-        model = getattr(model, 'module', model)
+        model = unwrap_model(model)
         listed = self.wrapper_cfg.get('module_names')
         names = resolve_module_names(model, listed)
         # The anchor's factor is 1 and 'others' keep 1: with one module
