@@ -127,7 +127,8 @@ def max_counts(wrapper) -> int:
 
 
 def calling_runner():
-    """The mmengine runner whose method is on the call stack, or None.
+    """The innermost mmengine runner (``Runner``, ``FlexibleRunner``) whose
+    method is on the call stack, or None.
 
     For components the runner does not pass itself to: ``Runner.train``
     calls ``OptimWrapper.initialize_count_status`` (``FlexibleRunner``
@@ -135,9 +136,6 @@ def calling_runner():
     constructors from their own methods. The runner's ``cfg`` is the run's
     config as an object (its printed text, the message hub's ``'cfg'``,
     does not parse back when a value prints as no Python, e.g. ``inf``).
-
-    Returns:
-        Runner | FlexibleRunner | None: The innermost one.
     """
     frame = inspect.currentframe()
     try:
@@ -160,11 +158,8 @@ def drop_logged_scalar(message_hub, key: str) -> None:
 @contextmanager
 def grad_clipping_off(wrapper) -> Iterator[bool]:
     """Skip an OptimWrapper's ``clip_grad`` inside the context (empties
-    its undocumented ``clip_grad_kwargs``).
-
-    Yields:
-        bool: Whether clipping was configured (and is now off).
-    """
+    its undocumented ``clip_grad_kwargs``); yields whether clipping was
+    configured (and is now off)."""
     kwargs = wrapper.clip_grad_kwargs
     wrapper.clip_grad_kwargs = {}
     try:
@@ -184,13 +179,12 @@ def reset_to_initial_values(param_groups: List[dict]) -> None:
 
 def shadow_tensor(module: torch.nn.Module, name: str,
                   value: torch.Tensor) -> None:
-    """Make ``module.<name>`` read ``value``; the registered tensor stays.
-
-    An entry of the instance ``__dict__`` comes before
-    ``nn.Module.__getattr__`` (``_parameters``/``_buffers``): the module's
-    code reads it, while ``parameters()``, ``state_dict()`` and the
-    optimizer keep the registered tensor (gradients reach it via ``value``).
-    """
+    """Make ``module.<name>`` read ``value``; the registered tensor stays:
+    an entry of the instance ``__dict__`` comes before
+    ``nn.Module.__getattr__`` (``_parameters``/``_buffers``), so the
+    module's code reads it, while ``parameters()``, ``state_dict()`` and
+    the optimizer keep the registered tensor (gradients reach it via
+    ``value``)."""
     vars(module)[name] = value
 
 
@@ -201,11 +195,7 @@ def clear_shadow(module: torch.nn.Module, name: str) -> None:
 
 def registered_tensor(module: torch.nn.Module, name: str) -> torch.Tensor:
     """The registered parameter or buffer ``name``, even if shadowed
-    (``get_parameter`` would read the shadow).
-
-    Raises:
-        KeyError: If ``module`` has no such parameter or buffer.
-    """
+    (``get_parameter`` would read the shadow); KeyError without one."""
     tensors = dict(module.named_parameters(recurse=False))
     tensors.update(module.named_buffers(recurse=False))
     return tensors[name]
@@ -233,15 +223,11 @@ def train_loader_batch_size(runner) -> int:
 
 
 def _load_trusted_local(filename: str, map_location=None):
-    """mmengine's local loader with ``weights_only=False``.
-
-    torch >= 2.6 refuses the message hub of mmengine 0.10.7 checkpoints
+    """mmengine's local loader (``load_from_local``, its
+    FileNotFoundError too) with ``weights_only=False``: torch >= 2.6
+    refuses the message hub of mmengine 0.10.7 checkpoints
     (open-mmlab/mmengine#1655); allow-listing ``builtins.getattr`` would
-    void the protection for every load.
-
-    Raises:
-        FileNotFoundError: As mmengine's ``load_from_local``.
-    """
+    void the protection for every load."""
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
@@ -250,12 +236,10 @@ def _load_trusted_local(filename: str, map_location=None):
 
 @contextmanager
 def trusted_checkpoint_loading() -> Iterator[None]:
-    """Load local mmengine checkpoints without torch's ``weights_only``.
-
-    Replaces ``CheckpointLoader._schemes['']`` inside the context only;
-    ``torch.load`` and other schemes keep torch's defaults. Only load
-    checkpoints you trust inside it.
-    """
+    """Load local mmengine checkpoints without torch's ``weights_only``:
+    replaces ``CheckpointLoader._schemes['']`` inside the context only
+    (``torch.load`` and other schemes keep torch's defaults). Only load
+    checkpoints you trust inside it."""
     schemes = CheckpointLoader._schemes
     previous = schemes['']
     schemes[''] = _load_trusted_local
@@ -289,12 +273,10 @@ def dynamo_graph_count() -> int:
 
 
 class DynamoRecompileLimitWatch(logging.Handler):
-    """Collect the functions dynamo ran eagerly after its recompile limit.
-
-    Reads the ``'torch._dynamo hit config.%s'`` warnings of
+    """Collect the functions dynamo ran eagerly after its recompile limit
+    (a context manager): the ``'torch._dynamo hit config.%s'`` warnings of
     ``torch._dynamo.convert_frame`` into :attr:`fallbacks`
-    (``"<limit name>: <function> (<file>:<line>)"``). A context manager.
-    """
+    (``"<limit name>: <function> (<file>:<line>)"``)."""
 
     LOGGER = 'torch._dynamo.convert_frame'
 

@@ -1,7 +1,5 @@
 """``mmext.Runner``: mmengine's runner plus what only a runner subclass can
-do (docs/en/design.md, "mmext.Runner").
-
-It knows neither method (docs/en/design.md, "Layers").
+do (docs/en/design.md, "mmext.Runner"); it knows neither method ("Layers").
 """
 import inspect
 import os
@@ -41,18 +39,10 @@ _RESUME_GUARDS: List[ResumeGuard] = []
 
 
 def register_resume_guard(guard: ResumeGuard) -> ResumeGuard:
-    """Add a check that :class:`Runner` runs on every checkpoint it resumes.
-
-    Usable as a decorator. Guards run before any state is restored and
-    raise ``ValueError`` to refuse the checkpoint.
-
-    Args:
-        guard (callable): ``guard(runner, checkpoint, filename,
-            resume_optimizer)``.
-
-    Returns:
-        callable: ``guard`` itself.
-    """
+    """Add ``guard(runner, checkpoint, filename, resume_optimizer)``, a
+    check that :class:`Runner` runs on every checkpoint it resumes before
+    any state is restored, raising ``ValueError`` to refuse it; returns
+    ``guard`` (a decorator)."""
     if guard not in _RESUME_GUARDS:
         _RESUME_GUARDS.append(guard)
     return guard
@@ -77,20 +67,11 @@ def data_root_variable(path: str) -> Optional[str]:
 
 
 def check_ann_file(dataset_cfg: dict) -> None:
-    """Refuse a dataset whose ``ann_file`` is missing or empty.
-
-    mmengine fails on both deep inside the dataset, without the folder a
-    relative path is relative to, or the variable (of
-    :data:`DATA_ROOT_VARIABLES`) a config read it from.
-
-    Args:
-        dataset_cfg (dict): A loader's ``dataset`` (wrappers: their
-            ``dataset``).
-
-    Raises:
-        FileNotFoundError: For a missing ``ann_file``.
-        ValueError: For an empty ``ann_file``.
-    """
+    """Refuse a loader's ``dataset`` config (wrappers: their ``dataset``)
+    whose ``ann_file`` is missing (``FileNotFoundError``) or empty
+    (``ValueError``): mmengine fails on both deep inside the dataset,
+    without the folder a relative path is relative to, or the variable (of
+    :data:`DATA_ROOT_VARIABLES`) a config read it from."""
     while isinstance(dataset_cfg.get('dataset'), dict):
         dataset_cfg = dataset_cfg['dataset']
     ann_file = dataset_cfg.get('ann_file')
@@ -126,15 +107,9 @@ def check_ann_file(dataset_cfg: dict) -> None:
 
 
 def dropped_base_hooks(cfg: Config) -> List[str]:
-    """Warnings for the mmext hooks of a config's ``_base_`` files that its
-    own ``custom_hooks`` (a list replaces the base's) leaves out.
-
-    Args:
-        cfg (Config): A config read from its file (``cfg.filename``).
-
-    Returns:
-        list[str]: One message per dropped hook type.
-    """
+    """A warning per mmext hook type of the ``_base_`` files of a config
+    read from its file that its own ``custom_hooks`` (a list replaces the
+    base's) leaves out."""
     if not cfg.filename:
         return []
     kept = {str(h.get('type')) for h in cfg.get('custom_hooks') or []
@@ -196,15 +171,6 @@ class Runner(MMEngineRunner):
         (:func:`mmext.lr_scaling.auto_scale_lr_options`). An Adam-family or
         LAMB optimizer scaled linearly by more than
         ``ADAM_LINEAR_LIMIT`` warns, unless ``rule`` is set.
-
-        Args:
-            optim_wrapper (OptimWrapper | OptimWrapperDict): Built wrapper(s).
-            auto_scale_lr (dict, optional): ``enable``, ``base_batch_size``
-                and ``rule`` (``'linear'`` or ``'sqrt'``, default linear).
-
-        Raises:
-            TypeError, ValueError: As
-                :func:`mmext.lr_scaling.auto_scale_lr_options`.
         """
         loader_batch = train_loader_batch_size(self)
         options = auto_scale_lr_options(auto_scale_lr)
@@ -271,11 +237,8 @@ class Runner(MMEngineRunner):
 
     def load_checkpoint(self, filename: str, *args, **kwargs) -> dict:
         """mmengine's, trusted; when resuming, every resume guard first (of
-        the modules the registries list too).
-
-        Raises:
-            ValueError: From a guard, naming what to do instead.
-        """
+        the modules the registries list too: ``ValueError`` naming what to
+        do instead)."""
         with trusted_checkpoint_loading():
             checkpoint = super().load_checkpoint(filename, *args, **kwargs)
         if self._resuming is not None:

@@ -93,8 +93,8 @@ class GradientLayout:
         Args:
             extra (int): Zeroed slots appended after the gradients.
             out (Tensor, optional): A buffer of shape (numel + extra,) to
-                fill. Reusing one is the cheap way on CPU, where a fresh
-                buffer this large costs more in page faults than the copy.
+                fill (on CPU a fresh buffer this large costs more in page
+                faults than the copy).
 
         Returns:
             tuple[Tensor, Tensor]: The buffer, shape (numel + extra,), zeros
@@ -116,12 +116,8 @@ class GradientLayout:
         return out, used
 
     def write_grads(self, flat: Tensor, used: Tensor) -> None:
-        """Set each parameter's grad from ``flat`` (None where unused).
-
-        Args:
-            flat (Tensor): Shape (numel,), on the parameters' device.
-            used (Tensor): Shape (num_params,); the grad is None where 0.
-        """
+        """Set each parameter's grad from ``flat`` (shape (numel,)), None
+        where ``used`` (shape (num_params,)) is 0."""
         offset = 0
         for param, is_used in zip(self.params, used.tolist()):
             chunk = flat[offset:offset + param.numel()].view_as(param)
@@ -150,17 +146,10 @@ class GradientLayout:
 
     def segment_sq_norms(self, params: Sequence[Tensor],
                          flat: Tensor) -> Tensor:
-        """Per-module squared norms of the gradients of some parameters.
-
-        Args:
-            params (Sequence[Tensor]): Parameters in the order of ``flat``
-                (e.g. one DDP bucket); those of no modulated module are
-                skipped.
-            flat (Tensor): Their gradients, shape (sum of numels,).
-
-        Returns:
-            Tensor: float64, shape (M,), on ``flat``'s device.
-        """
+        """Per-module squared norms (float64, shape (M,), on ``flat``'s
+        device) of ``flat``, the gradients (shape (sum of numels,)) of
+        ``params`` in its order (e.g. one DDP bucket); parameters of no
+        modulated module are skipped."""
         key = tuple(map(id, params))
         runs = self._runs.get(key)
         if runs is None:
@@ -210,13 +199,8 @@ class DistributedHalves:
     bucket in DDP's communication hook, or once on the flattened gradient
     (:meth:`reduce_and_measure`); step 3 exchanges the (3, M) norm table.
     Builds the two half process groups, a collective: every rank must
-    build this object in the same order.
-
-    Args:
-        layout (GradientLayout): The flat gradient layout.
-        world_size (int): Number of ranks, >= 2.
-        rank (int): This process' rank.
-        precondition (Preconditioner): Applied before measuring.
+    build this object in the same order. ``precondition`` is applied
+    before measuring; ``world_size >= 2``.
     """
 
     def __init__(self, layout: GradientLayout, world_size: int, rank: int,
@@ -244,15 +228,10 @@ class DistributedHalves:
 
     @contextmanager
     def measuring(self, model: nn.Module, step: int) -> Iterator[None]:
-        """Context of the forward pass of a micro-batch of ``step``.
-
-        The hook measures a DDP ``model``; otherwise DDP's reduction is
-        switched off (``no_sync``) and :meth:`measure` reduces.
-
-        Args:
-            model (nn.Module): The training model (DDP-wrapped or not).
-            step (int): Optimizer step index of the micro-batch.
-        """
+        """Context of the forward pass of a micro-batch of optimizer step
+        ``step``: the hook measures a DDP ``model``; otherwise DDP's
+        reduction is switched off (``no_sync``) and :meth:`measure`
+        reduces."""
         if self.attach(model):
             if self._hook_step != step:
                 self._hook_step, self._norms = step, []
@@ -265,12 +244,9 @@ class DistributedHalves:
             yield
 
     def attach(self, model: nn.Module) -> bool:
-        """Register the communication hook on a DDP model (once).
-
-        Returns:
-            bool: Whether the hook measures this model; False for a model
-            that is not DDP or already has a communication hook.
-        """
+        """Register the communication hook on a DDP model (once); whether
+        it measures this model (not for a model that is not DDP or has a
+        communication hook already)."""
         key = id(model)
         if key not in self._hooked:
             self._hooked[key] = False
@@ -286,14 +262,10 @@ class DistributedHalves:
         return self._hooked[key]
 
     def measure(self, step: int) -> Optional[HalfStatistics]:
-        """Statistics of the halves of ``step``, identical on every rank.
-
-        The grads then hold the world-mean gradient, as after DDP.
-
-        Returns:
-            HalfStatistics or None: None if the step's forward ran outside
-            ``optim_context`` (DDP averaged the gradients already).
-        """
+        """Statistics of the halves of ``step``, identical on every rank
+        (the grads then hold the world-mean gradient, as after DDP); None if
+        the step's forward ran outside ``optim_context`` (DDP averaged the
+        gradients already)."""
         measured, fallback = self._measured_step, self._fallback_step
         self._hook_step = self._measured_step = self._fallback_step = None
         if measured == step:
@@ -338,12 +310,8 @@ class DistributedHalves:
 
     def share_half_sum(self, grads: Tensor,
                         params: Sequence[Tensor]) -> Optional[Tensor]:
-        """Turn ``grads`` in place into this rank's share of S_A + S_B.
-
-        Returns:
-            Tensor or None: The odd world's extra rank's own gradient, else
-            None.
-        """
+        """Turn ``grads`` in place into this rank's share of S_A + S_B;
+        return the odd world's extra rank's own gradient, else None."""
         if self.side is None:
             return grads.clone()
         if self.half_size > 1:
@@ -381,11 +349,8 @@ class AccumulationHalves:
 
     The first half's gradient sum and the total are copied into two
     buffers kept for the run (2 x numel of :attr:`GradientLayout.dtype`).
-
-    Args:
-        layout (GradientLayout): The flat gradient layout.
-        accumulative_counts (int): K, even and >= 2.
-        precondition (Preconditioner): Applied before measuring.
+    ``accumulative_counts``: K, even and >= 2; ``precondition`` is applied
+    before measuring.
     """
 
     def __init__(self, layout: GradientLayout, accumulative_counts: int,
@@ -397,12 +362,8 @@ class AccumulationHalves:
         self._first_of: Optional[int] = None  # step of the first half kept
 
     def after_backward(self, step: int, micro_batches_done: int) -> None:
-        """Keep the gradient sum of the first half of step ``step``.
-
-        Args:
-            step (int): Optimizer step index.
-            micro_batches_done (int): Backward passes done in this step.
-        """
+        """Keep the gradient sum of the first half of optimizer step
+        ``step`` (``micro_batches_done``: its backward passes so far)."""
         if micro_batches_done != self.half:
             return
         if self._buffers is None:
@@ -413,12 +374,8 @@ class AccumulationHalves:
         self._first_of = step
 
     def measure(self, step: int) -> Optional[HalfStatistics]:
-        """Statistics of the two halves of step ``step``.
-
-        Returns:
-            HalfStatistics or None: None if the first half was not seen
-            (e.g. a resume inside the accumulation window).
-        """
+        """Statistics of the two halves of step ``step``; None if the first
+        half was not seen (e.g. a resume inside the accumulation window)."""
         if self._first_of != step:
             return None
         self._first_of = None
