@@ -1,16 +1,7 @@
-import os.path as osp
 import sys
 
 import pytest
-from helpers import SHARED_DATA, run_tool
-
-
-@pytest.fixture(scope='session')
-def shared_data():
-    if not osp.isdir(SHARED_DATA):
-        pytest.skip(f'shared data not found at {SHARED_DATA} (set '
-                    f'MMEXT_DATA_ROOT to its folder)')
-    return SHARED_DATA
+from helpers import run_tool, shared_data  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope='session')

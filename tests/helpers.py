@@ -15,6 +15,15 @@ SHARED_DATA = os.environ.get('MMEXT_DATA_ROOT',
                              osp.join(REPO_ROOT, '..', 'shared', 'data'))
 
 
+@pytest.fixture(scope='session')
+def shared_data():
+    """The real small datasets' folder (the conftests import it)."""
+    if not osp.isdir(SHARED_DATA):
+        pytest.skip(f'shared data not found at {SHARED_DATA} (set '
+                    f'MMEXT_DATA_ROOT to its folder)')
+    return SHARED_DATA
+
+
 def run_tool(args, timeout=900, env=None):
     """Run a command from the repo root with the test interpreter first on PATH.
 

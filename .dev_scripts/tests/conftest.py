@@ -1,7 +1,5 @@
-import os.path as osp
-
 import pytest
-from helpers import SHARED_DATA
+from helpers import shared_data  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(autouse=True)
@@ -10,11 +8,3 @@ def tool_modules(monkeypatch):
     modules (``bench_utils``, ``multigrid_speedup``, ``agvm_diagnostic``) on
     ``PYTHONPATH``."""
     monkeypatch.setenv('PYTHONPATH', 'tools/benchmark:tools/analysis')
-
-
-@pytest.fixture(scope='session')
-def shared_data():
-    if not osp.isdir(SHARED_DATA):
-        pytest.skip(f'shared data not found at {SHARED_DATA} (set '
-                    f'MMEXT_DATA_ROOT to its folder)')
-    return SHARED_DATA
