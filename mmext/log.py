@@ -32,14 +32,10 @@ def _to_log_file(level: int, message: str,
 
 
 def warn(message: str) -> None:
-    """Warn with ``message`` on stderr and in the run's log file.
-
-    A ``UserWarning`` (filterable), and a WARNING record for the file
-    handlers of mmengine's current logger only (the console shows it once).
-
-    Args:
-        message (str): What is wrong and the fix.
-    """
+    """Warn with ``message`` (what is wrong and the fix) on stderr and in
+    the run's log file: a ``UserWarning`` (filterable), and a WARNING record
+    for the file handlers of mmengine's current logger only (the console
+    shows it once)."""
     warnings.warn(message, UserWarning, stacklevel=2)
     _to_log_file(logging.WARNING, message)
 
@@ -53,12 +49,6 @@ def refuse(exc: BaseException) -> BaseException:
     ``<type>: <message>`` goes to the file handlers of mmengine's current
     logger (the runner's, once it is built; none before), once per
     exception: ``tools/train.py`` calls it again on whatever ends a run.
-
-    Args:
-        exc (BaseException): The exception about to be raised.
-
-    Returns:
-        BaseException: ``exc``.
     """
     if not getattr(exc, LOGGED, False):
         if exc.__traceback__ is not None:  # raised: where, innermost

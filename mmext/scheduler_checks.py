@@ -27,14 +27,8 @@ WARMUP_TYPES = (*_WARMUPS, 'LinearParamScheduler', 'ConstantParamScheduler')
 
 
 def scheduler_configs(schedulers) -> List[dict]:
-    """The config dicts in a ``param_scheduler`` value.
-
-    Args:
-        schedulers (dict | list): A dict, a list, or a dict of lists per
-            optimizer; built schedulers are left out.
-
-    Returns:
-        list[dict]: The scheduler configs, in order.
+    """The config dicts, in order, of a ``param_scheduler`` value (a dict,
+    a list, or a dict of lists per optimizer; built schedulers left out).
     """
     if isinstance(schedulers, dict):
         if 'type' in schedulers:
@@ -56,15 +50,10 @@ def unused_scheduler_values(schedulers, max_epochs: Optional[int],
 
     Args:
         schedulers (dict | list): The ``param_scheduler`` config value.
-        max_epochs (int, optional): Epochs of the run; None: epoch-based
-            values are not checked (e.g. an iteration-based loop).
-        max_iters (int, optional): Iterations of the run; None:
-            iteration-based values are not checked.
+        max_epochs, max_iters (int, optional): Epochs and iterations of the
+            run; None: values on that axis are not checked.
         axis (str): Names the axis in the messages (``'recipe'``: ``recipe
             epoch 5``) when it is not the run's.
-
-    Returns:
-        list[str]: The messages.
     """
     messages = []
     for cfg in scheduler_configs(schedulers):
@@ -101,17 +90,9 @@ def unused_scheduler_values(schedulers, max_epochs: Optional[int],
 
 
 def warmup_ends(schedulers, epoch_length: int) -> List[tuple]:
-    """Where the LR warm-ups of a ``param_scheduler`` config end.
-
-    Args:
-        schedulers (dict | list): The ``param_scheduler`` config value.
-        epoch_length (int): Iterations per epoch, for warm-ups counted in
-            epochs (``by_epoch=True``).
-
-    Returns:
-        list[tuple[str, int, int]]: ``(type, begin, end)`` per warm-up, in
-        iterations; the LR is the scheduled one from ``end`` on.
-    """
+    """``(type, begin, end)`` in iterations of each LR warm-up of a
+    ``param_scheduler`` config (the LR is the scheduled one from ``end``
+    on); ``epoch_length``: iterations per epoch, for ``by_epoch=True``."""
     ends = []
     for cfg in scheduler_configs(schedulers):
         name = type_name(cfg['type'])

@@ -60,13 +60,9 @@ class AGVMSchedule:
             iteration) < self.end_iter
 
     def is_measurement(self, iteration: int, max_iters: int = -1) -> bool:
-        """Whether the step containing ``iteration`` re-estimates them.
-
-        Args:
-            iteration (int): Runner iteration.
-            max_iters (int): Iterations of the run; a last window cut short
-                by it has no two complete halves and does not re-estimate.
-                -1 (mmengine's value before training) for unknown.
+        """Whether the step containing runner ``iteration`` re-estimates
+        them; a last window cut short by ``max_iters`` (-1, mmengine's value
+        before training: unknown) has no two complete halves and does not.
         """
         if not self.is_active(iteration) or (
                 self.step_index(iteration) -
@@ -103,16 +99,11 @@ class AGVMSchedule:
 
     def inside_warmup(self, warmups: Sequence[Tuple[str, int, int]]
                       ) -> List[str]:
-        """A message for each LR warm-up that ``start_iter`` falls inside.
-
-        As the reference ``AgvmOptimizerHook``, which warns when
-        ``lr_update_start_iter < warmup_iters``.
-
-        Args:
-            warmups (Sequence[tuple[str, int, int]]): ``(type, begin, end)``
-                per warm-up in runner iterations
-                (:func:`mmext.scheduler_checks.warmup_ends`).
-        """
+        """A message for each LR warm-up ``(type, begin, end)`` (runner
+        iterations, :func:`mmext.scheduler_checks.warmup_ends`) that
+        ``start_iter`` falls inside, as the reference
+        ``AgvmOptimizerHook`` warns when ``lr_update_start_iter <
+        warmup_iters``."""
         return [
             f'AGVM start_iter={self.start_iter} is inside the {kind} warm-up '
             f'[{begin}, {end}): set start_iter >= {end}'

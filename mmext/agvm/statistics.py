@@ -50,16 +50,10 @@ def half_dot_from_norms(sq_norm_sum: Tensor, sq_norm_a: Tensor,
 
 
 def gradient_variance(stats: HalfStatistics) -> Tuple[Tensor, Tensor]:
-    """Gradient variance d_i = 1 - cos(G_A^(i), G_B^(i)) (paper Sec. 3).
-
-    Args:
-        stats (HalfStatistics): Per-module dot products and squared norms.
-
-    Returns:
-        tuple[Tensor, Tensor]: ``d`` (float64, shape (M,), in [0, 2]) and
-        ``valid`` (bool, shape (M,)): False where a half's gradient is zero or
-        any input is non-finite; ``d`` is 0 there and must not be used.
-    """
+    """Gradient variance d_i = 1 - cos(G_A^(i), G_B^(i)) (paper Sec. 3)
+    of the halves' ``stats``: ``d`` (float64, shape (M,), in [0, 2]) and
+    ``valid`` (bool, shape (M,)): False where a half's gradient is zero or
+    any input is non-finite; ``d`` is 0 there and must not be used."""
     dot, sq_a, sq_b = (t.double() for t in stats)
     denom = (sq_a * sq_b).sqrt()
     valid = (torch.isfinite(dot) & torch.isfinite(denom) & (sq_a > 0)
@@ -79,8 +73,7 @@ def modulation_factors(d: Tensor, valid: Tensor, anchor: int,
     zero too; the reference adds 1e-6 to both d's instead).
 
     Args:
-        d (Tensor): Gradient variances, shape (M,).
-        valid (Tensor): Bool mask, shape (M,), from :func:`gradient_variance`.
+        d, valid (Tensor): Shape (M,), from :func:`gradient_variance`.
         anchor (int): Index of the anchor module (the backbone in the paper).
         ratio_range (tuple[float, float]): ``(lo, hi)`` clamp of the ratio.
 

@@ -233,14 +233,10 @@ def update_precise_bn(model: nn.Module, batches: Iterable,
     see a batch are updated. Across ranks ``E[x]`` and ``E[x^2]`` are
     averaged (equal batches per rank), so the variance covers all ranks.
 
-    Args:
-        model (nn.Module): Unwrapped model; its modes are restored after.
-        batches (Iterable): Data batches (already limited in number).
-        forward (callable): Runs one batch through ``model``.
-
-    Returns:
-        int: Number of batches used; 0 (and no pass) without a BN layer
-        that trains.
+    ``model`` is unwrapped, its modes are restored after; ``batches`` are
+    already limited in number; ``forward`` runs one through ``model``.
+    Returns the batches used; 0 (and no pass) without a BN layer that
+    trains.
     """
     was_training = model.training
     model.train()

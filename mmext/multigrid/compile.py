@@ -60,10 +60,8 @@ def run_outside_dynamo(model: torch.nn.Module, message_hub=None,
 
 
 class CompiledRun:
-    """dynamo sized to a plan, and the graphs one run compiled.
-
-    Args:
-        plan (MultigridPlan): The run's plan (with ``samples_per_rank``).
+    """dynamo sized to a plan (with ``samples_per_rank``), and the graphs
+    one run compiled.
 
     Attributes:
         shapes (int): :func:`train_shape_count` of the plan.

@@ -72,17 +72,11 @@ def _final_crop_index(pipeline: List[dict]) -> Tuple[int, int]:
 
 
 def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
-    """Return ``(clip_len, frame_interval, crop_size)`` of a train pipeline.
-
-    Returns:
-        tuple[int, int, int]: ``T`` (frames), frame stride (frames), ``S``
-        (pixels).
-
-    Raises:
-        ValueError: Without exactly one ``SampleFrames``/``UniformSample``,
-            without a final fixed-size square crop, or with a multi-view
-            test crop (``ThreeCrop``, ``TenCrop``).
-    """
+    """``(clip_len, frame_interval, crop_size)`` of a train pipeline: ``T``
+    and the frame stride in frames, ``S`` in pixels. ValueError without
+    exactly one ``SampleFrames``/``UniformSample``, without a final
+    fixed-size square crop, or with a multi-view test crop (``ThreeCrop``,
+    ``TenCrop``)."""
     names = [type_name(t['type']) for t in pipeline]
     views = [name for name in names if name in _MULTI_VIEW]
     if views:
@@ -134,10 +128,7 @@ def resize_pipeline(pipeline: List[dict], clip_len: int,
     The field of view is kept: sizes from the first resize to the final
     crop scale by ``S / S0`` (as PySlowFast scales its jitter range);
     crops of the raw frame before it keep their size
-    (:func:`check_field_of_view`).
-
-    Raises:
-        ValueError: As :func:`parse_grid_shape`.
+    (:func:`check_field_of_view`). ValueError as :func:`parse_grid_shape`.
     """
     base_t, interval, base_s = parse_grid_shape(pipeline)
     out = copy.deepcopy(list(pipeline))
@@ -214,11 +205,8 @@ class _Reading:
 def name_broken_clips(pipeline: Compose, fix: str = '') -> Compose:
     """Make the transforms of ``pipeline`` that read the clip's file raise
     :class:`BrokenClipError` (naming it, then ``fix``); other transforms'
-    exceptions stay theirs (a config or code error, not the file).
-
-    Returns:
-        Compose: ``pipeline``, changed in place.
-    """
+    exceptions stay theirs (a config or code error, not the file). Returns
+    ``pipeline``, changed in place."""
     pipeline.transforms = [
         t if isinstance(t, _Reading) or not _reads_the_file(t) else
         _Reading(t, fix) for t in pipeline.transforms]
@@ -323,13 +311,10 @@ class MultigridDataset(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, item: Union[int, Tuple[int, int]]) -> dict:
-        """The sample of ``item`` at its shape.
-
-        Raises:
-            BrokenClipError: If a transform reading the clip's file raises
-                (naming it and its index), unless ``skip_broken_clips``.
-            RuntimeError: If ``max_refetch`` retries found no valid sample.
-        """
+        """The sample of ``item`` at its shape: BrokenClipError if a
+        transform reading the clip's file raises (naming it and its index),
+        unless ``skip_broken_clips``; RuntimeError if ``max_refetch``
+        retries found no valid sample."""
         idx, shape = item if isinstance(item, tuple) else (item, -1)
         for _ in range(self.max_refetch + 1):
             info = self.dataset.get_data_info(idx)
@@ -357,18 +342,15 @@ class MultigridDataset(Dataset):
             new = random_other_index(self.dataset)
         return new
 
+
 class ShortCycleBatchSampler(Sampler):
     """Batches of cycling sizes, each item tagged with its shape index.
 
     Iteration ``i`` of an epoch has ``batch_sizes[i % len(batch_sizes)]``
     samples, all tagged ``i % len(batch_sizes)`` (PySlowFast
     ``ShortCycleBatchSampler``); the cycle restarts each epoch, the
-    incomplete last batch is dropped.
-
-    Args:
-        sampler (Sampler): Per-rank index sampler, exposed as ``.sampler``
-            for ``DistSamplerSeedHook``.
-        batch_sizes (Sequence[int]): Per-process batch sizes, cycle order.
+    incomplete last batch is dropped. ``sampler``: the per-rank index
+    sampler, exposed as ``.sampler`` for ``DistSamplerSeedHook``.
     """
 
     def __init__(self, sampler: Sampler, batch_sizes: Sequence[int]):

@@ -58,6 +58,10 @@ SCALAR_PRECISE_BN = 'multigrid/precise_bn_batches'
 _STAGE_SEED_STRIDE = 1009
 
 
+def _log(message: str, level: int = logging.INFO) -> None:
+    print_log('Multigrid: ' + message, logger='current', level=level)
+
+
 def cudnn_autotuner(cfg) -> Tuple[bool, str]:
     """Whether a CUDA run autotunes cuDNN for its few shapes, and why: yes
     unless the config file names ``env_cfg.cudnn_benchmark`` (mmaction2's
@@ -80,13 +84,9 @@ def prepare_run(runner, keep_cpu_memory: bool = True) -> Callable[[], None]:
     """Set up what ``MultigridHook`` gives a run besides multigrid (logged;
     the speed-up tool gives its baseline the same): cuDNN's autotuner on
     CUDA (:func:`cudnn_autotuner`), glibc keeping freed memory when the
-    model trains on the CPU, and :func:`run_outside_dynamo`
-    under mmengine's ``compile``.
-
-    Returns:
-        callable: Undoes the dynamo exclusions (the allocator setting is
-        process-wide and stays).
-    """
+    model trains on the CPU, and :func:`run_outside_dynamo` under
+    mmengine's ``compile``. Returns what undoes the dynamo exclusions (the
+    allocator setting is process-wide and stays)."""
     model = unwrap_model(runner.model)
     param = next(model.parameters(), None)
     if param is not None and param.device.type == 'cuda':
@@ -288,7 +288,7 @@ class MultigridHook(Hook):
             name_broken_clips(val.pipeline, '; fix or remove the file.')
         model = unwrap_model(runner.model)
         for line in install_shape_adapters(model):
-            print_log(f'Multigrid: shape adapter: {line}', logger='current')
+            _log(f'shape adapter: {line}')
         self.plan.clip_flops = check_run(self.plan, model,
                                          self._pipeline).clip_flops
         if self.precise_bn_iters and not bn_layers_in_training(model):
@@ -297,9 +297,8 @@ class MultigridHook(Hook):
         repeats = self.plan.clips_per_sample
         if repeats > 1:
             _check_repeat_collate(runner.cfg.train_dataloader)
-            print_log(f'Multigrid: RepeatAugDataset: {repeats} clips per '
-                      f'video at the shape of its iteration; the batch sizes '
-                      f'count videos', logger='current')
+            _log(f'RepeatAugDataset: {repeats} clips per video at the shape '
+                 f'of its iteration; the batch sizes count videos')
         self._undo_prepare = prepare_run(runner, self.keep_cpu_memory)
         if self.plan.sub_bn_base_size:
             # Once, before mmengine compiles the model.
@@ -307,8 +306,7 @@ class MultigridHook(Hook):
         if compile_enabled(runner.cfg.get('compile')):
             # Before Runner.train compiles train_step (after before_run).
             self._compiled = CompiledRun(self.plan)
-            print_log('Multigrid: ' + self._compiled.start(),
-                      logger='current')
+            _log(self._compiled.start())
         set_train_loop_length(loop, self.plan.max_epochs, self.plan.max_iters)
         self._map_intervals(runner)
         if self.plan.param_scheduler:
@@ -316,8 +314,7 @@ class MultigridHook(Hook):
             reset_to_initial_values(self._param_groups(runner))
             runner.param_schedulers = runner.build_param_scheduler(
                 self.plan.scheduler_cfgs())
-        print_log('Multigrid plan:\n' + describe(self.plan),
-                  logger='current')
+        print_log('Multigrid plan:\n' + describe(self.plan), logger='current')
 
     def _map_intervals(self, runner) -> None:
         """Validation and epoch-based checkpoints after the multigrid epochs
@@ -341,9 +338,8 @@ class MultigridHook(Hook):
         if saved:
             said.append(f'checkpoints after epochs {sorted(saved)}')
         if said:
-            print_log(f'Multigrid: {", ".join(said)} of {plan.max_epochs} '
-                      f'(recipe epochs mapped as its LR milestones)',
-                      logger='current')
+            _log(f'{", ".join(said)} of {plan.max_epochs} (recipe epochs '
+                 f'mapped as its LR milestones)')
 
     @staticmethod
     def _param_groups(runner) -> List[dict]:
@@ -366,13 +362,11 @@ class MultigridHook(Hook):
             {SCALAR_BATCH_SIZE: sizes[-1],
              SCALAR_CLIP_LEN: stage.shape.clip_len,
              SCALAR_CROP_SIZE: stage.shape.crop_size}, step=runner.iter)
-        print_log(
-            f'Multigrid: epoch {runner.epoch}: batches {sizes} per process '
-            f'(effective {[b * self.plan.batch_multiplier for b in sizes]}), '
-            f'T={stage.shape.clip_len}, crops '
-            f'{[s.crop_size for s in stage.short_cycle]}, '
-            f'{len(runner.train_loop.dataloader)} iters/epoch',
-            logger='current')
+        _log(f'epoch {runner.epoch}: batches {sizes} per process (effective '
+             f'{[b * self.plan.batch_multiplier for b in sizes]}), '
+             f'T={stage.shape.clip_len}, crops '
+             f'{[s.crop_size for s in stage.short_cycle]}, '
+             f'{len(runner.train_loop.dataloader)} iters/epoch')
         # The loader serves until the short cycle changes.
         end = next((s.start_epoch for s in self.plan.stages if s.start_epoch
                     > runner.epoch and s.short_cycle != stage.short_cycle),
@@ -388,12 +382,9 @@ class MultigridHook(Hook):
         """Train loader of ``stage`` reusing the recipe's dataset object
         (``short_cycle=False``: the long-cycle shape only, for precise BN)."""
         shapes = stage.short_cycle if short_cycle else stage.short_cycle[-1:]
-        dataset = MultigridDataset(
-            self._dataset, [
-                resize_pipeline(self._pipeline, s.clip_len, s.crop_size)
-                for s in shapes
-            ],
-            skip_broken_clips=self.skip_broken_clips)
+        dataset = MultigridDataset(self._dataset, [
+            resize_pipeline(self._pipeline, s.clip_len, s.crop_size)
+            for s in shapes], skip_broken_clips=self.skip_broken_clips)
         cfg = copy.deepcopy(runner.cfg.train_dataloader)
         for key in ('batch_size', 'batch_sampler', 'shuffle', 'drop_last'):
             cfg.pop(key, None)
@@ -401,11 +392,9 @@ class MultigridHook(Hook):
         sampler = DATA_SAMPLERS.build(
             cfg.pop('sampler'), default_args=dict(dataset=dataset,
                                                   seed=runner.seed))
-        cfg.update(
-            dataset=dataset,
-            sampler=sampler,
-            batch_sampler=ShortCycleBatchSampler(
-                sampler, self.plan.batch_sizes(stage, short_cycle)))
+        cfg.update(dataset=dataset, sampler=sampler,
+                   batch_sampler=ShortCycleBatchSampler(
+                       sampler, self.plan.batch_sizes(stage, short_cycle)))
         return Runner.build_dataloader(cfg, seed=seed)
 
     def after_train_epoch(self, runner) -> None:
@@ -430,11 +419,9 @@ class MultigridHook(Hook):
             model(**data, mode='tensor')
 
         start = time.perf_counter()
-        n = update_precise_bn(
-            model, itertools.islice(loader, iters), forward)
-        print_log(f'Multigrid: precise BN over {n} batches at epoch '
-                  f'{runner.epoch} ({time.perf_counter() - start:.1f} s)',
-                  logger='current')
+        n = update_precise_bn(model, itertools.islice(loader, iters), forward)
+        _log(f'precise BN over {n} batches at epoch {runner.epoch} '
+             f'({time.perf_counter() - start:.1f} s)')
         runner.visualizer.add_scalars({SCALAR_PRECISE_BN: n},
                                       step=runner.iter)
 
@@ -447,9 +434,8 @@ class MultigridHook(Hook):
         all_reduce(count)
         dataset.reset_skipped()
         if count.item():
-            print_log(f'Multigrid: epoch {runner.epoch} skipped '
-                      f'{count.item()} broken clips (skip_broken_clips=True)',
-                      logger='current', level=logging.WARNING)
+            _log(f'epoch {runner.epoch} skipped {count.item()} broken clips '
+                 f'(skip_broken_clips=True)', logging.WARNING)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         """Record the schedule (the BN keys are the recipe's already)."""
@@ -478,7 +464,7 @@ class MultigridHook(Hook):
             if self._compiled.fallbacks:
                 warn('Multigrid: ' + message)
             else:
-                print_log('Multigrid: ' + message, logger='current')
+                _log(message)
 
     # ------------------------------------------------------------ iterations
     def before_train_iter(self, runner, batch_idx: int,

@@ -28,14 +28,9 @@ def glibc_version() -> Optional[str]:
 
 
 def keep_freed_memory() -> bool:
-    """Make glibc keep freed memory for reuse (process-wide, idempotent).
-
-    Returns:
-        bool: False if the C library is not glibc.
-
-    Raises:
-        OSError: If glibc refused a setting (``mallopt`` returned 0).
-    """
+    """Make glibc keep freed memory for reuse (process-wide, idempotent);
+    False if the C library is not glibc, OSError if glibc refused a setting
+    (``mallopt`` returned 0)."""
     if glibc_version() is None:
         return False
     # The process's own symbol table holds the libc it runs with.

@@ -10,21 +10,16 @@ __all__ = ['summary', 'describe', 'DataWaitWatch']
 
 
 def summary(plan, warnings: Sequence[str] = ()) -> dict:
-    """A ``MultigridPlan`` as plain data (the schedule tool's ``--json``),
-    with the checks' ``warnings``.
-
-    Returns:
-        dict: The base shape, totals (``iters`` and ``recipe_iters``
-        None without exact counts, ``estimated_iters`` in recipe
-        iterations per epoch; ``flops_ratio``, ``flop_saving``,
-        ``flops_counted`` and ``clip_gflops``, the GFLOPs per clip of
-        each ``(T, S)`` if counted), ``lr_rule``, ``batch_policy``,
-        ``warnings`` and ``stages``: per stage
-        :meth:`MultigridStage.to_dict` with its per-process and
-        effective batch sizes, iterations, optimizer ``steps`` (None
-        without exact counts) and ``flops_ratio`` (its FLOPs over the
-        recipe's run).
-    """
+    """A ``MultigridPlan`` as plain data (the schedule tool's ``--json``)
+    with the checks' ``warnings``: the base shape, totals (``iters`` and
+    ``recipe_iters`` None without exact counts, ``estimated_iters`` in
+    recipe iterations per epoch; ``flops_ratio``, ``flop_saving``,
+    ``flops_counted`` and ``clip_gflops``, the GFLOPs per clip of each
+    ``(T, S)`` if counted), ``lr_rule``, ``batch_policy``, ``warnings`` and
+    ``stages``: per stage :meth:`MultigridStage.to_dict` with its
+    per-process and effective batch sizes, iterations, optimizer ``steps``
+    (None without exact counts) and ``flops_ratio`` (its FLOPs over the
+    recipe's run)."""
     exact = plan.exact
     stages = []
     flops = stage_flops_ratios(plan.stages, plan.recipe_epochs,
@@ -135,13 +130,8 @@ class DataWaitWatch:
     The first ``skip`` iterations after :meth:`start_stage` count as
     stage-change cost, the next ``iters`` are measured; a stage shorter
     than ``skip + iters`` (its length given) is measured to its end, one
-    of a single iteration with nothing skipped.
-
-    Args:
-        threshold (float, optional): Data-wait share in [0, 1]; 0 or None
-            disables the warning.
-        iters (int): Iterations measured per stage (>= 1).
-        skip (int): Leading iterations counted as stage-change cost.
+    of a single iteration with nothing skipped. ``threshold``: the
+    data-wait share in [0, 1] that warns (0 or None: never).
     """
 
     def __init__(self, threshold: Optional[float], iters: int,

@@ -15,14 +15,10 @@ _AXIS = ('world_size', 'batch_size', 'samples_per_rank', 'max_iters')
 
 def resume_signature(plan) -> dict:
     """What defines a run's epoch and iteration axes
-    (``meta[CHECKPOINT_KEY]`` of its checkpoints).
-
-    Returns:
-        dict: The schedule options (sequences as lists), ``lr_steps``,
-        ``recipe_epochs``, ``max_epochs``, ``world_size``, ``batch_size``
-        (per process), ``samples_per_rank`` and ``max_iters`` (None without
-        exact counts).
-    """
+    (``meta[CHECKPOINT_KEY]`` of its checkpoints): the schedule options
+    (sequences as lists), ``lr_steps``, ``recipe_epochs``, ``max_epochs``,
+    ``world_size``, ``batch_size`` (per process), ``samples_per_rank`` and
+    ``max_iters`` (None without exact counts)."""
     options = plan.options
     signature = options.schedule_kwargs()
     signature.update(
@@ -42,16 +38,10 @@ def check_resume(plan, saved: Optional[dict], epoch: Optional[int] = None,
     The schedule of :func:`resume_signature` must match, and the iteration
     axis where both runs count it exactly (another world size, batch or
     dataset changes the iterations of every epoch); a checkpoint without an
-    iteration record must have ``iteration`` inside this plan's ``epoch``.
-
-    Args:
-        plan (MultigridPlan): The run's plan.
-        saved (dict, optional): The checkpoint's :func:`resume_signature`;
-            None for a run without multigrid.
-        epoch, iteration (int, optional): ``runner.epoch``, ``runner.iter``.
-
-    Raises:
-        ValueError: Naming the differences and the fix.
+    iteration record must have ``iteration`` inside this plan's ``epoch``
+    (``runner.epoch``, ``runner.iter``). ``saved``: the checkpoint's
+    :func:`resume_signature` (None: a run without multigrid). The
+    ``ValueError`` names the differences and the fix.
     """
     if saved is None:
         raise ValueError('Not a multigrid checkpoint: use load_from=CKPT '

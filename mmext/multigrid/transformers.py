@@ -136,8 +136,8 @@ def window_position_index(full_index: torch.Tensor,
 
     Args:
         full_index (Tensor): ``(Wd Wh Ww, Wd Wh Ww)`` index of the full
-            window (the module's ``relative_position_index``).
-        full_window (Sequence[int]): ``(Wd, Wh, Ww)``.
+            window ``full_window = (Wd, Wh, Ww)`` (the module's
+            ``relative_position_index``).
         window (Sequence[int]): ``(wd, wh, ww)``, each at most the full one.
 
     Returns:
@@ -195,14 +195,10 @@ def _adapters():
 
 
 def install_shape_adapters(model: nn.Module) -> List[str]:
-    """Make the video transformers in ``model`` take every grid shape.
-
-    Idempotent. The hooks take the module from their arguments, so deep
-    copies of the model (the shape probe's) carry working copies.
-
-    Returns:
-        list[str]: One line per adapted backbone, ``'<name> (<class>):
-        <what changes>'``; empty for models that need none.
+    """Make the video transformers in ``model`` take every grid shape
+    (idempotent; the hooks take the module from their arguments, so deep
+    copies of the model, the shape probe's, carry working copies). Returns
+    one line per adapted backbone, ``'<name> (<class>): <what changes>'``.
     """
     if model in _INSTALLED:
         return list(_INSTALLED[model][0])
