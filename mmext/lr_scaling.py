@@ -43,24 +43,17 @@ def optim_wrappers(optim_wrapper) -> Dict[str, OptimWrapper]:
 
 def auto_scale_lr_options(auto_scale_lr: Optional[dict]
                           ) -> Optional[Tuple[float, str]]:
-    """``base_batch_size`` and ``rule`` of an enabled ``auto_scale_lr``.
-
-    Args:
-        auto_scale_lr (dict, optional): The run's ``auto_scale_lr``:
-            ``enable`` (default False), ``base_batch_size`` (the effective
-            batch the LR was tuned for) and ``rule``, a key of
-            :data:`LR_RULES` (default ``'linear'``, mmengine's).
-
-    Returns:
-        tuple | None: ``(base_batch_size, rule)``; None if not enabled.
+    """``(base_batch_size, rule)`` of the run's ``auto_scale_lr`` if
+    enabled, else None: ``enable`` (default False), ``base_batch_size`` (the
+    effective batch the LR was tuned for) and ``rule``, a key of
+    :data:`LR_RULES` (default ``'linear'``, mmengine's).
 
     Raises:
         TypeError: For an ``auto_scale_lr`` that is not a dict, a key other
             than enable, base_batch_size and rule (even when not enabled:
             a misspelt ``enable`` would leave the LR unscaled; a close one
-            is named), an
-            ``enable`` that is not a bool, or a ``base_batch_size`` that is
-            not a number.
+            is named), an ``enable`` that is not a bool, or a
+            ``base_batch_size`` that is not a number.
         ValueError: For a ``base_batch_size`` that is not finite and > 0,
             or an unknown rule (also when not enabled).
     """
@@ -111,17 +104,11 @@ def check_auto_scale_lr(auto_scale_lr: Optional[dict], optim_wrapper,
     mmengine's ``Runner.scale_lr`` leaves out ``accumulative_counts = K``,
     setting an LR K times too small, and ignores ``rule`` (scaling
     linearly). :class:`mmext.runner.Runner` checks ``auto_scale_lr``,
-    counts K and records ``EFFECTIVE_BATCH_INFO``, which clears the run.
-
-    Args:
-        auto_scale_lr (dict, optional): The run's ``auto_scale_lr``.
-        optim_wrapper (OptimWrapper | OptimWrapperDict): The run's wrappers.
-        message_hub (MessageHub): The run's message hub.
-
-    Raises:
-        ValueError: If ``auto_scale_lr`` is enabled, the runner is not
-            mmext's, and some wrapper has K > 1 or the rule is not linear
-            (and as :func:`auto_scale_lr_options`).
+    counts K and records ``EFFECTIVE_BATCH_INFO`` in the run's
+    ``message_hub``, which clears the run. Raises ``ValueError`` if
+    ``auto_scale_lr`` is enabled, the runner is not mmext's, and some
+    wrapper has K > 1 or the rule is not linear (and as
+    :func:`auto_scale_lr_options`).
     """
     if message_hub.get_info(EFFECTIVE_BATCH_INFO) is not None:
         return
@@ -142,20 +129,10 @@ def check_auto_scale_lr(auto_scale_lr: Optional[dict], optim_wrapper,
 
 def scale_lrs(param_groups: Sequence[dict],
               factors: Sequence[float]) -> Callable[[], None]:
-    """Multiply each param group's ``lr`` by its factor, for one step.
-
-    Args:
-        param_groups (Sequence[dict]): The optimizer's param groups
-            (``optimizer.param_groups``, not the wrapper's, which may hold a
-            fake extra group).
-        factors (Sequence[float]): One factor per group.
-
-    Returns:
-        callable: Restores the LRs as they were before the call.
-
-    Raises:
-        ValueError: If the lengths differ.
-    """
+    """Multiply the ``lr`` of each of the optimizer's ``param_groups``
+    (``optimizer.param_groups``, not the wrapper's, which may hold a fake
+    extra group) by its factor, for one step; returns what restores them
+    (ValueError if the lengths differ)."""
     if len(param_groups) != len(factors):
         raise ValueError(f'{len(factors)} LR factors for '
                          f'{len(param_groups)} param groups')

@@ -21,32 +21,26 @@ def summary(plan, warnings: Sequence[str] = ()) -> dict:
     (None without exact counts) and ``flops_ratio`` (its FLOPs over the
     recipe's run)."""
     exact = plan.exact
-    stages = []
     flops = stage_flops_ratios(plan.stages, plan.recipe_epochs,
                                plan.base_clip_len, plan.base_crop_size,
                                plan.clip_flops)
+    stages = []
     for s, ratio in zip(plan.stages, flops):
-        row = s.to_dict()
-        row['batch_size'] = plan.base_batch * s.shape.batch_factor
-        row['effective_batch_size'] = (row['batch_size'] *
-                                       plan.batch_multiplier)
-        row['short_cycle_batch_sizes'] = plan.batch_sizes(s)
-        row['iters'] = (plan.iters_per_epoch(s) * s.num_epochs
-                        if exact else None)
-        row['steps'] = (plan.iters_per_epoch(s) // plan.accumulative_counts
-                        * s.num_epochs if exact else None)
-        row['estimated_iters'] = s.estimated_iters
-        row['flops_ratio'] = ratio
-        stages.append(row)
+        batch = plan.base_batch * s.shape.batch_factor
+        per_epoch = plan.iters_per_epoch(s) if exact else None
+        stages.append(dict(
+            s.to_dict(), batch_size=batch,
+            effective_batch_size=batch * plan.batch_multiplier,
+            short_cycle_batch_sizes=plan.batch_sizes(s),
+            iters=per_epoch * s.num_epochs if exact else None,
+            steps=(per_epoch // plan.accumulative_counts * s.num_epochs
+                   if exact else None),
+            estimated_iters=s.estimated_iters, flops_ratio=ratio))
     return dict(
         base=dict(batch_size=plan.base_batch,
-                  effective_batch_size=plan.base_batch *
-                  plan.batch_multiplier,
-                  clip_len=plan.base_clip_len,
-                  crop_size=plan.base_crop_size),
-        recipe_epochs=plan.recipe_epochs,
-        epochs=plan.max_epochs,
-        exact=exact,
+                  effective_batch_size=plan.base_batch * plan.batch_multiplier,
+                  clip_len=plan.base_clip_len, crop_size=plan.base_crop_size),
+        recipe_epochs=plan.recipe_epochs, epochs=plan.max_epochs, exact=exact,
         clips_per_process=plan.samples_per_rank,
         clips_per_sample=plan.clips_per_sample,
         iters=plan.max_iters if exact else None,
@@ -54,18 +48,15 @@ def summary(plan, warnings: Sequence[str] = ()) -> dict:
                       if exact else None),
         estimated_iters=sum(s.estimated_iters for s in plan.stages),
         iteration_saving=plan.iteration_saving(),
-        flops_ratio=plan.flops_ratio(),
-        flop_saving=1 / plan.flops_ratio(),
+        flops_ratio=plan.flops_ratio(), flop_saving=1 / plan.flops_ratio(),
         flops_counted=plan.flops_counted,
         clip_gflops=[dict(clip_len=t, crop_size=s, gflops=f / 1e9)
                      for (t, s), f in sorted(plan.clip_flops.items())]
         if plan.flops_counted else None,
         world_size=plan.world_size,
         accumulative_counts=plan.accumulative_counts,
-        lr_rule=plan.options.lr_rule,
-        batch_policy=plan.options.batch_policy,
-        warnings=list(warnings),
-        stages=stages)
+        lr_rule=plan.options.lr_rule, batch_policy=plan.options.batch_policy,
+        warnings=list(warnings), stages=stages)
 
 
 def describe(plan) -> str:
@@ -136,9 +127,7 @@ class DataWaitWatch:
 
     def __init__(self, threshold: Optional[float], iters: int,
                  skip: int = 1):
-        self.threshold = threshold
-        self.iters = iters
-        self.skip = skip
+        self.threshold, self.iters, self.skip = threshold, iters, skip
         self.warned = False
         self.start_stage('')
 
@@ -146,9 +135,8 @@ class DataWaitWatch:
                     length: Optional[int] = None) -> None:
         """Begin measuring a stage (``rebuild_seconds``: loader rebuild;
         ``length``: its iterations, None: long enough)."""
-        self.where = where
+        self.where, self._seen = where, 0
         self.change_seconds = self._rebuild = rebuild_seconds
-        self._seen = 0
         self._data = self._total = 0.0
         self._skip = self.skip if length is None else min(self.skip,
                                                           length - 1)
@@ -164,12 +152,10 @@ class DataWaitWatch:
         skip, iters = self._skip, self._iters
         if self._seen <= skip:
             self.change_seconds += data_seconds
-            return []
-        if self._seen > skip + iters:
-            return []
-        self._data += data_seconds
-        self._total += total_seconds
-        if self._seen < skip + iters:
+        elif self._seen <= skip + iters:
+            self._data += data_seconds
+            self._total += total_seconds
+        if self._seen != skip + iters:
             return []
         share = (min(max(self._data / self._total, 0.0), 1.0)
                  if self._total > 0 else 0.0)
