@@ -92,11 +92,11 @@ def check_ann_file(dataset_cfg: dict) -> None:
         if osp.exists(osp.join(root, path)) and not osp.samefile(root, '.'):
             fix = f'run from the project root {root}'
         elif default == 'MMEXT_DEMO_DATA':
-            fix = 'make the demo data: make demo-data (in the project root)'
+            fix = 'run make demo-data in the project root'
         elif default:
-            fix = f'set {default} to the folder of the datasets'
+            fix = f'set {default} to its folder'
         else:
-            fix = "get the dataset there or set the config's data_root"
+            fix = 'get the dataset or set data_root'
         raise refuse(FileNotFoundError(
             f'ann_file {path} does not exist in {os.getcwd()}: {fix}'))
     # A list of blank lines is empty too; a large file is not (COCO json).

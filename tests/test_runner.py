@@ -355,8 +355,8 @@ def test_a_missing_or_empty_annotation_list_is_named(tmp_path, monkeypatch):
             Runner.build_dataloader(_video_loader('no/such/folder/train.txt'))
         assert 'MMEXT' not in str(err.value)  # the config reads none
         # mmext's configs' default folders: how to make or move them.
-        for folder, fix in [('data/demo', 'make demo-data (in the project'),
-                            ('../shared/data', 'set MMEXT_DATA_ROOT to the')]:
+        for folder, fix in [('data/demo', 'run make demo-data in the'),
+                            ('../shared/data', 'set MMEXT_DATA_ROOT to its')]:
             with pytest.raises(FileNotFoundError, match=re.escape(fix)):
                 Runner.build_dataloader(_video_loader(
                     osp.join(folder, 'no-such-set', 'train.txt')))
