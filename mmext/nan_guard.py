@@ -30,16 +30,10 @@ def _boxes(sample):
 
 
 def degenerate_boxes(data_batch) -> List[str]:
-    """Ground-truth boxes of zero (or negative) width or height.
-
-    Args:
-        data_batch (dict): A train batch (``data_samples`` of mmdet).
-
-    Returns:
-        list[str]: e.g. ``'BloodImage_00343.jpg: box [181, 329, 181, 329]
-        (label 0)'``, in the image's original pixels where the sample's
-        ``scale_factor`` tells them.
-    """
+    """Ground-truth boxes of zero (or negative) width or height of a train
+    batch (``data_samples`` of mmdet), e.g. ``'BloodImage_00343.jpg: box
+    [181, 329, 181, 329] (label 0)'``, in the image's original pixels where
+    the sample's ``scale_factor`` tells them."""
     samples = data_batch.get('data_samples') if isinstance(
         data_batch, dict) else None
     found = []

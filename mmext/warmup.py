@@ -12,6 +12,7 @@ from mmengine.optim.scheduler import ExponentialParamScheduler
 
 from .compat import SCHEDULER_INF
 from .log import refuse
+from .options import is_int, is_number
 from .registry import PARAM_SCHEDULERS
 
 __all__ = ['ExpWarmupParamScheduler', 'ExpWarmupLR']
@@ -43,13 +44,12 @@ class ExpWarmupParamScheduler(ExponentialParamScheduler):
                  start_factor: float = 0.001, begin: int = 0,
                  end: int = SCHEDULER_INF, last_step: int = -1,
                  by_epoch: bool = True, verbose: bool = False):
-        if not (isinstance(start_factor, (int, float))
-                and 0 < start_factor <= 1):
+        if not (is_number(start_factor) and 0 < start_factor <= 1):
             raise refuse(ValueError(f'ExpWarmupLR start_factor='
                                     f'{start_factor!r}: expected a number in '
                                     f'(0, 1]'))
-        if (end == SCHEDULER_INF or not isinstance(end, int)
-                or not isinstance(begin, int) or end <= begin):
+        if not (is_int(end) and is_int(begin)
+                and begin < end != SCHEDULER_INF):
             raise refuse(ValueError(f'ExpWarmupLR begin={begin!r}, end='
                                     f'{end!r}: expected an integer end after '
                                     f'begin'))
@@ -76,18 +76,15 @@ class ExpWarmupParamScheduler(ExponentialParamScheduler):
     def _get_value(self):
         """Chainable form: x start_factor at ``begin``, x gamma after."""
         factor = self.start_factor if self.last_step == 0 else self.gamma
-        return [
-            group[self.param_name] * factor
-            for group in self.optimizer.param_groups
-        ]
+        return [group[self.param_name] * factor
+                for group in self.optimizer.param_groups]
 
     def _get_closed_form_value(self):
         """Closed form: ``base * start_factor ** (1 - t / T)``, t <= T."""
         exponent = 1 - min(self.last_step, self.warmup_steps) / (
             self.warmup_steps)
-        return [
-            base * self.start_factor**exponent for base in self.base_values
-        ]
+        return [base * self.start_factor**exponent
+                for base in self.base_values]
 
 
 @PARAM_SCHEDULERS.register_module()

@@ -31,16 +31,11 @@ class GradientLayout:
     parameters are trainable when it is built only, so it is the same on
     every rank. Frozen parameters stay out (as out of DDP's buckets): kept
     in the optimizer, as mmengine keeps them, for a hook that unfreezes
-    them later, but outside AGVM's statistics.
-
-    Args:
-        optimizer (Optimizer): Param groups tagged with ``'agvm_module'`` by
-            :class:`mmext.agvm.AGVMOptimWrapperConstructor` (trusted: a tag
-            outside ``module_names`` is ``'others'``).
-        module_names (Sequence[str]): Modulated modules, anchor first.
-
-    Raises:
-        ValueError: If the parameters are on several devices.
+    them later, but outside AGVM's statistics. The ``optimizer``'s param
+    groups are tagged with ``'agvm_module'`` by
+    :class:`mmext.agvm.AGVMOptimWrapperConstructor` (trusted: a tag outside
+    ``module_names``, anchor first, is ``'others'``); ValueError for
+    parameters on several devices.
     """
 
     def __init__(self, optimizer: Optimizer, module_names: Sequence[str]):

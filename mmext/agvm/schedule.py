@@ -1,8 +1,6 @@
-"""When AGVM applies its factors, re-estimates them and clips gradients.
-
-Stateless: it reads mmengine's micro-batch counter (``runner.iter``), which
-``--resume`` restores.
-"""
+"""When AGVM applies its factors, re-estimates them and clips gradients;
+stateless: it reads mmengine's micro-batch counter (``runner.iter``), which
+``--resume`` restores."""
 import math
 from typing import List, Optional, Sequence, Tuple
 

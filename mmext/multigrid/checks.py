@@ -150,13 +150,10 @@ class _Tracer:
     def __init__(self, model: nn.Module):
         self.names = {m: n or 'model' for n, m in model.named_modules()}
         self.stack: List[nn.Module] = []
-        self.feature_map = None
-        self.handles = []
-        for module in self.names:
-            self.handles += [
-                module.register_forward_pre_hook(self._enter),
-                module.register_forward_hook(self._leave)
-            ]
+        self.feature_map = self.error = None
+        self.handles = [h for module in self.names for h in (
+            module.register_forward_pre_hook(self._enter),
+            module.register_forward_hook(self._leave))]
         backbone = getattr(model, 'backbone', None)
         if isinstance(backbone, nn.Module):
             self.handles.append(
@@ -171,32 +168,30 @@ class _Tracer:
     def _backbone_output(self, module, args, output):
         self.feature_map = _spatial_size(output)
 
-    def culprit(self) -> str:
-        module = self.stack[-1] if self.stack else None
-        if module is None:
-            return 'model'
-        return f'{self.names[module]} ({type(module).__name__})'
-
-    def run(self, model, inputs
-            ) -> Tuple[Optional[Exception], str, Optional[float]]:
-        """The forward's error, culprit and FLOPs per clip."""
+    def run(self, model, inputs: torch.Tensor,
+            shape: PlannedShape) -> ShapeResult:
+        """The forward of ``inputs`` of ``shape`` (its exception in
+        :attr:`error`)."""
         self.stack, self.feature_map = [], None
         counter = FlopCounterMode(display=False)
+        device = str(inputs.device)
         try:
             with counter:
                 model(inputs, mode='tensor', stage='head')
         except Exception as error:  # noqa: B902 any failure is the finding
-            return error, self.culprit(), None
-        return None, '', counter.get_total_flops() / len(inputs)
+            self.error, module = error, self.stack[-1] if self.stack else None
+            first = (str(error).strip().splitlines() or [''])[0]
+            return ShapeResult(
+                shape, f'{type(error).__name__}: {first}',
+                f'{self.names[module]} ({type(module).__name__})'
+                if module is not None else 'model', self.feature_map, device)
+        self.error = None
+        return ShapeResult(shape, None, None, self.feature_map, device,
+                           counter.get_total_flops() / len(inputs))
 
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
-
-
-def _error_text(error: Exception) -> str:
-    lines = str(error).strip().splitlines() or ['']
-    return f'{type(error).__name__}: {lines[0]}'
 
 
 def _fallback(model: nn.Module, shape: PlannedShape, pipeline
@@ -212,14 +207,12 @@ def _fallback(model: nn.Module, shape: PlannedShape, pipeline
     try:
         model.eval()
         with torch.no_grad():
-            error, module, flops = tracer.run(
-                model, torch.zeros(size, device=device, dtype=dtype))
+            return tracer.run(
+                model, torch.zeros(size, device=device, dtype=dtype), shape)
     finally:
         tracer.remove()
         for m, mode in modes:
             m.training = mode
-    return ShapeResult(shape, error and _error_text(error),
-                       module or None, tracer.feature_map, str(device), flops)
 
 
 def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
@@ -239,16 +232,13 @@ def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
             size = probe_input_size(ghost, shape.batch, shape.clip_len,
                                     shape.crop_size, pipeline)
             dtype = next(iter(ghost.parameters()), torch.empty(0)).dtype
-            error, module, flops = tracer.run(
-                ghost, torch.empty(size, device='meta', dtype=dtype))
+            result = tracer.run(
+                ghost, torch.empty(size, device='meta', dtype=dtype), shape)
             # A meta forward that failed for want of data, not of a shape.
-            if error is not None and 'meta' in str(error).lower():
-                results.append(_fallback(model, shape, pipeline))
-                continue
-            results.append(
-                ShapeResult(shape, error and _error_text(error),
-                            module or None, tracer.feature_map, 'meta',
-                            flops))
+            if tracer.error is not None and 'meta' in str(
+                    tracer.error).lower():
+                result = _fallback(model, shape, pipeline)
+            results.append(result)
     finally:
         tracer.remove()
     return results

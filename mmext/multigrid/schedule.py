@@ -39,14 +39,10 @@ BATCH_POLICIES = {
 
 @dataclass(frozen=True)
 class GridShape:
-    """One mini-batch shape ``(B, T, S)`` of a clip tensor ``(N, C, T, S, S)``.
-
-    Attributes:
-        batch_factor (int): ``B`` as a multiple of the recipe's batch size
-            (the ``batch_policy``'s of the paper's factor).
-        clip_len (int): ``T`` in frames.
-        crop_size (int): ``S`` in pixels (square crops).
-    """
+    """One mini-batch shape ``(B, T, S)`` of a clip tensor ``(N, C, T, S,
+    S)``: ``B`` as a multiple of the recipe's batch size (the
+    ``batch_policy``'s of the paper's factor), ``T`` in frames, ``S`` in
+    pixels (square crops)."""
     batch_factor: int
     clip_len: int
     crop_size: int
@@ -62,8 +58,7 @@ class MultigridStage:
             recipe's LR.
         short_cycle (tuple[GridShape]): Shapes cycled iteration by iteration
             (``(shape,)`` without the short cycle).
-        start_epoch (int): First epoch (inclusive).
-        end_epoch (int): End epoch (exclusive).
+        start_epoch, end_epoch (int): First epoch, end epoch (exclusive).
         lr_factor (float): LR relative to the recipe's base LR,
             ``LR_RULES[lr_rule](batch_factor) * gamma ** lr_stage``
             (PySlowFast ``SOLVER.LRS`` with the linear rule).
