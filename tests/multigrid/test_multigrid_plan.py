@@ -293,11 +293,12 @@ def test_clips_left_unused_by_incomplete_batches_are_said(samples, world_size,
 @pytest.mark.parametrize('policy, samples, expected', [
     # Batch 16 of 128 clips (12.5 %): 128 // (32 + 16 + 16) * 3 = 6 steps
     # per epoch in epochs 0-3, against 128 / 4 = 32 of the recipe.
-    ('paper', 128, 'Batch 16 is 12% of the 128 clips per process: 6 '
-     'optimizer steps per epoch in epochs 0-3 (recipe 32; 1 stages)'),
+    ('paper', 128, ['Batch 16 is 12% of the 128 clips per process: ',
+                    '6 optimizer steps per epoch in epochs 0-3 ',
+                    '(recipe 32; 1 stages)']),
     ('paper', 160, None),  # batch 16 is 10 %: no warning
     ('sqrt', 128, None),  # batch 4 round(sqrt 4) = 8: 6 %
-    ('sqrt', 64, 'Batch 8 is 12% of the 64 clips'),
+    ('sqrt', 64, ['Batch 8 is 12% of the 64 clips']),
 ])
 def test_few_optimizer_steps_per_epoch_are_said(policy, samples, expected):
     """Base (B, T, S) = (4, 16, 56); the first long-cycle shape has the
@@ -310,8 +311,8 @@ def test_few_optimizer_steps_per_epoch_are_said(policy, samples, expected):
         assert messages == []
         return
     [message] = messages
-    assert message.startswith(expected)
-    assert message.endswith("use batch_policy='constant', more data or a "
+    assert all(fragment in message for fragment in expected)
+    assert message.endswith("batch_policy='constant', more data or a "
                             'smaller batch_size.')
 
 
