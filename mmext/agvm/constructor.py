@@ -210,26 +210,15 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
     return tagged
 
 
-def _reads_key(name: str):
-    """``dict.<name>(key, ...)`` that marks ``key`` as read."""
-    method = getattr(dict, name)
+def _reads(method, every: bool = False):
+    """``method`` of ``dict`` marking its key (``every``: all keys) as
+    read."""
 
-    def read_one(self, key, *args):
-        self.read.add(key)
-        return method(self, key, *args)
-
-    return read_one
-
-
-def _reads_all(name: str):
-    """``dict.<name>(...)`` that marks every key as read."""
-    method = getattr(dict, name)
-
-    def read_all(self, *args):
-        self.read.update(dict.keys(self))
+    def read(self, *args):
+        self.read.update(dict.keys(self) if every else args[:1])
         return method(self, *args)
 
-    return read_all
+    return read
 
 
 class _ReadKeys(dict):
@@ -243,22 +232,13 @@ class _ReadKeys(dict):
         super().__init__(*args, **kwargs)
         self.read = set()
 
-    __getitem__ = _reads_key('__getitem__')
-    get = _reads_key('get')
-    pop = _reads_key('pop')
-    setdefault = _reads_key('setdefault')
-    __iter__ = _reads_all('__iter__')
-    keys = _reads_all('keys')
-    items = _reads_all('items')
-    values = _reads_all('values')
-
-    def copy(self):
-        self.read.update(dict.keys(self))
-        return dict(dict.items(self))
-
-    def __deepcopy__(self, memo):
-        self.read.update(dict.keys(self))
-        return copy.deepcopy(dict(dict.items(self)), memo)
+    __getitem__, get = _reads(dict.__getitem__), _reads(dict.get)
+    pop, setdefault = _reads(dict.pop), _reads(dict.setdefault)
+    __iter__, keys = _reads(dict.__iter__, True), _reads(dict.keys, True)
+    items, values = _reads(dict.items, True), _reads(dict.values, True)
+    copy = _reads(lambda self: dict(dict.items(self)), True)
+    __deepcopy__ = _reads(
+        lambda self, memo: copy.deepcopy(dict(dict.items(self)), memo), True)
 
 
 def _warn_unmatched_custom_keys(model: nn.Module,

@@ -14,20 +14,10 @@ class AGVMSchedule:
     ``[k * K, (k + 1) * K)``; it is active if its first iteration lies in
     ``[start_iter, end_iter)`` and re-estimates every ``update_interval``
     active steps from the first active one (the reference counts
-    ``runner.iter % interval``). Arguments are trusted (checked by the
-    wrapper).
-
-    Args:
-        update_interval (int): tau >= 1, optimizer steps between
-            re-estimates.
-        start_iter (int): First runner iteration with AGVM, >= 0.
-        end_iter (int, optional): First runner iteration without AGVM
-            again, > ``start_iter``; None for the end of training.
-        accumulative_counts (int): K >= 1, micro-batches per optimizer step.
-        clip_grad_window (tuple[int, int], optional): Runner iterations
-            ``[begin, end]`` (both included, as the reference's
-            ``grad_clip_iter_range``) in which ``clip_grad`` applies; None
-            for all.
+    ``runner.iter % interval``). The arguments, trusted (the wrapper
+    checks them), are the wrapper's options (``update_interval`` tau,
+    ``accumulative_counts`` K); the ``clip_grad_window`` includes both ends,
+    as the reference's ``grad_clip_iter_range``.
     """
 
     def __init__(self,

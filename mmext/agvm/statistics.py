@@ -69,17 +69,11 @@ def modulation_factors(d: Tensor, valid: Tensor, anchor: int,
                        ) -> Tensor:
     """Modulation factors mu_i = sqrt(clamp(d_anchor / d_i, lo, hi)).
 
-    Paper Sec. 3. A zero d_i gives ``hi`` (the ratio is 1 if d_anchor is
-    zero too; the reference adds 1e-6 to both d's instead).
-
-    Args:
-        d, valid (Tensor): Shape (M,), from :func:`gradient_variance`.
-        anchor (int): Index of the anchor module (the backbone in the paper).
-        ratio_range (tuple[float, float]): ``(lo, hi)`` clamp of the ratio.
-
-    Returns:
-        Tensor: mu, float64, shape (M,); NaN where not ``valid``, and all
-        NaN if the anchor is not valid.
+    Paper Sec. 3, of ``d`` and ``valid`` (shape (M,), from
+    :func:`gradient_variance`) with the module ``anchor`` (the backbone in
+    the paper). A zero d_i gives ``hi`` (the ratio is 1 if d_anchor is zero
+    too; the reference adds 1e-6 to both d's instead). mu: float64, shape
+    (M,); NaN where not ``valid``, and all NaN if the anchor is not valid.
     """
     lo, hi = ratio_range
     d = d.double()
@@ -155,14 +149,9 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
     v is the stored ``exp_avg_sq``, or ``max_exp_avg_sq`` in a group with
     ``amsgrad`` (AMSGrad steps along the running maximum); the
     reference blends in the current g first, which would differ between
-    ranks. Parameters without v yet are left as they are.
-
-    Args:
-        optimizer (Optimizer): An Adam-family optimizer.
-        params (Sequence[Tensor]): The parameters of ``flat``.
-        flat (Tensor): Their gradients, shape (sum of numels,).
-        out (Tensor, optional): Where to write the result (may be
-            ``flat``); default a new tensor. Returned.
+    ranks. Parameters without v yet are left as they are. ``flat``: the
+    gradients of ``params``, shape (sum of numels,); the result is written
+    to ``out`` (may be ``flat``; default a new tensor) and returned.
     """
     eps_of, amsgrad = {}, set()
     for group in optimizer.param_groups:
@@ -214,21 +203,14 @@ def keeps_adam_moments(optimizer: Optimizer) -> bool:
 
 
 class Statistic(NamedTuple):
-    """One row of :data:`STATISTICS`.
-
-    Attributes:
-        precondition (callable): ``(optimizer, params, flat, out=None) ->
-            Tensor``, the vector whose cosine is measured, from the
-            gradients ``flat`` of ``params``, written to ``out`` if given
-            (which may be ``flat``): linear and the same on every rank, so
-            the halves' norms give its dot product
-            (:func:`half_dot_from_norms`).
-        accepts (callable, optional): ``optimizer -> bool``, whether the
-            statistic can read that optimizer (checked by the wrapper);
-            None for any. A statistic with one reads the optimizer's
-            state, so ZeRO, which shards it, is refused.
-        optimizer_kind (str): The optimizers it accepts, for the error
-            message.
+    """One row of :data:`STATISTICS`: ``precondition(optimizer, params,
+    flat, out=None)``, the vector whose cosine is measured, from the
+    gradients ``flat`` of ``params``, written to ``out`` if given (which may
+    be ``flat``): linear and the same on every rank, so the halves' norms
+    give its dot product (:func:`half_dot_from_norms`); ``accepts(optimizer)
+    -> bool`` (None: any), checked by the wrapper (a statistic with one
+    reads the optimizer's state, so ZeRO, which shards it, is refused);
+    ``optimizer_kind``, the optimizers it accepts, for the error message.
     """
     precondition: Callable[..., Tensor]
     accepts: Optional[Callable[[Optimizer], bool]] = None

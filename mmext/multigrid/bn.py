@@ -30,11 +30,8 @@ class SubBatchNorm:
 
     In training, ``N > bn_base_size`` clips are normalised in
     ``N // bn_base_size`` splits of consecutive clips; otherwise the layer's
-    own ``forward`` runs.
-
-    Attributes:
-        bn_base_size (int): Clips per split (set by :func:`enable_sub_bn`).
-        plain_type (type): The BN kind this class extends.
+    own ``forward`` runs. ``bn_base_size``: clips per split (set by
+    :func:`enable_sub_bn`); ``plain_type``: the BN kind this class extends.
     """
 
     bn_base_size: int

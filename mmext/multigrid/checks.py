@@ -17,7 +17,7 @@ from mmext.log import warn
 from mmext.options import type_name
 from .bn import unsplittable_bn_layers
 from .plan import recipe_scheduler_warnings
-from .schedule import long_cycle_shapes
+from .schedule import long_cycle_shapes, long_cycle_sizes
 
 __all__ = [
     'PlannedShape', 'RunChecks', 'check_clip_lengths', 'check_model',
@@ -330,24 +330,16 @@ def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
 def _long_cycle_factors_of(plan, shapes) -> str:
     """The ``long_cycle_factors`` entries whose cycles contain ``shapes``,
     as text ('' for none)."""
-    options, found = plan.options, []
-    if not options.long_cycle:
-        return ''
+    factors, found = plan.options.long_cycle_factors, []
     keys = {(s.clip_len, s.crop_size) for s in shapes}
-    factors = options.long_cycle_factors
-    for stage in plan.stages:
-        cycle = {(g.clip_len, g.crop_size) for g in stage.short_cycle}
-        if not keys & cycle:
-            continue
-        for f, shape in zip(factors, long_cycle_shapes(
-                plan.base_clip_len, plan.base_crop_size, factors)):
-            if (shape.clip_len, shape.crop_size) == (
-                    stage.shape.clip_len, stage.shape.crop_size) and (
-                        f not in found):
-                found.append(f)
-    if not found:
-        return ''
-    return '[' + ', '.join(f'({t:g}, {s:g})' for t, s in found) + ']'
+    sizes = long_cycle_sizes(plan.base_clip_len, plan.base_crop_size, factors)
+    for stage in plan.stages if plan.options.long_cycle else []:
+        if keys & {(g.clip_len, g.crop_size) for g in stage.short_cycle}:
+            shape = (stage.shape.clip_len, stage.shape.crop_size)
+            found += [f for f, size in zip(factors, sizes)
+                      if size == shape and f not in found]
+    text = ', '.join(f'({t:g}, {s:g})' for t, s in found)
+    return f'[{text}]' if found else ''
 
 
 def _refused_shapes_fix(plan, results: Sequence[ShapeResult]) -> str:

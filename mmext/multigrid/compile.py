@@ -6,8 +6,7 @@ symbolic sizes, which inductor on CPU fails to lower for the ResNet3d stem
 (torch 2.13). :class:`CompiledRun` sizes the limit to the plan and compiles
 every shape statically; :func:`run_outside_dynamo` keeps the frames that
 would recompile at every iteration (the data preprocessor, the message hub,
-the optimizer step with multigrid's changing LR) outside dynamo.
-"""
+the optimizer step with multigrid's changing LR) outside dynamo."""
 from typing import Callable, List, Optional
 
 import torch
@@ -60,16 +59,11 @@ def run_outside_dynamo(model: torch.nn.Module, message_hub=None,
 
 
 class CompiledRun:
-    """dynamo sized to a plan (with ``samples_per_rank``), and the graphs
-    one run compiled.
-
-    Attributes:
-        shapes (int): :func:`train_shape_count` of the plan.
-        limit (int): The run's recompile limit (at least ``shapes``).
-        graphs (int): Graphs compiled between :meth:`start` and :meth:`stop`.
-        fallbacks (list[str]): Frames that hit a recompile limit meanwhile
-            (``"<limit>: <function> (<file>:<line>)"``).
-    """
+    """dynamo sized to a plan (with ``samples_per_rank``): the recompile
+    ``limit`` (at least the plan's :func:`train_shape_count`, ``shapes``);
+    the ``graphs`` compiled between :meth:`start` and :meth:`stop` and the
+    frames that hit a limit meanwhile (``fallbacks``, ``"<limit>:
+    <function> (<file>:<line>)"``)."""
 
     def __init__(self, plan):
         self.shapes = train_shape_count(plan)

@@ -257,19 +257,12 @@ class MultigridDataset(Dataset):
 
     Items are ``(index, shape_index)``; a plain ``index`` uses the last
     (long-cycle) shape. A ``RepeatAugDataset`` gives a list of its
-    ``num_repeats`` clips per index.
-
-    Args:
-        dataset: An mmengine ``BaseDataset``; its own pipeline is bypassed.
-        pipelines (Sequence[list[dict]]): One train pipeline config per
-            shape (see :func:`resize_pipeline`).
-        max_refetch (int): Retries with another random index when a pipeline
-            returns ``None`` or, with ``skip_broken_clips``, the clip is
-            broken.
-        skip_broken_clips (bool): Replace a clip whose file cannot be read
-            (:func:`name_broken_clips`) by a random other one, with a
-            warning, counted in :attr:`skipped_clips`; False raises
-            :class:`BrokenClipError`.
+    ``num_repeats`` clips per index. The mmengine ``dataset``'s own pipeline
+    is bypassed for ``pipelines``, one config per shape
+    (:func:`resize_pipeline`). ``max_refetch``: retries with another random
+    index when a pipeline returns ``None`` or, with ``skip_broken_clips``,
+    the clip is broken (:func:`name_broken_clips`; warned, counted in
+    :attr:`skipped_clips`; else :class:`BrokenClipError`).
     """
 
     def __init__(self, dataset, pipelines: Sequence[List[dict]],

@@ -344,13 +344,10 @@ def stage_flops_ratios(stages: Sequence[MultigridStage], base_epochs: int,
     ``ratio = epochs * sum_i(B_i F(T_i, S_i)) / sum_i(B_i)`` over
     ``base_epochs * F(T0, S0)``.
 
-    Args:
-        stages (Sequence[MultigridStage]): The schedule.
-        base_epochs, base_t, base_s (int): Recipe epochs, ``T0`` (frames)
-            and ``S0`` (pixels).
-        clip_flops (Mapping[tuple[int, int], float], optional): ``(T, S)``
-            -> FLOPs of one clip's forward, for every shape of ``stages``;
-            else (or None) ``F(T, S) = T S^2``.
+    ``base_epochs``, ``base_t``, ``base_s``: the recipe's epochs, ``T0``
+    (frames) and ``S0`` (pixels). ``clip_flops``: ``(T, S)`` -> FLOPs of one
+    clip's forward, for every shape of ``stages``; else (or None)
+    ``F(T, S) = T S^2``.
     """
     shapes = {(x.clip_len, x.crop_size) for s in stages
               for x in s.short_cycle} | {(base_t, base_s)}

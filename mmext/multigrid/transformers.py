@@ -134,14 +134,11 @@ def window_position_index(full_index: torch.Tensor,
     Sec. 3.2), so their index is the full index at those rows and columns
     (mmaction2's ``[:N, :N]`` takes the first ``N`` in row-major order).
 
-    Args:
-        full_index (Tensor): ``(Wd Wh Ww, Wd Wh Ww)`` index of the full
-            window ``full_window = (Wd, Wh, Ww)`` (the module's
-            ``relative_position_index``).
-        window (Sequence[int]): ``(wd, wh, ww)``, each at most the full one.
-
-    Returns:
-        Tensor: ``(wd wh ww, wd wh ww)`` index, on ``full_index``'s device.
+    ``full_index``: the ``(Wd Wh Ww, Wd Wh Ww)`` index of the full window
+    ``full_window = (Wd, Wh, Ww)`` (the module's
+    ``relative_position_index``); ``window = (wd, wh, ww)``, each at most
+    the full one. Returns the ``(wd wh ww, wd wh ww)`` index, on
+    ``full_index``'s device.
     """
     positions = torch.arange(full_index.shape[0], device=full_index.device)
     d, h, w = window
