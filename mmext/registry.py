@@ -19,6 +19,8 @@ from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
 from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import Registry
 
+from .options import type_name
+
 __all__ = [
     'HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS',
     'PARAM_SCHEDULERS', 'RUNNERS'
@@ -70,7 +72,7 @@ def _hint(cfg, registry: Registry, mmext: Registry, exc: Exception,
         cls = scoped.get(kind)
     if cls is None and isinstance(exc, KeyError):
         mmext.import_from_location()
-        meant = closest(kind.split('.')[-1], mmext.module_dict, 0.75)
+        meant = closest(type_name(kind), mmext.module_dict, 0.75)
         return meant and (f'{kind!r} is not in the {scoped.scope}::'
                           f'{scoped.name} registry: did you mean '
                           f"'mmext.{meant}'?")

@@ -16,6 +16,7 @@ from torch.optim import Optimizer
 
 from mmext.compat import calling_runner, unwrap_model
 from mmext.log import logs_refusals, warn
+from mmext.options import type_name
 from mmext.registry import (OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS,
                             closest)
 from .optim_wrapper import is_agvm_type
@@ -371,8 +372,7 @@ class AGVMOptimWrapperConstructor:
         optimizer = self.base(model).optimizer
         unread = sorted(set(dict.keys(self.paramwise_cfg)) -
                         self.paramwise_cfg.read)
-        name = self.base_constructor if isinstance(
-            self.base_constructor, str) else self.base_constructor.__name__
+        name = type_name(self.base_constructor)
         # A key close to one the constructor looked up is a typo; any other
         # belongs to another constructor (the recipe's former one).
         close = {key: closest(key, self.paramwise_cfg.read, 0.8)
