@@ -2,8 +2,7 @@
 
 Checked against mmengine ``MMENGINE_CHECKED``; ``tests/test_compat.py``
 exercises each use on real objects (docs/en/design.md, "mmengine's private
-API"). Importing it adds ``mmext`` to mmengine's config package table.
-"""
+API"). Importing it adds ``mmext`` to mmengine's config package table."""
 import bisect
 import inspect
 import logging
@@ -135,8 +134,7 @@ def calling_runner():
     through its strategy) and ``Runner.build_optim_wrapper`` the
     constructors from their own methods. The runner's ``cfg`` is the run's
     config as an object (its printed text, the message hub's ``'cfg'``,
-    does not parse back when a value prints as no Python, e.g. ``inf``).
-    """
+    does not parse back when a value prints as no Python, e.g. ``inf``)."""
     frame = inspect.currentframe()
     try:
         while frame is not None:

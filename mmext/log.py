@@ -20,8 +20,7 @@ def _to_log_file(level: int, message: str,
     the console already shows the warning or the traceback.
 
     ``where``: the file, line and function an ERROR record names
-    (mmengine's format shows them).
-    """
+    (mmengine's format shows them)."""
     logger = MMLogger.get_current_instance()
     record = logger.makeRecord(logger.name, level, where[0], where[1],
                                message, None, None, func=where[2])
@@ -48,8 +47,7 @@ def refuse(exc: BaseException) -> BaseException:
     which a cluster's job log may not keep. An ERROR record
     ``<type>: <message>`` goes to the file handlers of mmengine's current
     logger (the runner's, once it is built; none before), once per
-    exception: ``tools/train.py`` calls it again on whatever ends a run.
-    """
+    exception: ``tools/train.py`` calls it again on whatever ends a run."""
     if not getattr(exc, LOGGED, False):
         if exc.__traceback__ is not None:  # raised: where, innermost
             frame = traceback.extract_tb(exc.__traceback__)[-1]
@@ -67,8 +65,7 @@ def logs_refusals(method: Callable) -> Callable:
     leaving it is also written to the run's log file (:func:`refuse`).
 
     One decorator on the entry points (``__init__``, ``before_run``, ...)
-    covers every check they call, pure ones included.
-    """
+    covers every check they call, pure ones included."""
 
     @functools.wraps(method)
     def logged(*args, **kwargs):

@@ -3,8 +3,7 @@ shared by both methods and the runner.
 
 The effective batch of an optimizer step is loader ``batch_size`` x world
 size x ``accumulative_counts``; mmengine's ``auto_scale_lr`` leaves out the
-third factor, and knows the linear rule only.
-"""
+third factor, and knows the linear rule only."""
 import math
 from contextlib import contextmanager
 from typing import (Callable, Dict, Iterator, List, Optional, Sequence,
@@ -91,8 +90,7 @@ def is_adam_family(optimizer) -> bool:
     RAdam, Adamax, LAMB...): its param groups have ``betas``.
 
     The param groups, not ``optimizer.defaults``: ``ZeroRedundancyOptimizer``
-    keeps only the options it was given in ``defaults``.
-    """
+    keeps only the options it was given in ``defaults``."""
     return any('betas' in group for group in optimizer.param_groups)
 
 
@@ -108,8 +106,7 @@ def check_auto_scale_lr(auto_scale_lr: Optional[dict], optim_wrapper,
     ``message_hub``, which clears the run. Raises ``ValueError`` if
     ``auto_scale_lr`` is enabled, the runner is not mmext's, and some
     wrapper has K > 1 or the rule is not linear (and as
-    :func:`auto_scale_lr_options`).
-    """
+    :func:`auto_scale_lr_options`)."""
     if message_hub.get_info(EFFECTIVE_BATCH_INFO) is not None:
         return
     options = auto_scale_lr_options(auto_scale_lr)

@@ -1,6 +1,5 @@
 """``mmext.NaNGuardHook``: stop (or skip the step) at a non-finite loss or
-gradient, saying where and why (docs/en/design.md, "NaN guard").
-"""
+gradient, saying where and why (docs/en/design.md, "NaN guard")."""
 import logging
 import math
 from typing import Dict, List, Optional

@@ -5,8 +5,7 @@ Their ``locations`` let a config in any default scope write
 config builds are registered. Importing this module also makes the builds
 of mmengine's registries of these kinds (those of any runner, whatever the
 toolbox) name the mmext type or option meant when a config misspells one
-or leaves out the ``mmext.`` prefix.
-"""
+or leaves out the ``mmext.`` prefix."""
 import difflib
 import inspect
 from typing import Callable, Iterable, Optional

@@ -1,6 +1,5 @@
 """``mmext.Runner``: mmengine's runner plus what only a runner subclass can
-do (docs/en/design.md, "mmext.Runner"); it knows neither method ("Layers").
-"""
+do (docs/en/design.md, "mmext.Runner"); it knows neither method ("Layers")."""
 import inspect
 import os
 import os.path as osp
@@ -145,8 +144,7 @@ class Runner(MMEngineRunner):
     * A config that drops an mmext hook of its ``_base_`` warns, once the
       run's log file exists.
 
-    Arguments as mmengine's ``Runner``.
-    """
+    Arguments as mmengine's ``Runner``."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -170,8 +168,7 @@ class Runner(MMEngineRunner):
         The factor is ``LR_RULES[rule](effective batch / base_batch_size)``
         (:func:`mmext.lr_scaling.auto_scale_lr_options`). An Adam-family or
         LAMB optimizer scaled linearly by more than
-        ``ADAM_LINEAR_LIMIT`` warns, unless ``rule`` is set.
-        """
+        ``ADAM_LINEAR_LIMIT`` warns, unless ``rule`` is set."""
         loader_batch = train_loader_batch_size(self)
         options = auto_scale_lr_options(auto_scale_lr)
         batches = {}
@@ -208,8 +205,7 @@ class Runner(MMEngineRunner):
         mmengine 0.10.7 saves on rank 0 only, where ZeRO's ``state_dict``
         gathers the shards by a collective call that the other ranks never
         join: the run hangs, without AGVM too. Not gathered when the
-        optimizer is not saved (``save_best``).
-        """
+        optimizer is not saved (``save_best``)."""
         saved = inspect.signature(MMEngineRunner.save_checkpoint).bind(
             self, *args, **kwargs).arguments.get('save_optimizer', True)
         wrappers = optim_wrappers(self.optim_wrapper).values() if saved else ()

@@ -1,7 +1,6 @@
 """A recipe's ``param_scheduler`` configs: what a run cannot honour and
 where the warm-ups end (used by ``MultigridPlan`` and
-``AGVMOptimWrapper``).
-"""
+``AGVMOptimWrapper``)."""
 from typing import List, Optional
 
 from .compat import SCHEDULER_INF
@@ -28,8 +27,7 @@ WARMUP_TYPES = (*_WARMUPS, 'LinearParamScheduler', 'ConstantParamScheduler')
 
 def scheduler_configs(schedulers) -> List[dict]:
     """The config dicts, in order, of a ``param_scheduler`` value (a dict,
-    a list, or a dict of lists per optimizer; built schedulers left out).
-    """
+    a list, or a dict of lists per optimizer; built schedulers left out)."""
     if isinstance(schedulers, dict):
         if 'type' in schedulers:
             return [schedulers]
@@ -42,19 +40,12 @@ def scheduler_configs(schedulers) -> List[dict]:
 def unused_scheduler_values(schedulers, max_epochs: Optional[int],
                             max_iters: Optional[int],
                             axis: str = '') -> List[str]:
-    """What of the ``param_scheduler`` configs a run cannot honour.
-
-    One message per value: a scheduler that begins at or after the end of
-    training, one (not a step schedule) that ends after it, and
-    ``milestones`` at or after the end.
-
-    Args:
-        schedulers (dict | list): The ``param_scheduler`` config value.
-        max_epochs, max_iters (int, optional): Epochs and iterations of the
-            run; None: values on that axis are not checked.
-        axis (str): Names the axis in the messages (``'recipe'``: ``recipe
-            epoch 5``) when it is not the run's.
-    """
+    """A message per value of the ``param_scheduler`` configs a run of
+    ``max_epochs`` and ``max_iters`` (None: that axis is not checked)
+    cannot honour: a scheduler that begins at or after the end of training,
+    one (not a step schedule) that ends after it, ``milestones`` at or
+    after the end. ``axis`` names the axis in the messages (``'recipe'``:
+    ``recipe epoch 5``) when it is not the run's."""
     messages = []
     for cfg in scheduler_configs(schedulers):
         by_epoch = cfg.get('by_epoch', True)

@@ -5,8 +5,7 @@ The released AGVM recipes (Sense-X/AGVM
 ``warmup='exp', warmup_ratio=0.001, warmup_iters=460``: at iteration t < T,
 ``lr_t = lr * ratio ** (1 - t / T)`` (mmcv 1.x
 ``LrUpdaterHook.get_warmup_lr``), about 3.4x less LR over the warm-up than a
-linear one from the same ratio. mmengine has no such scheduler.
-"""
+linear one from the same ratio. mmengine has no such scheduler."""
 from mmengine.optim.scheduler.lr_scheduler import LRSchedulerMixin
 from mmengine.optim.scheduler import ExponentialParamScheduler
 

@@ -94,8 +94,7 @@ def resolve_module_names(model: nn.Module,
     ``module_names`` is not None or a list of names, if a name is not a
     submodule, is listed twice or is ``'others'``, if the list is empty, or
     if a module owns no trainable parameter (frozen, tied to another
-    module's, or claimed by a longer listed name).
-    """
+    module's, or claimed by a longer listed name)."""
     if module_names is not None and not (
             isinstance(module_names, (list, tuple))
             and all(isinstance(name, str) for name in module_names)):
@@ -163,8 +162,7 @@ def assign_parameters(model: nn.Module,
     :func:`resolve_module_names`) or ``'others'``, for every parameter of
     the unwrapped ``model``: the longest listed name that prefixes its own
     (so ``roi_head`` and ``roi_head.mask_head`` may both be listed). Frozen
-    ones too: the optimizer keeps them, so that a hook can unfreeze them.
-    """
+    ones too: the optimizer keeps them, so that a hook can unfreeze them."""
     by_length = sorted(module_names, key=len, reverse=True)
     owners = {}
     for param_name, param in model.named_parameters():
@@ -182,8 +180,7 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
     ``'others'``); a parallel ``'param_names'`` list is split alongside.
     Returns the tagged groups in input order, empty ones left out;
     ``ValueError`` if they hold no trainable parameter of a listed module
-    (a recipe constructor that leaves them out).
-    """
+    (a recipe constructor that leaves them out)."""
     tagged = []
     for group in groups:
         names = group.get('param_names')
@@ -226,8 +223,7 @@ class _ReadKeys(dict):
     """A ``paramwise_cfg`` that records which keys its reader looked at.
 
     Lookups mark one key; whole-dict reads (iteration, ``items``, copies)
-    mark all; membership tests none.
-    """
+    mark all; membership tests none."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -265,8 +261,7 @@ def _refuse_optim_wrapper_dict() -> None:
     wrappers uninitialized: AGVM's counters would not follow a resume, and
     its summary and start checks would never run. Seen while the runner
     builds the optim wrapper: its ``optim_wrapper`` is then the config, of
-    several optimizers when it has no ``optimizer`` of its own.
-    """
+    several optimizers when it has no ``optimizer`` of its own."""
     cfg = getattr(calling_runner(), 'optim_wrapper', None)
     if isinstance(cfg, dict) and 'optimizer' not in cfg:
         names = [name for name, value in cfg.items()
@@ -282,8 +277,7 @@ def build_optimizer(optimizer_cfg: dict, groups: List[Dict]) -> Optimizer:
 
     A new optimizer rather than the recipe's regrouped in place: ZeRO's
     ``add_param_group`` also feeds its local shard, which emptying
-    ``param_groups`` does not empty.
-    """
+    ``param_groups`` does not empty."""
     optimizer_type = optimizer_cfg['type']
     if isinstance(optimizer_type, str):
         with OPTIMIZERS.switch_scope_and_registry(None) as registry:
@@ -395,8 +389,7 @@ class AGVMOptimWrapperConstructor:
         ``ValueError`` for AGVM in an ``OptimWrapperDict``, for one listed
         module (never modulated), or from :func:`resolve_module_names` and
         :meth:`_recipe_optimizer`; a warning if the default names are one
-        module (the others frozen, perhaps unfrozen later by a hook).
-        """
+        module (the others frozen, perhaps unfrozen later by a hook)."""
         _refuse_optim_wrapper_dict()
         model = unwrap_model(model)
         listed = self.wrapper_cfg.get('module_names')

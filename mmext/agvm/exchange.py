@@ -3,8 +3,7 @@
 Both sources of halves, :class:`DistributedHalves` (ranks) and
 :class:`AccumulationHalves` (micro-batches of one process), measure the
 per-module |S_A|^2, |S_B|^2 and |S_A + S_B|^2 of the half sums, on the
-parameters' device. The wrapper calls them; they call nothing back.
-"""
+parameters' device. The wrapper calls them; they call nothing back."""
 import logging
 from contextlib import contextmanager
 from typing import (Callable, Dict, Iterator, List, Optional, Sequence,
@@ -35,8 +34,7 @@ class GradientLayout:
     groups are tagged with ``'agvm_module'`` by
     :class:`mmext.agvm.AGVMOptimWrapperConstructor` (trusted: a tag outside
     ``module_names``, anchor first, is ``'others'``); ValueError for
-    parameters on several devices.
-    """
+    parameters on several devices."""
 
     def __init__(self, optimizer: Optimizer, module_names: Sequence[str]):
         self.module_names = list(module_names)
@@ -83,19 +81,11 @@ class GradientLayout:
 
     def flatten(self, extra: int = 0,
                 out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        """Copy the gradients into one buffer on the parameters' device.
-
-        Args:
-            extra (int): Zeroed slots appended after the gradients.
-            out (Tensor, optional): A buffer of shape (numel + extra,) to
-                fill (on CPU a fresh buffer this large costs more in page
-                faults than the copy).
-
-        Returns:
-            tuple[Tensor, Tensor]: The buffer, shape (numel + extra,), zeros
-            where a grad is None, and a mask, shape (num_params,), 1 where
-            the grad exists; both of dtype :attr:`dtype`.
-        """
+        """Copy the gradients, then ``extra`` zeroed slots, into one buffer
+        (``out`` if given: on CPU a fresh buffer this large costs more in
+        page faults than the copy) on the parameters' device. Returns it,
+        shape (numel + extra,), zeros where a grad is None, and a mask,
+        shape (num_params,), 1 where the grad exists; both :attr:`dtype`."""
         grads = [
             p.new_zeros(p.numel()) if p.grad is None else p.grad.reshape(-1)
             for p in self.params
@@ -162,8 +152,7 @@ class GradientLayout:
 def _sq_norm64(x: Tensor, chunk: int = 4096) -> Tensor:
     """Squared norm, chunks' norms squared and summed in float64.
 
-    Within 1e-8 relative on 10^7 elements (one float32 sum: ~1e-5).
-    """
+    Within 1e-8 relative on 10^7 elements (one float32 sum: ~1e-5)."""
     main = x.numel() // chunk * chunk
     head = torch.linalg.vector_norm(
         x[:main].view(-1, chunk), dim=1,
@@ -195,8 +184,7 @@ class DistributedHalves:
     (:meth:`reduce_and_measure`); step 3 exchanges the (3, M) norm table.
     Builds the two half process groups, a collective: every rank must
     build this object in the same order. ``precondition`` is applied
-    before measuring; ``world_size >= 2``.
-    """
+    before measuring; ``world_size >= 2``."""
 
     def __init__(self, layout: GradientLayout, world_size: int, rank: int,
                  precondition: Preconditioner):
@@ -345,8 +333,7 @@ class AccumulationHalves:
     The first half's gradient sum and the total are copied into two
     buffers kept for the run (2 x numel of :attr:`GradientLayout.dtype`).
     ``accumulative_counts``: K, even and >= 2; ``precondition`` is applied
-    before measuring.
-    """
+    before measuring."""
 
     def __init__(self, layout: GradientLayout, accumulative_counts: int,
                  precondition: Preconditioner):

@@ -122,8 +122,7 @@ def run_summary(module_names: Sequence[str], sizes: Sequence[int],
     ``AGVM``): ``module_names`` (anchor first) with ``sizes`` (trainable
     parameters per module, then ``'others'``), ``halves``
     (:func:`halves_description`), the ``schedule``, whether ``clip_grad``
-    is set (``clipping``), the ``statistic`` and the run's ``max_iters``.
-    """
+    is set (``clipping``), the ``statistic`` and the run's ``max_iters``."""
     width = max(len(n) for n in list(module_names) + ['others'])
     lines = [f'AGVM: {len(module_names)} modulated modules, anchor (module '
              f'0) {module_names[0]!r}:']
@@ -320,8 +319,7 @@ class AGVMOptimWrapper(OptimWrapper):
         one they are skipped with a warning. Notes whether a
         ``NaNGuardHook`` of the runner checks the gradients
         (:meth:`_non_finite`). ``init_counts``: ``runner.iter``;
-        ``max_counts``: ``max_iters``.
-        """
+        ``max_counts``: ``max_iters``."""
         super().initialize_count_status(model, init_counts, max_counts)
         print_log(self.summary(max_counts), logger='current',
                   level=logging.INFO)
@@ -464,8 +462,7 @@ class AGVMOptimWrapper(OptimWrapper):
         the loss scaler (AMP: it skips such steps) or a ``NaNGuardHook``
         checking gradients (it stops or skips, with the why) acts on this
         step, just after; then AGVM skips the re-estimate, saying so.
-        Raises ``FloatingPointError`` naming the modules, before the step.
-        """
+        Raises ``FloatingPointError`` naming the modules, before the step."""
         where = f'{modules} at iteration {(step + 1) * self._counts[1]}'
         if isinstance(self, AmpOptimWrapper) or self._nan_guard:
             handler = ('the loss scaler' if isinstance(self, AmpOptimWrapper)

@@ -17,8 +17,7 @@ class AGVMSchedule:
     ``runner.iter % interval``). The arguments, trusted (the wrapper
     checks them), are the wrapper's options (``update_interval`` tau,
     ``accumulative_counts`` K); the ``clip_grad_window`` includes both ends,
-    as the reference's ``grad_clip_iter_range``.
-    """
+    as the reference's ``grad_clip_iter_range``."""
 
     def __init__(self,
                  update_interval: int = 10,
@@ -50,8 +49,7 @@ class AGVMSchedule:
     def is_measurement(self, iteration: int, max_iters: int = -1) -> bool:
         """Whether the step containing runner ``iteration`` re-estimates
         them; a last window cut short by ``max_iters`` (-1, mmengine's value
-        before training: unknown) has no two complete halves and does not.
-        """
+        before training: unknown) has no two complete halves and does not."""
         if not self.is_active(iteration) or (
                 self.step_index(iteration) -
                 self._first_step) % self.update_interval:

@@ -5,8 +5,7 @@ Source: Xue et al., NeurIPS 2022 (arXiv 2210.11078), Sec. 3, and Sense-X/AGVM
 d_i = 1 - cos(G_A^(i), G_B^(i)), mu_i = sqrt(clamp(d_0 / d_i, lo, hi)),
 s_i <- alpha * s_i + (1 - alpha) * mu_i with s_i = 1 at the start; and
 :data:`STATISTICS`, what the cosine is taken of.
-Arguments are trusted: the wrapper validates its options when it is built.
-"""
+Arguments are trusted: the wrapper validates its options when it is built."""
 import inspect
 import math
 from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
@@ -30,13 +29,9 @@ _ZERO_VARIANCE = 1e-12
 
 
 class HalfStatistics(NamedTuple):
-    """Per-module statistics of the halves, float64 tensors of shape (M,).
-
-    Attributes:
-        dot (Tensor): G_A^(i) . G_B^(i).
-        sq_norm_a (Tensor): |G_A^(i)|^2.
-        sq_norm_b (Tensor): |G_B^(i)|^2.
-    """
+    """Per-module statistics of the halves, float64 tensors of shape (M,):
+    ``dot`` G_A^(i) . G_B^(i), ``sq_norm_a`` |G_A^(i)|^2, ``sq_norm_b``
+    |G_B^(i)|^2."""
     dot: Tensor
     sq_norm_a: Tensor
     sq_norm_b: Tensor
@@ -73,8 +68,7 @@ def modulation_factors(d: Tensor, valid: Tensor, anchor: int,
     :func:`gradient_variance`) with the module ``anchor`` (the backbone in
     the paper). A zero d_i gives ``hi`` (the ratio is 1 if d_anchor is zero
     too; the reference adds 1e-6 to both d's instead). mu: float64, shape
-    (M,); NaN where not ``valid``, and all NaN if the anchor is not valid.
-    """
+    (M,); NaN where not ``valid``, and all NaN if the anchor is not valid."""
     lo, hi = ratio_range
     d = d.double()
     d_anchor = d[anchor]
@@ -93,12 +87,8 @@ def modulation_factors(d: Tensor, valid: Tensor, anchor: int,
 class ModulationEMA:
     """EMA s_i of the modulation factors; s_i = 1 initially (paper Sec. 3).
 
-    ``factors`` is a float64 host tensor, read as LR multipliers every step.
-
-    Args:
-        num_modules (int): M >= 1, the number of modulated modules.
-        momentum (float): alpha in [0, 1).
-    """
+    ``factors`` is a float64 host tensor of M = ``num_modules`` >= 1, read
+    as LR multipliers every step; ``momentum``: alpha in [0, 1)."""
 
     def __init__(self, num_modules: int, momentum: float = 0.97):
         self.momentum = momentum
@@ -151,8 +141,7 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
     reference blends in the current g first, which would differ between
     ranks. Parameters without v yet are left as they are. ``flat``: the
     gradients of ``params``, shape (sum of numels,); the result is written
-    to ``out`` (may be ``flat``; default a new tensor) and returned.
-    """
+    to ``out`` (may be ``flat``; default a new tensor) and returned."""
     eps_of, amsgrad = {}, set()
     for group in optimizer.param_groups:
         for p in group['params']:
@@ -182,8 +171,7 @@ def keeps_adam_moments(optimizer: Optimizer) -> bool:
     class and defaults steps once on a one-element tensor: Adam, AdamW,
     NAdam, RAdam and LAMB keep it; Adamax (``exp_inf``) and Lion do not.
     A class its defaults cannot rebuild counts if its groups have ``betas``.
-    (Not for ZeRO, which shards the state.)
-    """
+    (Not for ZeRO, which shards the state.)"""
     kind = type(optimizer)
     signature = inspect.signature(kind.__init__).parameters.values()
     takes_any = any(p.kind is p.VAR_KEYWORD for p in signature)
@@ -210,8 +198,7 @@ class Statistic(NamedTuple):
     give its dot product (:func:`half_dot_from_norms`); ``accepts(optimizer)
     -> bool`` (None: any), checked by the wrapper (a statistic with one
     reads the optimizer's state, so ZeRO, which shards it, is refused);
-    ``optimizer_kind``, the optimizers it accepts, for the error message.
-    """
+    ``optimizer_kind``, the optimizers it accepts, for the error message."""
     precondition: Callable[..., Tensor]
     accepts: Optional[Callable[[Optimizer], bool]] = None
     optimizer_kind: str = 'any optimizer'

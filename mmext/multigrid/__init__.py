@@ -1,7 +1,6 @@
 """Multigrid training (Wu et al., CVPR 2020) for mmaction2 recipes.
 
-Importing the package registers ``mmext.MultigridHook``.
-"""
+Importing the package registers ``mmext.MultigridHook``."""
 from .hook import (SCALAR_BATCH_SIZE, SCALAR_CLIP_LEN, SCALAR_CROP_SIZE,
                    SCALAR_PRECISE_BN, MultigridHook)
 from .plan import MultigridOptions, MultigridPlan

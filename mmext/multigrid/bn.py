@@ -5,8 +5,7 @@ the class of each BN layer that trains to a subclass of its own kind, so
 parameters, buffers and state-dict keys stay; the running statistics are the
 whole batch's (law of total variance). Which layers and batches can be split
 is checked before training (:func:`mmext.multigrid.checks.check_model`, the
-plan). Details: docs/en/design.md#multigrid.
-"""
+plan). Details: docs/en/design.md#multigrid."""
 from typing import Callable, Iterable, List, Tuple
 
 import torch
@@ -31,8 +30,7 @@ class SubBatchNorm:
     In training, ``N > bn_base_size`` clips are normalised in
     ``N // bn_base_size`` splits of consecutive clips; otherwise the layer's
     own ``forward`` runs. ``bn_base_size``: clips per split (set by
-    :func:`enable_sub_bn`); ``plain_type``: the BN kind this class extends.
-    """
+    :func:`enable_sub_bn`); ``plain_type``: the BN kind this class extends."""
 
     bn_base_size: int
     plain_type: type
@@ -233,8 +231,7 @@ def update_precise_bn(model: nn.Module, batches: Iterable,
     ``model`` is unwrapped, its modes are restored after; ``batches`` are
     already limited in number; ``forward`` runs one through ``model``.
     Returns the batches used; 0 (and no pass) without a BN layer that
-    trains.
-    """
+    trains."""
     was_training = model.training
     model.train()
     bns = [m for m in model.modules() if isinstance(m, BatchNormBase)

@@ -4,8 +4,7 @@ and the recognizer against the plan.
 The shape probe forwards every distinct per-process ``(B, T, S)`` through a
 copy of the model on PyTorch's ``meta`` device; a forward that needs data is
 tried again on the model itself with :data:`FALLBACK_BATCH` clips, in eval
-mode without gradients. Nothing of the model changes.
-"""
+mode without gradients. Nothing of the model changes."""
 import copy
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -247,8 +246,7 @@ def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
 def check_clip_lengths(backbone, clip_lens: Sequence[int]) -> None:
     """Raise ``ValueError`` naming the clip lengths the backbone cannot take
     and the fix. SlowFast: ``T`` a multiple of ``resample_rate``. ResNet3d
-    family: ``T >= conv1_stride_t * pool1_stride_t * 2`` (with ``pool2``).
-    """
+    family: ``T >= conv1_stride_t * pool1_stride_t * 2`` (with ``pool2``)."""
     tau = getattr(backbone, 'resample_rate', None)
     if tau:
         bad = [t for t in clip_lens if t % tau]
@@ -283,8 +281,7 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
     Warns about what the plan cannot honour; with a model (unwrapped, as it
     trains, with its shape adapters; None skips the model checks) runs
     :func:`check_model` (``ValueError``), counts its FLOPs and warns about
-    small feature maps. ``pipeline``: the train pipeline.
-    """
+    small feature maps. ``pipeline``: the train pipeline."""
     messages = recipe_scheduler_warnings(plan) + _dropped_shapes(plan) + [
         m for m in [_short_cycle_warning(plan), _few_steps(plan),
                     _unused_clips(plan)] if m]

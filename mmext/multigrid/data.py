@@ -4,8 +4,7 @@ dataset and the short-cycle batch sampler.
 ``T`` is the frame sampler's ``clip_len``; ``S`` the size the last spatial
 transform fixes. Pipelines are rewritten as edited copies of their config.
 The batch sampler tells the dataset each sample's shape with
-``(index, shape_index)`` items.
-"""
+``(index, shape_index)`` items."""
 import copy
 import inspect
 import multiprocessing
@@ -128,8 +127,7 @@ def resize_pipeline(pipeline: List[dict], clip_len: int,
     The field of view is kept: sizes from the first resize to the final
     crop scale by ``S / S0`` (as PySlowFast scales its jitter range);
     crops of the raw frame before it keep their size
-    (:func:`check_field_of_view`). ValueError as :func:`parse_grid_shape`.
-    """
+    (:func:`check_field_of_view`). ValueError as :func:`parse_grid_shape`."""
     base_t, interval, base_s = parse_grid_shape(pipeline)
     out = copy.deepcopy(list(pipeline))
     final, _ = _final_crop_index(out)
@@ -262,8 +260,7 @@ class MultigridDataset(Dataset):
     (:func:`resize_pipeline`). ``max_refetch``: retries with another random
     index when a pipeline returns ``None`` or, with ``skip_broken_clips``,
     the clip is broken (:func:`name_broken_clips`; warned, counted in
-    :attr:`skipped_clips`; else :class:`BrokenClipError`).
-    """
+    :attr:`skipped_clips`; else :class:`BrokenClipError`)."""
 
     def __init__(self, dataset, pipelines: Sequence[List[dict]],
                  max_refetch: int = 100, skip_broken_clips: bool = False):
@@ -343,8 +340,7 @@ class ShortCycleBatchSampler(Sampler):
     samples, all tagged ``i % len(batch_sizes)`` (PySlowFast
     ``ShortCycleBatchSampler``); the cycle restarts each epoch, the
     incomplete last batch is dropped. ``sampler``: the per-rank index
-    sampler, exposed as ``.sampler`` for ``DistSamplerSeedHook``.
-    """
+    sampler, exposed as ``.sampler`` for ``DistSamplerSeedHook``."""
 
     def __init__(self, sampler: Sampler, batch_sizes: Sequence[int]):
         self.sampler = sampler

@@ -2,8 +2,7 @@
 
 Every safeguard holds with mmengine's own ``Runner``; only refusing a
 multigrid checkpoint resumed without the hook needs ``mmext.Runner``
-(:func:`mmext.runner.register_resume_guard`).
-"""
+(:func:`mmext.runner.register_resume_guard`)."""
 import copy
 import itertools
 import logging
@@ -123,8 +122,7 @@ def reads_bn_statistics_after_epoch(runner) -> bool:
 
     True in ``after_train_epoch`` of the last epoch, or when the loop
     validates or an epoch-based ``CheckpointHook`` saves next (as mmengine
-    decides); iteration-based checkpoints are not predicted.
-    """
+    decides); iteration-based checkpoints are not predicted."""
     done = runner.epoch + 1
     if done >= runner.train_loop.max_epochs:
         return True

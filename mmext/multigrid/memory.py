@@ -3,8 +3,7 @@
 Multigrid changes the tensor sizes at every iteration, and glibc then
 returns the activations' memory to the system and maps it again, iteration
 after iteration; ``mallopt`` keeps it in the heap instead (as PyTorch's
-caching allocator keeps GPU memory).
-"""
+caching allocator keeps GPU memory)."""
 import ctypes
 import os
 from typing import Optional

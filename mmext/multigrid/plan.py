@@ -147,15 +147,12 @@ def remap_param_schedulers(schedulers: Sequence[dict],
                            iter_at: Callable[[float], int],
                            base_epoch_len: int) -> List[dict]:
     """New copies of the recipe's ``param_scheduler`` configs on the
-    multigrid axis.
-
-    ``begin``, ``end``, ``milestones`` and ``T_max`` go through
+    multigrid axis: ``begin``, ``end``, ``milestones`` and ``T_max`` go through
     ``epoch_map`` (recipe epoch -> multigrid epoch); iteration-based
     schedulers (or ``convert_to_iter_based``, which mmengine scales by the
     first epoch's length) get exact counts from ``iter_at`` (multigrid
     epoch -> iterations done). ``base_epoch_len``: iterations per epoch of
-    the recipe's loader, to read ``by_epoch=False`` bounds in epochs.
-    """
+    the recipe's loader, to read ``by_epoch=False`` bounds in epochs."""
     out = []
     for cfg in schedulers:
         cfg = copy.deepcopy(dict(cfg))
@@ -291,8 +288,7 @@ class MultigridPlan:
         config's; the other arguments as in the constructor. Raises
         ``ValueError`` for a loop without ``max_epochs`` (checked here,
         once), a train dataset without its own pipeline, as
-        :func:`build_hook` or as the constructor.
-        """
+        :func:`build_hook` or as the constructor."""
         train_cfg = cfg.get('train_cfg') or {}
         if 'max_epochs' not in train_cfg:
             raise ValueError(f'MultigridHook needs an epoch-based loop, got '

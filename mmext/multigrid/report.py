@@ -122,8 +122,7 @@ class DataWaitWatch:
     stage-change cost, the next ``iters`` are measured; a stage shorter
     than ``skip + iters`` (its length given) is measured to its end, one
     of a single iteration with nothing skipped. ``threshold``: the
-    data-wait share in [0, 1] that warns (0 or None: never).
-    """
+    data-wait share in [0, 1] that warns (0 or None: never)."""
 
     def __init__(self, threshold: Optional[float], iters: int,
                  skip: int = 1):

@@ -41,8 +41,7 @@ def check_resume(plan, saved: Optional[dict], epoch: Optional[int] = None,
     iteration record must have ``iteration`` inside this plan's ``epoch``
     (``runner.epoch``, ``runner.iter``). ``saved``: the checkpoint's
     :func:`resume_signature` (None: a run without multigrid). The
-    ``ValueError`` names the differences and the fix.
-    """
+    ``ValueError`` names the differences and the fix."""
     if saved is None:
         raise ValueError('Not a multigrid checkpoint: use load_from=CKPT '
                          'without --resume.')

@@ -4,8 +4,7 @@ Wu et al., "A Multigrid Method for Efficiently Training Video Models" (CVPR
 2020, arXiv 1912.00998), Sec. 3, and PySlowFast
 ``slowfast/utils/multigrid.py`` (``MultigridSchedule.get_long_cycle_schedule``,
 ``init_multigrid``). Epochs are data epochs, clip lengths frames, crop sizes
-pixels.
-"""
+pixels."""
 import bisect
 import math
 from dataclasses import asdict, dataclass, replace
@@ -54,8 +53,7 @@ class MultigridStage:
 
     Attributes:
         lr_stage (int): Index of the recipe's LR stage.
-        shape (GridShape): Long-cycle shape; its ``batch_factor`` scales the
-            recipe's LR.
+        shape (GridShape): Long-cycle shape.
         short_cycle (tuple[GridShape]): Shapes cycled iteration by iteration
             (``(shape,)`` without the short cycle).
         start_epoch, end_epoch (int): First epoch, end epoch (exclusive).
@@ -303,8 +301,7 @@ def map_recipe_epoch(stages: Sequence[MultigridStage],
     and ``max_epochs -> end of the schedule`` (extrapolated past it), so a
     milestone lands on its multigrid LR drop and warm-up or cosine keep their
     share of each LR stage. ``stages``: from :func:`build_multigrid_schedule`
-    with ``lr_steps`` (recipe epochs) and the recipe's ``max_epochs``.
-    """
+    with ``lr_steps`` (recipe epochs) and the recipe's ``max_epochs``."""
     knots = {}
     for s in stages:
         if s.lr_stage < len(lr_steps):
@@ -347,8 +344,7 @@ def stage_flops_ratios(stages: Sequence[MultigridStage], base_epochs: int,
     ``base_epochs``, ``base_t``, ``base_s``: the recipe's epochs, ``T0``
     (frames) and ``S0`` (pixels). ``clip_flops``: ``(T, S)`` -> FLOPs of one
     clip's forward, for every shape of ``stages``; else (or None)
-    ``F(T, S) = T S^2``.
-    """
+    ``F(T, S) = T S^2``."""
     shapes = {(x.clip_len, x.crop_size) for s in stages
               for x in s.short_cycle} | {(base_t, base_s)}
     if clip_flops is None or not shapes <= set(clip_flops):

@@ -5,8 +5,7 @@ Forward hooks make ``TimeSformer``, ``VisionTransformer`` (VideoMAE),
 embeddings resampled from the learned parameter with mmaction2's
 ``resize_pos_embed`` in every pass (shadowing it only while the module runs,
 :func:`mmext.compat.shadow_tensor`), the temporal length set from the input,
-Swin's relative-position index re-selected for a shrunken window.
-"""
+Swin's relative-position index re-selected for a shrunken window."""
 import weakref
 from typing import Dict, List, Sequence, Tuple
 
@@ -138,8 +137,7 @@ def window_position_index(full_index: torch.Tensor,
     ``full_window = (Wd, Wh, Ww)`` (the module's
     ``relative_position_index``); ``window = (wd, wh, ww)``, each at most
     the full one. Returns the ``(wd wh ww, wd wh ww)`` index, on
-    ``full_index``'s device.
-    """
+    ``full_index``'s device."""
     positions = torch.arange(full_index.shape[0], device=full_index.device)
     d, h, w = window
     keep = positions.view(tuple(full_window))[:d, :h, :w].reshape(-1)
@@ -150,8 +148,7 @@ class _SwinWindow:
     """Pre hook of one ``SwinTransformerBlock3D``.
 
     The index stays set after the block ran: ``with_cp`` recomputes the
-    attention during the backward pass, outside the block's hooks.
-    """
+    attention during the backward pass, outside the block's hooks."""
 
     def __init__(self):
         self.cache: Dict[tuple, torch.Tensor] = {}
@@ -195,8 +192,7 @@ def install_shape_adapters(model: nn.Module) -> List[str]:
     """Make the video transformers in ``model`` take every grid shape
     (idempotent; the hooks take the module from their arguments, so deep
     copies of the model, the shape probe's, carry working copies). Returns
-    one line per adapted backbone, ``'<name> (<class>): <what changes>'``.
-    """
+    one line per adapted backbone, ``'<name> (<class>): <what changes>'``."""
     if model in _INSTALLED:
         return list(_INSTALLED[model][0])
     lines, handles = [], []
