@@ -177,9 +177,6 @@ def remap_param_schedulers(schedulers: Sequence[dict],
 
 
 # ---------------------------------------------------------------- the plan
-_NOT_EXACT = 'exact iteration counts need samples_per_rank'
-
-
 class ShapeIterations(NamedTuple):
     """The ``iters`` one grid ``shape`` of ``stage.short_cycle`` trains over
     the stage, its ``batch_size`` (dataset indices per process) and
@@ -214,8 +211,8 @@ class MultigridPlan:
 
     Raises:
         ValueError: For a schedule, pipeline or batch the run cannot use
-            (naming the recipe values it cannot honour); from the methods
-            that need exact counts, without ``samples_per_rank``.
+            (naming the recipe values it cannot honour). The methods that
+            need exact counts need ``samples_per_rank`` (:attr:`exact`).
     """
 
     def __init__(self,
@@ -323,8 +320,8 @@ class MultigridPlan:
 
     @property
     def max_iters(self) -> int:
-        """int: Exact iterations of the run."""
-        return self._cum()[-1]
+        """int: Exact iterations of the run (an exact plan)."""
+        return self.cum_iters[-1]
 
     def stage_at(self, epoch: int) -> MultigridStage:
         """The stage training ``epoch`` (0-based multigrid epoch)."""
@@ -380,20 +377,14 @@ class MultigridPlan:
         return out
 
     def iters_per_epoch(self, stage: MultigridStage) -> int:
-        """Exact iterations of one epoch of ``stage``."""
-        if self.samples_per_rank is None:
-            raise ValueError(_NOT_EXACT)
+        """Exact iterations of one epoch of ``stage`` (an exact plan)."""
         return iterations_per_epoch(self.samples_per_rank,
                                     self.batch_sizes(stage))
 
-    def _cum(self) -> List[int]:
-        if self.cum_iters is None:
-            raise ValueError(_NOT_EXACT)
-        return self.cum_iters
-
     def iter_at(self, epoch: float) -> int:
-        """Iterations done at (fractional) multigrid ``epoch``."""
-        cum = self._cum()
+        """Iterations done at (fractional) multigrid ``epoch`` (an exact
+        plan)."""
+        cum = self.cum_iters
         k = min(max(int(math.floor(epoch)), 0), len(cum) - 2)
         return int(round(cum[k] + (epoch - k) * (cum[k + 1] - cum[k])))
 
