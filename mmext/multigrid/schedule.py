@@ -7,7 +7,7 @@ Wu et al., "A Multigrid Method for Efficiently Training Video Models" (CVPR
 pixels."""
 import bisect
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from mmext.options import LR_RULES
