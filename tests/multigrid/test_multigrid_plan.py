@@ -290,30 +290,35 @@ def test_clips_left_unused_by_incomplete_batches_are_said(samples, world_size,
     assert message.endswith(unused)
 
 
-@pytest.mark.parametrize('policy, samples, expected', [
-    # Batch 16 of 128 clips (12.5 %): 128 // (32 + 16 + 16) * 3 = 6 steps
-    # per epoch in epochs 0-3, against 128 / 4 = 32 of the recipe.
-    ('paper', 128, ['Batch 16 is 12% of the 128 clips per process: ',
-                    '6 optimizer steps per epoch in epochs 0-3 ',
-                    '(recipe 32; 1 stages)']),
-    ('paper', 160, None),  # batch 16 is 10 %: no warning
-    ('sqrt', 128, None),  # batch 4 round(sqrt 4) = 8: 6 %
-    ('sqrt', 64, ['Batch 8 is 12% of the 64 clips']),
+@pytest.mark.parametrize('options, samples, expected, fix', [
+    # Stage 0 cycles batches 32, 16, 16: 32 of 120 clips (27 %) leave
+    # 120 // 64 * 3 + 2 = 5 steps per epoch, against 120 / 4 = 30.
+    (dict(), 120, ['Batch 32 is 27% of the 120 clips per process: ',
+                   '5 optimizer steps per epoch in epochs 0-3 ',
+                   '(recipe 30; 1 stages)'], 'use short_cycle=False, more'),
+    (dict(), 128, None, None),  # 32 is 25 %: no warning
+    # The long cycle alone: batch 16 of 60 clips (27 %), 3 steps per epoch.
+    (dict(short_cycle=False), 60, ['Batch 16 is 27% of the 60 clips',
+                                   '3 optimizer steps per epoch'],
+     '); use more data or'),
+    (dict(batch_policy='sqrt'), 40, ['Batch 12 is 30% of the 40 clips'],
+     'use short_cycle=False, more'),  # round(sqrt 8) x 4 = 12
 ])
-def test_few_optimizer_steps_per_epoch_are_said(policy, samples, expected):
+def test_few_optimizer_steps_per_epoch_are_said(options, samples, expected,
+                                               fix):
     """Base (B, T, S) = (4, 16, 56); the first long-cycle shape has the
-    paper's batch factor 4. A long-cycle batch above 10 % of the clips per
-    process warns with the steps per epoch and the policy that keeps them."""
+    paper's batch factor 4, its short cycle 8. A batch above 25 % of the
+    clips per process warns with the steps per epoch and the fix the MSR
+    evidence supports (the long cycle alone)."""
     messages = [m for m in _messages([STEP], samples_per_rank=samples,
-                                     batch_policy=policy, bn_base_size=None)
+                                     bn_base_size=None, **options)
                 if m.startswith('Batch')]
     if expected is None:
         assert messages == []
         return
     [message] = messages
     assert all(fragment in message for fragment in expected)
-    assert message.endswith("batch_policy='constant', more data or a "
-                            'smaller batch_size.')
+    assert fix in message and message.endswith('a smaller batch_size.')
 
 
 def test_extreme_short_cycle_factors_are_named():
