@@ -14,7 +14,7 @@ from mmengine.registry import OPTIMIZERS
 from torch import nn
 from torch.optim import Optimizer
 
-from mmext.compat import calling_runner, unwrap_model
+from mmext.compat import calling_runner
 from mmext.log import logs_refusals, warn
 from mmext.options import type_name
 from mmext.registry import (OPTIM_WRAPPER_CONSTRUCTORS, OPTIM_WRAPPERS,
@@ -391,7 +391,8 @@ class AGVMOptimWrapperConstructor:
         :meth:`_recipe_optimizer`; a warning if the default names are one
         module (the others frozen, perhaps unfrozen later by a hook)."""
         _refuse_optim_wrapper_dict()
-        model = unwrap_model(model)
+        # As mmengine's DefaultOptimWrapperConstructor: any ``module``.
+        model = getattr(model, 'module', model)
         listed = self.wrapper_cfg.get('module_names')
         names = resolve_module_names(model, listed)
         # The anchor's factor is 1 and 'others' keep 1: with one module
