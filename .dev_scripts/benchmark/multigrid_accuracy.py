@@ -54,15 +54,23 @@ DEFAULT_CONFIG = ('configs/multigrid/'
 # tell the arms apart; parity needs the paired 95 % interval inside +-margin.
 LEARNS = 0.25
 MARGIN = 0.05
-# Multigrid arms: MultigridHook options over the config's. 'paper' is the
-# paper's batch scaling (with the config's lr_rule), the halves use it too.
+
+
+# Multigrid arms: MultigridHook options over the config's, both cycles and
+# the batch policy always explicit (the MSR config trains the long cycle
+# alone). 'paper' is the paper's method (with the config's lr_rule).
+def _arm(batch_policy='paper', long_cycle=True, short_cycle=True, **extra):
+    return dict(batch_policy=batch_policy, long_cycle=long_cycle,
+                short_cycle=short_cycle, **extra)
+
+
 MG_ARMS = {
-    'paper': dict(batch_policy='paper'),
-    'paper-linear': dict(batch_policy='paper', lr_rule='linear'),
-    'constant': dict(batch_policy='constant'),
-    'sqrt-batch': dict(batch_policy='sqrt'),
-    'long-cycle': dict(batch_policy='paper', short_cycle=False),
-    'short-cycle': dict(batch_policy='paper', long_cycle=False),
+    'paper': _arm(),
+    'paper-linear': _arm(lr_rule='linear'),
+    'constant': _arm('constant'),
+    'sqrt-batch': _arm('sqrt'),
+    'long-cycle': _arm(short_cycle=False),
+    'short-cycle': _arm(long_cycle=False),
 }
 # Arm names of earlier JSON files (--reuse): the lr_rule arms.
 LEGACY_ARMS = {'multigrid-sqrt': 'paper', 'multigrid': 'paper-linear'}

@@ -61,8 +61,18 @@ def _grid_shapes(cfg):
                    for x in s.short_cycle})
 
 
+def test_the_config_trains_the_long_cycle_alone():
+    """The time-to-accuracy run's best arm: the long cycle at the paper's
+    batches (64, 32, 16, 8), no short cycle."""
+    plan = MultigridPlan.from_config(Config.fromfile(MULTIGRID))
+    assert [(plan.batch_sizes(s), s.shape.clip_len, s.shape.crop_size)
+            for s in plan.stages[:4]] == [([64], 4, 45), ([32], 8, 45),
+                                          ([16], 8, 64), ([8], 16, 64)]
+
+
 def test_every_grid_shape_sees_the_central_square_of_the_frame():
     cfg = Config.fromfile(MULTIGRID)
+    cfg.custom_hooks[0]['short_cycle'] = True  # its crops too
     pipeline = cfg.train_dataloader.dataset.pipeline
     shapes = _grid_shapes(cfg)
     # The paper's long cycle (T/4 .. T, S/sqrt2 .. S) and the short cycle's
