@@ -93,16 +93,20 @@ def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
             int(samplers[0].get('frame_interval', 1)), side)
 
 
+# Resizes to sizes in pixels: transform type -> key of its sizes.
+_RESIZE_KEYS = {'Resize': 'scale', 'RandomRescale': 'scale_range'}
+
+
 def _first_resize(pipeline: List[dict]) -> Optional[int]:
     """Index of the first transform that sets the frame's size in pixels (a
-    ``Resize`` to a ``scale``, a ``MultiScaleCrop``), if it is not after
-    the final crop; None: the final crop cuts the raw frame."""
+    ``Resize`` to a ``scale``, a ``RandomRescale``, a ``MultiScaleCrop``),
+    if it is not after the final crop; None: the final crop cuts the raw
+    frame."""
     final, _ = _final_crop_index(pipeline)
     return next((i for i, t in enumerate(pipeline[:final + 1])
-                 if type_name(t['type']) == 'MultiScaleCrop' or (
-                     type_name(t['type']) == 'Resize'
-                     and t.get('scale') is not None)),
-                None)
+                 if type_name(t['type']) == 'MultiScaleCrop' or t.get(
+                     _RESIZE_KEYS.get(type_name(t['type']), ''))
+                 is not None), None)
 
 
 def check_field_of_view(pipeline: List[dict]) -> None:
@@ -147,9 +151,10 @@ def resize_pipeline(pipeline: List[dict], clip_len: int,
             t[key] = (crop_size, crop_size) if key == 'scale' else crop_size
         elif not first <= i < final:
             continue
-        elif name == 'Resize' and t.get('scale') is not None:
-            t['scale'] = tuple(
-                s if s == -1 else int(round(s * ratio)) for s in t['scale'])
+        elif t.get(_RESIZE_KEYS.get(name, '')) is not None:
+            key = _RESIZE_KEYS[name]
+            t[key] = tuple(
+                s if s == -1 else int(round(s * ratio)) for s in t[key])
         elif name in _FIXED_SIZE_KEYS:
             key = _FIXED_SIZE_KEYS[name]
             t[key] = int(round(_square(t[key]) * ratio))

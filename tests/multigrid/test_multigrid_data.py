@@ -76,6 +76,16 @@ def test_a_final_crop_of_the_raw_frame_is_refused_by_name(head, final):
         MultigridPlan(pipe, 8, 10)
 
 
+def test_a_random_rescale_scales_with_s():
+    """TimeSformer's RandomRescale((256, 320)) then RandomCrop(224): at
+    S = 112 both halve, so the crop keeps its share of the frame."""
+    pipe = I3D_PIPE[:3] + [dict(type='RandomRescale', scale_range=(256, 320)),
+                           dict(type='RandomCrop', size=224), I3D_PIPE[-1]]
+    check_field_of_view(pipe)
+    out = resize_pipeline(pipe, 16, 112)
+    assert out[3]['scale_range'] == (128, 160) and out[4]['size'] == 112
+
+
 def test_crops_before_the_first_resize_keep_their_size():
     """CenterCrop(240) of the raw frame, then Resize(-1, 256): the 240 is
     raw pixels (kept), the 256 and the multi-scale crop scale by S/S0."""

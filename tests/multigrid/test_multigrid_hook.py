@@ -137,13 +137,14 @@ def test_policy_batches_steps_and_lr_per_iteration(policy_run):
 
 
 def test_policy_run_resumes_exactly(policy_run, tmp_path):
-    """Interrupted after epoch 2 and resumed: the same iterations, shapes
-    and LRs as the uninterrupted run."""
+    """Interrupted after epoch 3 (a checkpoint epoch of the tiny recipe)
+    and resumed: the same iterations, shapes and LRs as the uninterrupted
+    run."""
     hooks = dict(batch_policy=policy_run.policy)
-    first = _train(tmp_path, custom_hooks=recorded(stop_after_epoch=2,
+    first = _train(tmp_path, custom_hooks=recorded(stop_after_epoch=3,
                                                    **hooks))
     tiny_runner(tmp_path, custom_hooks=recorded(**hooks), resume=True,
-                load_from=osp.join(tmp_path, 'epoch_2.pth'),
+                load_from=osp.join(tmp_path, 'epoch_3.pth'),
                 experiment_name='resumed').train()
     assert first + read_shapes(tmp_path) == policy_run.records
 

@@ -136,10 +136,12 @@ def test_hook_runs_the_same_checks_as_the_tool(tmp_path):
     assert tool[0].startswith('param_scheduler LinearLR ends at recipe '
                               'epoch 5,')
     assert 'after the end of training (4 recipe epochs)' in tool[0]
+    # 64 clips per process: the short cycle's batch of 32 is half of them.
+    assert tool[1].startswith('Batch 32 is 50% of the 64 clips per process')
     # The tiny recipe's short cycle reaches S=28: a 1x1 final map.
-    assert 'feature maps below 2x2' in tool[1]
-    assert '(B, T, S) = (32, 8, 28): 1x1' in tool[1]
-    assert len(tool) == 2
+    assert 'feature maps below 2x2' in tool[2]
+    assert '(B, T, S) = (32, 8, 28): 1x1' in tool[2]
+    assert len(tool) == 3
     runner = _tiny_runner(tmp_path, **{'param_scheduler.0.end': 5})
     with pytest.warns(UserWarning) as record:
         runner.call_hook('before_run')
@@ -231,7 +233,7 @@ def test_tool_refuses_configs_it_cannot_read(tmp_path):
     unknown = _refusal(_tool(TINY, '--no-model-check', '--cfg-options',
                              'custom_hooks.0.no_such_option=1'))
     assert unknown.startswith('error: ') and 'TypeError: ' in unknown
-    assert "argument 'no_such_option'" in unknown
+    assert "unexpected option 'no_such_option'" in unknown
 
 
 def test_tool_refuses_a_malformed_pipeline_and_bad_counts():
