@@ -104,9 +104,15 @@ def _first_resize(pipeline: List[dict]) -> Optional[int]:
     frame."""
     final, _ = _final_crop_index(pipeline)
     return next((i for i, t in enumerate(pipeline[:final + 1])
-                 if type_name(t['type']) == 'MultiScaleCrop' or t.get(
-                     _RESIZE_KEYS.get(type_name(t['type']), ''))
-                 is not None), None)
+                 if type_name(t['type']) == 'MultiScaleCrop'
+                 or _pixel_sizes(t) is not None), None)
+
+
+def _pixel_sizes(transform: dict) -> Optional[tuple]:
+    """The sizes in pixels a resize sets (``Resize(scale=(-1, 256))``);
+    None for other transforms and relative resizes (``scale=0.5``)."""
+    sizes = transform.get(_RESIZE_KEYS.get(type_name(transform['type']), ''))
+    return tuple(sizes) if isinstance(sizes, (tuple, list)) else None
 
 
 def check_field_of_view(pipeline: List[dict]) -> None:
@@ -151,10 +157,10 @@ def resize_pipeline(pipeline: List[dict], clip_len: int,
             t[key] = (crop_size, crop_size) if key == 'scale' else crop_size
         elif not first <= i < final:
             continue
-        elif t.get(_RESIZE_KEYS.get(name, '')) is not None:
-            key = _RESIZE_KEYS[name]
-            t[key] = tuple(
-                s if s == -1 else int(round(s * ratio)) for s in t[key])
+        elif _pixel_sizes(t) is not None:
+            t[_RESIZE_KEYS[name]] = tuple(
+                s if s == -1 else int(round(s * ratio))
+                for s in _pixel_sizes(t))
         elif name in _FIXED_SIZE_KEYS:
             key = _FIXED_SIZE_KEYS[name]
             t[key] = int(round(_square(t[key]) * ratio))

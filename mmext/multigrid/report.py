@@ -92,7 +92,9 @@ def describe(plan) -> str:
             f'{d["crop_size"]:>4} {d["start_epoch"]:>6} '
             f'{d["end_epoch"]:>5} {iters}{d["flops_ratio"]:>6.1%} '
             f'{d["lr_factor"]:>8.4g}  {cycle}')
-    saving = f'{info["iteration_saving"]:.2f}x fewer iterations'
+    ratio = info['iteration_saving']
+    saving = (f'{ratio:.2f}x fewer iterations' if ratio >= 1 else
+              f'{1 / ratio:.2f}x more iterations')
     flops = (f'FLOPs x{info["flops_ratio"]:.3f} of the recipe '
              f'({info["flop_saving"]:.2f}x saving, ' + (
                  'counted on the model)' if info['flops_counted'] else

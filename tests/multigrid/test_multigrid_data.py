@@ -63,6 +63,7 @@ def test_pipeline_errors():
     ([], dict(type='CenterCrop', crop_size=224)),
     ([dict(type='Resize', scale_factor=0.5)],
      dict(type='RandomCrop', size=112)),
+    ([dict(type='Resize', scale=0.5)], dict(type='CenterCrop', crop_size=64)),
 ])
 def test_a_final_crop_of_the_raw_frame_is_refused_by_name(head, final):
     """A crop of raw (or relatively resized) pixels cannot keep its field of

@@ -570,6 +570,18 @@ def test_table_rows_and_totals():
                           'estimate)')
 
 
+def test_a_constant_batch_reports_more_iterations():
+    """batch_policy='constant': 6 epochs of 64 / 4 = 16 iterations, 96
+    against the recipe's 4 x 16 = 64: 1.50x more, not '0.67x fewer'."""
+    plan = MultigridPlan(PIPE, 4, 4, [STEP], samples_per_rank=64,
+                         options=MultigridOptions(
+                             long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)],
+                             batch_policy='constant', bn_base_size=None))
+    total = describe(plan).splitlines()[-1]
+    assert '96 iterations (exact' in total and '-> 1.50x more iterations' in (
+        total)
+
+
 def test_sqrt_lr_rule_in_the_plan_and_its_report():
     """The coarse shape's batch factor 4 scales the LR by 2, not 4."""
     plan = MultigridPlan(PIPE, 4, 4, [STEP], options=MultigridOptions(
