@@ -157,10 +157,9 @@ def resize_pipeline(pipeline: List[dict], clip_len: int,
             t[key] = (crop_size, crop_size) if key == 'scale' else crop_size
         elif not first <= i < final:
             continue
-        elif _pixel_sizes(t) is not None:
+        elif (sizes := _pixel_sizes(t)) is not None:
             t[_RESIZE_KEYS[name]] = tuple(
-                s if s == -1 else int(round(s * ratio))
-                for s in _pixel_sizes(t))
+                s if s == -1 else int(round(s * ratio)) for s in sizes)
         elif name in _FIXED_SIZE_KEYS:
             key = _FIXED_SIZE_KEYS[name]
             t[key] = int(round(_square(t[key]) * ratio))

@@ -48,7 +48,7 @@ def summary(plan, warnings: Sequence[str] = ()) -> dict:
                       if exact else None),
         estimated_iters=sum(s.estimated_iters for s in plan.stages),
         iteration_saving=plan.iteration_saving(),
-        flops_ratio=plan.flops_ratio(), flop_saving=1 / plan.flops_ratio(),
+        flops_ratio=sum(flops), flop_saving=1 / sum(flops),
         flops_counted=plan.flops_counted,
         clip_gflops=[dict(clip_len=t, crop_size=s, gflops=f / 1e9)
                      for (t, s), f in sorted(plan.clip_flops.items())]
