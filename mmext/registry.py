@@ -10,6 +10,7 @@ import difflib
 import inspect
 from typing import Callable, Iterable, Optional
 
+from mmengine.registry import DATASETS as MMENGINE_DATASETS
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.registry import \
     OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
@@ -21,7 +22,7 @@ from mmengine.registry import Registry
 from .options import type_name
 
 __all__ = [
-    'HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS',
+    'DATASETS', 'HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS',
     'PARAM_SCHEDULERS', 'RUNNERS'
 ]
 
@@ -118,6 +119,7 @@ def _child(name: str, parent: Registry, *locations: str,
     return child
 
 
+DATASETS = _child('dataset', MMENGINE_DATASETS, 'mmext.multigrid')
 HOOKS = _child('hook', MMENGINE_HOOKS, 'mmext.multigrid', 'mmext.nan_guard')
 OPTIM_WRAPPERS = _child('optim_wrapper', MMENGINE_OPTIM_WRAPPERS, 'mmext.agvm')
 OPTIM_WRAPPER_CONSTRUCTORS = _child('optimizer wrapper constructor',

@@ -277,7 +277,9 @@ class MultigridDataset(Dataset):
         self.dataset = dataset
         fix = '' if skip_broken_clips else (
             '. Fix the file or set skip_broken_clips=True.')
-        self.pipelines = [name_broken_clips(Compose(p), fix)
+        # A CachedVideoDataset serves every shape's decoding from its cache.
+        cached = getattr(dataset, 'use_cache', list)
+        self.pipelines = [name_broken_clips(Compose(cached(p)), fix)
                           for p in pipelines]
         self._repeat_views = [
             _RepeatAugView(dataset, p) for p in self.pipelines

@@ -1,0 +1,369 @@
+"""Decode once: a video dataset whose clips are decoded once, at the size of
+the train pipeline's first resize, and then served from a cache on disk
+that the loader workers map into memory.
+
+Why: decord decodes from the keyframe before the sampled frames, so a
+clip's decoding costs the same at every grid shape (MSR Action3D: 25 ms at
+``(T, S) = (16, 64)``, 22 ms at ``(4, 45)``), while a coarse multigrid
+stage covers 2-8x more clips per second (docs/en/multigrid.md, "Data-bound
+runs"). From the cache a clip costs a copy of its ``T`` sampled frames at
+the first resize's size; the coarse shapes resize from there.
+
+The cache is a folder: ``manifest.json`` (the pipeline it was made for and,
+per video, its file's size and modification time, frame count, fps, raw
+and cached frame sizes) and one ``.npy`` array of all frames
+``(N, H, W, C)`` uint8 per video, written when the clip is first loaded
+(the first epoch decodes as before). Each file is written under a
+temporary name and renamed when complete, so an interrupted run leaves
+only files that are whole or ignored. Loader workers read the arrays with
+``numpy.load(mmap_mode='r')``: the pages are the kernel's page cache, one
+copy for all workers and runs."""
+import hashlib
+import json
+import multiprocessing
+import os
+import os.path as osp
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+from mmaction.datasets import VideoDataset
+from mmcv.transforms import BaseTransform
+from mmaction.registry import TRANSFORMS
+from mmengine.logging import print_log
+
+from mmext.log import refuse
+from mmext.options import is_number, type_name
+from mmext.registry import DATASETS
+
+__all__ = ['CachedVideoDataset', 'FrameCache']
+
+# Bump when the layout of the folder changes: an older cache is refused.
+CACHE_VERSION = 1
+GIB = 2**30
+
+
+def _stat(path: str) -> List[int]:
+    """``[size in bytes, modification time in ns]`` of ``path``."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _write_atomic(path: str, write) -> None:
+    """Call ``write(tmp)`` on a temporary name beside ``path``, then rename
+    it to ``path``: a reader sees the whole file or none."""
+    tmp = f'{path}.{os.getpid()}.tmp'
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if osp.exists(tmp):
+            os.remove(tmp)
+
+
+def _dump(path: str, manifest: dict) -> None:
+    with open(path, 'w') as f:
+        json.dump(manifest, f)
+
+
+def _save(path: str, frames: np.ndarray) -> None:
+    with open(path, 'wb') as f:  # np.save(path) would append '.npy'
+        np.save(f, frames)
+
+
+class FrameCache:
+    """The decoded frames of a set of videos, at one size, in a folder.
+
+    Args:
+        cache_dir (str): The folder (created if missing).
+        max_gib (float): Refuse a dataset whose frames need more than this
+            many GiB (2**30 bytes) of cache.
+        init_cfg (dict): The pipeline's ``DecordInit`` config (opens the
+            file: its ``io_backend`` and ``num_threads`` are kept).
+        decode_cfg (dict): The pipeline's ``DecordDecode`` config.
+        resize_cfg (dict, optional): The ``Resize`` right after the decode,
+            at whose size frames are kept (None: the decoded size).
+    """
+
+    def __init__(self, cache_dir: str, max_gib: float, init_cfg: dict,
+                 decode_cfg: dict, resize_cfg: Optional[dict] = None):
+        self.cache_dir = cache_dir
+        self.max_gib = max_gib
+        self.pipeline = dict(version=CACHE_VERSION, init=init_cfg,
+                             decode=decode_cfg, resize=resize_cfg)
+        self.clips: Dict[str, dict] = {}
+        # Shared memory: loader workers load, the main process reads.
+        self._hits = multiprocessing.Value('q', 0)
+        self._misses = multiprocessing.Value('q', 0)
+        self._transforms = None
+
+    # -- what the folder holds ----------------------------------------
+    @property
+    def manifest_path(self) -> str:
+        """str: The path of ``manifest.json``."""
+        return osp.join(self.cache_dir, 'manifest.json')
+
+    def _built(self):
+        """The ``(DecordInit, DecordDecode, Resize or None)`` transforms,
+        built once per process."""
+        if self._transforms is None:
+            cfg = self.pipeline
+            self._transforms = (TRANSFORMS.build(dict(cfg['init'])),
+                                TRANSFORMS.build(dict(cfg['decode'])),
+                                cfg['resize'] and TRANSFORMS.build(
+                                    dict(cfg['resize'])))
+        return self._transforms
+
+    def _scan(self, filename: str) -> dict:
+        """Frame count, fps and frame sizes of one video (its file is opened
+        and its first frame decoded)."""
+        init, _, resize = self._built()
+        try:
+            info = init(dict(filename=filename))
+            raw = tuple(info['video_reader'][0].shape)  # (H, W, C)
+        except Exception as error:  # noqa: B902 any decoder's error
+            # Named when the clip is loaded, as an uncached clip would be.
+            return dict(stat=_stat(filename), frames=0,
+                        broken=f'{type(error).__name__}: {error}')
+        size = raw[:2] if resize is None else resize(
+            dict(img_shape=raw[:2], modality='RGB'))['img_shape']
+        return dict(stat=_stat(filename), frames=int(info['total_frames']),
+                    fps=float(info['avg_fps']), raw_shape=list(raw[:2]),
+                    shape=[int(size[0]), int(size[1]), raw[2]],
+                    file=hashlib.sha1(filename.encode()).hexdigest() + '.npy')
+
+    def nbytes(self, filenames: Optional[Sequence[str]] = None) -> int:
+        """Bytes the frames of ``filenames`` (default: every video) take in
+        the cache: ``N * H * W * C`` uint8 per video."""
+        names = self.clips if filenames is None else filenames
+        return sum(self.clips[f]['frames'] * int(np.prod(self.clips[f][
+            'shape'])) for f in names if 'broken' not in self.clips[f])
+
+    def prepare(self, filenames: Sequence[str]) -> str:
+        """Check the folder against ``filenames`` and the pipeline, scan
+        the videos it does not know, and write its manifest.
+
+        Args:
+            filenames (Sequence[str]): The videos of the dataset.
+
+        Returns:
+            str: A line for the log: the cache's size and how much of it is
+            already filled.
+
+        Raises:
+            ValueError: The folder was made for another pipeline, a video
+                changed since it was cached, or the frames need more than
+                ``max_gib``.
+        """
+        os.makedirs(self.cache_dir, exist_ok=True)
+        old = {}
+        if osp.exists(self.manifest_path):
+            with open(self.manifest_path) as f:
+                old = json.load(f)
+            if old.get('pipeline') != json.loads(json.dumps(self.pipeline)):
+                raise ValueError(
+                    f'Frame cache {self.cache_dir} was made for another '
+                    f'pipeline ({old.get("pipeline")}); delete it or set '
+                    f'another cache_dir.')
+        self.clips = dict(old.get('clips', {}))
+        for name in filenames:
+            clip = self.clips.get(name)
+            if clip is not None and 'broken' not in clip and (
+                    clip['stat'] != _stat(name)):
+                raise ValueError(f'Frame cache {self.cache_dir} is stale: '
+                                 f'{name} changed since it was cached; '
+                                 f'delete the cache folder.')
+            if clip is None or 'broken' in clip:
+                self.clips[name] = self._scan(name)
+        need = self.nbytes(filenames)
+        if need > self.max_gib * GIB:
+            raise ValueError(
+                f'The frames of {len(filenames)} videos need '
+                f'{need / GIB:.2f} GiB of cache > max_cache_gib='
+                f'{self.max_gib}; raise it or drop the frame cache.')
+        _write_atomic(self.manifest_path, lambda tmp: _dump(
+            tmp, dict(pipeline=self.pipeline, clips=self.clips)))
+        done = sum(osp.isfile(self._path(f)) for f in filenames)
+        broken = sum('broken' in self.clips[f] for f in filenames)
+        return (f'Frame cache {self.cache_dir}: {len(filenames)} videos, '
+                f'{sum(self.clips[f]["frames"] for f in filenames)} frames, '
+                f'{need / 2**20:.0f} MiB of {self.max_gib} GiB; {done} '
+                f'already cached, {len(filenames) - done - broken} decoded '
+                f'once when first loaded' +
+                (f', {broken} unreadable.' if broken else '.'))
+
+    def _path(self, filename: str) -> str:
+        return osp.join(self.cache_dir, self.clips[filename].get('file', ''))
+
+    # -- serving -----------------------------------------------------
+    def clip(self, filename: str) -> dict:
+        """The manifest's entry of ``filename`` (KeyError if not
+        prepared)."""
+        return self.clips[filename]
+
+    def frames(self, filename: str) -> np.ndarray:
+        """All frames of ``filename``, ``(N, H, W, C)`` uint8 at the cached
+        size: mapped from the cache, or decoded, resized and stored there
+        on the first load (a miss)."""
+        clip, path = self.clips[filename], self._path(filename)
+        shape = (clip['frames'], *clip['shape'])
+        try:
+            frames = np.load(path, mmap_mode='r')
+        except (OSError, ValueError):  # not filled yet, or not whole
+            frames = None
+        if frames is not None and frames.shape == shape:
+            with self._hits.get_lock():
+                self._hits.value += 1
+            return frames
+        init, decode, resize = self._built()
+        info = decode(dict(init(dict(filename=filename)),
+                           frame_inds=np.arange(clip['frames'])))
+        if resize is not None:
+            info = resize(info)
+        frames = np.stack(info['imgs'])
+        if frames.shape != shape:
+            raise ValueError(f'{filename} decoded to {frames.shape}, '
+                             f'cached as {shape}; delete the cache folder.')
+        _write_atomic(path, lambda tmp: _save(tmp, frames))
+        with self._misses.get_lock():
+            self._misses.value += 1
+        return frames
+
+    @property
+    def hits(self) -> int:
+        """int: Loads served from the cache since the last reset."""
+        return self._hits.value
+
+    @property
+    def misses(self) -> int:
+        """int: Loads that decoded the video (and filled the cache)."""
+        return self._misses.value
+
+    def reset_counts(self) -> None:
+        """Restart :attr:`hits` and :attr:`misses` (e.g. per stage)."""
+        for value in (self._hits, self._misses):
+            with value.get_lock():
+                value.value = 0
+
+    def __getstate__(self) -> dict:
+        """Pickled without the built transforms (rebuilt per process)."""
+        return dict(vars(self), _transforms=None)
+
+
+class CachedDecordInit(BaseTransform):
+    """``DecordInit`` from the cache's manifest: sets ``total_frames`` and
+    ``avg_fps`` without opening the video."""
+
+    def __init__(self, cache: FrameCache):
+        self.cache = cache
+
+    def transform(self, results: dict) -> dict:
+        clip = self.cache.clip(results['filename'])
+        if 'broken' in clip:
+            raise RuntimeError(clip['broken'])
+        results['total_frames'] = clip['frames']
+        results['avg_fps'] = clip['fps']
+        return results
+
+
+class CachedDecordDecode(BaseTransform):
+    """``DecordDecode`` from the cache: the frames ``frame_inds`` of the
+    video at the cached size (``original_shape`` stays the decoded
+    size)."""
+
+    def __init__(self, cache: FrameCache):
+        self.cache = cache
+
+    def transform(self, results: dict) -> dict:
+        inds = results['frame_inds']
+        if inds.ndim != 1:
+            inds = results['frame_inds'] = np.squeeze(inds)
+        frames = np.asarray(self.cache.frames(results['filename'])[inds])
+        results['imgs'] = list(frames)
+        results['original_shape'] = tuple(
+            self.cache.clip(results['filename'])['raw_shape'])
+        results['img_shape'] = frames.shape[1:3]
+        return results
+
+
+def _only(pipeline: Sequence, name: str) -> int:
+    """Index of the one transform config of type ``name``."""
+    found = [i for i, t in enumerate(pipeline)
+             if isinstance(t, dict) and type_name(t['type']) == name]
+    if len(found) != 1:
+        raise ValueError(f'CachedVideoDataset needs one {name} in its '
+                         f'pipeline, got {len(found)}.')
+    return found[0]
+
+
+@DATASETS.register_module()
+class CachedVideoDataset(VideoDataset):
+    """mmaction2's ``VideoDataset`` whose videos are decoded once.
+
+    The pipeline is written as for ``VideoDataset`` with decord
+    (``DecordInit``, a frame sampler, ``DecordDecode``); its decoding is
+    served by a :class:`FrameCache`. When a ``Resize`` follows
+    ``DecordDecode`` the frames are kept at its size (the resize then
+    changes nothing at that size, and resizes from it at the smaller sizes
+    of a multigrid stage); otherwise at the decoded size. At the cached
+    size a clip equals a fresh decode's, value for value.
+
+    Args:
+        pipeline (list[dict]): The pipeline config.
+        cache_dir (str, optional): The cache folder, shared by the runs of
+            the same videos and pipeline. Defaults to
+            ``work_dirs/frame_cache/<folder of ann_file>_<its name>``.
+        max_cache_gib (float): Refuse, before training, a dataset whose
+            frames need more cache than this (GiB). Defaults to 8.0.
+        **kwargs: ``VideoDataset``'s arguments.
+
+    Examples:
+        >>> train_dataloader = dict(dataset=dict(
+        >>>     type='mmext.CachedVideoDataset', max_cache_gib=2.0))
+    """
+
+    def __init__(self, ann_file: str, pipeline: List[dict],
+                 cache_dir: Optional[str] = None,
+                 max_cache_gib: float = 8.0, **kwargs):
+        if not is_number(max_cache_gib) or max_cache_gib <= 0:
+            raise refuse(ValueError(f'max_cache_gib must be > 0, got '
+                                    f'{max_cache_gib!r}.'))
+        init, decode = _only(pipeline, 'DecordInit'), _only(
+            pipeline, 'DecordDecode')
+        after = pipeline[decode + 1] if decode + 1 < len(pipeline) else {}
+        resize = None
+        if type_name(after.get('type', '')) == 'Resize' and not isinstance(
+                after.get('scale'), float):
+            resize = dict(after, type='Resize', lazy=False)
+        if cache_dir is None:
+            stem = osp.splitext(osp.basename(ann_file))[0]
+            parent = osp.basename(osp.dirname(osp.abspath(ann_file)))
+            cache_dir = osp.join('work_dirs', 'frame_cache',
+                                 f'{parent}_{stem}')
+        self.frame_cache = FrameCache(
+            cache_dir, float(max_cache_gib),
+            dict(pipeline[init], type='DecordInit'),
+            dict(pipeline[decode], type='DecordDecode'), resize)
+        super().__init__(ann_file, self.use_cache(pipeline), **kwargs)
+
+    def use_cache(self, pipeline: Sequence) -> list:
+        """``pipeline`` (configs) with ``DecordInit`` and ``DecordDecode``
+        served by this dataset's cache, e.g. a multigrid stage's
+        (:class:`~mmext.multigrid.data.MultigridDataset` calls it)."""
+        out = list(pipeline)
+        out[_only(out, 'DecordInit')] = CachedDecordInit(self.frame_cache)
+        out[_only(out, 'DecordDecode')] = CachedDecordDecode(
+            self.frame_cache)
+        return out
+
+    def full_init(self) -> None:
+        """Load the data list, then prepare the cache
+        (:meth:`FrameCache.prepare`: refusals before training)."""
+        if self._fully_initialized:
+            return
+        super().full_init()
+        names = [self.get_data_info(i)['filename'] for i in range(len(self))]
+        try:
+            line = self.frame_cache.prepare(names)
+        except ValueError as exc:
+            raise refuse(exc)
+        print_log(line, logger='current')
