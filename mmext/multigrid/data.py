@@ -8,7 +8,8 @@ The batch sampler tells the dataset each sample's shape with
 import copy
 import inspect
 import multiprocessing
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+import time
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from mmaction.datasets import RepeatAugDataset
 from mmengine.dataset import Compose
@@ -288,6 +289,10 @@ class MultigridDataset(Dataset):
         self.skip_broken_clips = skip_broken_clips
         # Shared memory: loader workers skip, the main process reads.
         self._skipped = multiprocessing.Value('q', 0)
+        # Seconds in each transform (every shape's pipeline has the same
+        # transforms), then the clips timed: :meth:`loader_costs`.
+        self._costs = multiprocessing.Array(
+            'd', len(self.pipelines[0].transforms) + 1)
 
     @property
     def metainfo(self) -> dict:
@@ -322,7 +327,7 @@ class MultigridDataset(Dataset):
             info = self.dataset.get_data_info(idx)
             try:
                 out = (self._repeat_views[shape].prepare(idx)
-                       if self._repeat_views else self.pipelines[shape](info))
+                       if self._repeat_views else self._timed(shape, info))
             except BrokenClipError as error:
                 if not self.skip_broken_clips:
                     raise
@@ -336,6 +341,43 @@ class MultigridDataset(Dataset):
         raise RuntimeError(
             f'No valid sample after {self.max_refetch} retries (last: index '
             f'{idx}, {_clip_path(self.dataset.get_data_info(idx))}).')
+
+    def _timed(self, shape: int, info: dict) -> Optional[dict]:
+        """``self.pipelines[shape](info)`` (as ``Compose``), adding each
+        transform's time to :meth:`loader_costs`."""
+        seconds = []
+        for transform in self.pipelines[shape].transforms:
+            start = time.perf_counter()
+            info = transform(info)
+            seconds.append(time.perf_counter() - start)
+            if info is None:
+                return None
+        with self._costs.get_lock():
+            for i, s in enumerate(seconds):
+                self._costs[i] += s
+            self._costs[-1] += 1
+        return info
+
+    def loader_costs(self) -> Dict[str, float]:
+        """Milliseconds per clip in each transform of the pipelines, in
+        the loader's workers, since the last :meth:`reset_loader_costs`
+        (empty before a clip). A name repeated in the pipeline gets its
+        position: ``'Resize'``, ``'Resize#2'``."""
+        *seconds, clips = self._costs[:]
+        if not clips:
+            return {}
+        names = []
+        for t in self.pipelines[0].transforms:
+            name = type(t.transform if isinstance(t, _Reading) else
+                        t).__name__
+            count = sum(n.split('#')[0] == name for n in names)
+            names.append(f'{name}#{count + 1}' if count else name)
+        return {n: 1e3 * s / clips for n, s in zip(names, seconds)}
+
+    def reset_loader_costs(self) -> None:
+        """Restart :meth:`loader_costs` (e.g. per stage)."""
+        with self._costs.get_lock():
+            self._costs[:] = [0.0] * len(self._costs)
 
     def _other_index(self, idx: int) -> int:
         """A random index other than ``idx`` (unless it is the only one)."""

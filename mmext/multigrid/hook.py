@@ -373,7 +373,8 @@ class MultigridHook(Hook):
             f'epoch {runner.epoch} (batches {sizes}, '
             f'T={stage.shape.clip_len}, S={stage.shape.crop_size})',
             time.perf_counter() - start,
-            self.plan.iter_at(end) - self.plan.iter_at(runner.epoch))
+            self.plan.iter_at(end) - self.plan.iter_at(runner.epoch),
+            sum(sizes) / len(sizes) * self.plan.clips_per_sample)
 
     def build_loader(self, runner, stage: MultigridStage,
                      short_cycle: bool = True):
@@ -401,6 +402,7 @@ class MultigridHook(Hook):
         (PySlowFast's rule: otherwise the statistics go unread)."""
         self._watch_last_iteration(runner)
         self._report_skipped(runner)
+        self._report_frame_cache(runner)
         done = runner.epoch + 1
         for hook, epochs in self._checkpoint_epochs.items():
             save_checkpoint_after(hook, done, done in epochs)
@@ -434,6 +436,17 @@ class MultigridHook(Hook):
         if count.item():
             _log(f'epoch {runner.epoch} skipped {count.item()} broken clips '
                  f'(skip_broken_clips=True)', logging.WARNING)
+
+    def _report_frame_cache(self, runner) -> None:
+        """Log the epoch's frame-cache hit rate (a CachedVideoDataset's;
+        this process)."""
+        cache = getattr(self._dataset, 'frame_cache', None)
+        if cache is None or not cache.hits + cache.misses:
+            return
+        loads = cache.hits + cache.misses
+        _log(f'epoch {runner.epoch}: frame cache hits {cache.hits / loads:.0%}'
+             f' of {loads} loads ({cache.misses} decoded and stored)')
+        cache.reset_counts()
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         """Record the schedule (the BN keys are the recipe's already)."""
@@ -491,7 +504,9 @@ class MultigridHook(Hook):
             total = hub.get_scalar('train/time').current()
         except KeyError:  # no IterTimerHook
             return
-        for level, message in self.watch.record(data, total):
+        dataset = runner.train_loop.dataloader.dataset
+        for level, message in self.watch.record(
+                data, total, getattr(dataset, 'loader_costs', dict)):
             if level >= logging.WARNING:
                 warn(message)
             else:

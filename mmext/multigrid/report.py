@@ -2,7 +2,7 @@
 and as the stage table the hook logs and the schedule tool prints; the
 data-wait watch that reports each shape change of a run."""
 import logging
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .schedule import stage_flops_ratios
 
@@ -133,10 +133,13 @@ class DataWaitWatch:
         self.start_stage('')
 
     def start_stage(self, where: str, rebuild_seconds: float = 0.0,
-                    length: Optional[int] = None) -> None:
+                    length: Optional[int] = None,
+                    clips_per_iter: Optional[float] = None) -> None:
         """Begin measuring a stage (``rebuild_seconds``: loader rebuild;
-        ``length``: its iterations, None: long enough)."""
+        ``length``: its iterations, None: long enough; ``clips_per_iter``:
+        its mean batch per process, for the costs per clip)."""
         self.where, self._seen = where, 0
+        self.clips_per_iter = clips_per_iter
         self.change_seconds = self._rebuild = rebuild_seconds
         self._data = self._total = 0.0
         self._skip = self.skip if length is None else min(self.skip,
@@ -144,11 +147,15 @@ class DataWaitWatch:
         self._iters = self.iters if length is None else max(
             min(self.iters, length - self._skip), 1)
 
-    def record(self, data_seconds: float,
-               total_seconds: float) -> List[Tuple[int, str]]:
+    def record(self, data_seconds: float, total_seconds: float,
+               loader_costs: Callable[[], Dict[str, float]] = dict
+               ) -> List[Tuple[int, str]]:
         """Add one iteration's data wait and total time (s; mmengine's
         ``train/data_time``, ``train/time``); return the ``(logging level,
-        text)`` due now."""
+        text)`` due now. ``loader_costs``: ms per clip in each transform
+        of the stage's pipeline, in a loader worker
+        (:meth:`~mmext.multigrid.data.MultigridDataset.loader_costs`),
+        read when the stage's measurement ends."""
         self._seen += 1
         skip, iters = self._skip, self._iters
         if self._seen <= skip:
@@ -161,6 +168,15 @@ class DataWaitWatch:
         share = (min(max(self._data / self._total, 0.0), 1.0)
                  if self._total > 0 else 0.0)
         per_iter = self._total / iters
+        costs = loader_costs()
+        costliest = max(costs, key=costs.get) if costs else None
+        per_clip = ''
+        if costs and self.clips_per_iter:
+            compute = 1e3 * (self._total - self._data) / (
+                iters * self.clips_per_iter)
+            per_clip = (f'; per clip: loader {sum(costs.values()):.1f} ms '
+                        f'in a worker ({costliest} {costs[costliest]:.1f}),'
+                        f' compute {compute:.1f} ms')
         out = [(logging.INFO, (
             f'Multigrid: stage change at {self.where}: '
             f'{self.change_seconds:.2f} s (loader rebuild {self._rebuild:.2f}'
@@ -168,12 +184,15 @@ class DataWaitWatch:
             f'{self.change_seconds - self._rebuild:.2f} s) = '
             f'{self.change_seconds / per_iter:.1f} iterations of '
             f'{per_iter:.3f} s; data wait {share:.0%} of the next '
-            f'{iters} iterations'))]
+            f'{iters} iterations{per_clip}'))]
         if self.threshold and not self.warned and share > self.threshold:
             self.warned = True
+            most = costliest and (f' {costliest} costs most: '
+                                  f'{costs[costliest]:.1f} ms per clip.')
             out.append((logging.WARNING, (
                 f'Multigrid: data wait is {share:.0%} of the iteration time '
                 f'at {self.where} (data_wait_threshold '
-                f'{self.threshold:.0%}): the run is data-bound. Add '
-                f'train_dataloader.num_workers or decode faster.')))
+                f'{self.threshold:.0%}): the run is data-bound.{most or ""} '
+                f'Add train_dataloader.num_workers or decode once '
+                f'(mmext.CachedVideoDataset).')))
         return out

@@ -224,3 +224,34 @@ def test_clips_per_sample(ann_file):
     ann, _ = ann_file
     assert clips_per_sample(VideoDataset(ann, pipeline=[])) == 1
     assert clips_per_sample(_repeat_aug(ann, 3)) == 3
+
+
+class _Clock:
+    """``time`` whose ``perf_counter`` advances 10 ms a call."""
+    now = 0.0
+
+    @classmethod
+    def perf_counter(cls):
+        cls.now += 0.01
+        return cls.now
+
+
+def test_loader_costs_per_transform_over_workers(ann_file, monkeypatch):
+    """Each transform takes one tick (10 ms) of the clock per clip, summed
+    over the workers; a repeated name gets its position."""
+    import mmext.multigrid.data as data_module
+    monkeypatch.setattr(data_module, 'time', _Clock)
+    ann, _ = ann_file
+    dataset = MultigridDataset(_dataset(ann).dataset,
+                               [PIPELINE[:4] + PIPELINE[3:]])  # 2 Resizes
+    assert dataset.loader_costs() == {}
+    loader = DataLoader(copy.deepcopy(dataset), batch_size=1, num_workers=2,
+                        collate_fn=pseudo_collate, sampler=[(1, 0), (2, 0)])
+    assert len(list(loader)) == 2
+    costs = dataset.loader_costs()
+    assert list(costs) == ['DecordInit', 'SampleFrames', 'DecordDecode',
+                           'Resize', 'Resize#2', 'FormatShape',
+                           'PackActionInputs']
+    assert all(ms == pytest.approx(10.0) for ms in costs.values())
+    dataset.reset_loader_costs()
+    assert dataset.loader_costs() == {}

@@ -621,11 +621,13 @@ def test_data_bound_run_warns_once(tmp_path, monkeypatch):
     from mmaction.registry import TRANSFORMS
     from mmengine.hooks import iter_timer_hook
 
+    import mmext.multigrid.data as data_module
     import mmext.multigrid.hook as hook_module
     TRANSFORMS.register_module(module=SlowLoadingForDataWaitTest, force=True)
     logged = []
     monkeypatch.setattr(iter_timer_hook, 'time', _FakeClock)
     monkeypatch.setattr(hook_module, 'time', _FakeClock)
+    monkeypatch.setattr(data_module, 'time', _FakeClock)
     monkeypatch.setattr(
         hook_module, 'print_log',
         lambda msg, logger=None, level=logging.INFO: logged.append(msg))
@@ -651,6 +653,9 @@ def test_data_bound_run_warns_once(tmp_path, monkeypatch):
     # All time on the fake clock is loading.
     assert 'data wait is 100% of the iteration time at epoch 0 (' in bound[0]
     assert 'data_wait_threshold 30%' in bound[0]
+    # The loader's cost per clip names the transform that costs most.
+    assert 'SlowLoadingForDataWaitTest costs most: 100.0 ms per clip' in (
+        bound[0])
     # One stage-change summary per loader rebuild (every stage here has at
     # least 1 + 2 iterations), naming the epoch the new shapes start.
     rebuilds = [s.start_epoch for i, s in enumerate(plan.stages)
@@ -660,6 +665,9 @@ def test_data_bound_run_warns_once(tmp_path, monkeypatch):
             for m in summaries] == rebuilds
     assert all('loader rebuild 0.00 s' in m and 'data wait 100%' in m
                for m in summaries)
+    assert all(m.endswith('per clip: loader 100.0 ms in a worker '
+                          '(SlowLoadingForDataWaitTest 100.0), compute '
+                          '0.0 ms') for m in summaries)
     # Neither validation nor checkpoints: precise BN only after the last
     # epoch.
     precise = [m for m in logged if 'precise BN over 2 batches' in m]
@@ -707,6 +715,27 @@ def test_watch_summary_and_single_warning():
     watch.start_stage('epoch 9')
     assert 'data wait 100%' in _feed(watch, [(0.0, 1.0)] + [
         (4.1, 4.0)] * 3)[0][1]
+
+
+def test_watch_gives_the_loader_and_compute_costs_per_clip():
+    """A stage of 4 clips per iteration: 1 s of each 2 s iteration waits
+    for data, so compute is 1 s / 4 = 250 ms per clip; the workers' costs
+    per transform come from the stage's dataset."""
+    watch = DataWaitWatch(threshold=0.2, iters=3, skip=1)
+    watch.start_stage('epoch 0', length=10, clips_per_iter=4)
+    costs = {'DecordInit': 4.0, 'DecordDecode': 25.0, 'Resize': 1.5}
+    out = []
+    for data, total in [(3.0, 3.5)] + [(1.0, 2.0)] * 3:
+        out += watch.record(data, total, lambda: costs)
+    assert out[0][1].endswith('per clip: loader 30.5 ms in a worker '
+                              '(DecordDecode 25.0), compute 250.0 ms')
+    assert 'data-bound. DecordDecode costs most: 25.0 ms per clip. ' in (
+        out[1][1])
+    assert out[1][1].endswith('decode once (mmext.CachedVideoDataset).')
+    # No clip timed (a RepeatAugDataset's views): no figures per clip.
+    watch.start_stage('epoch 1', length=10, clips_per_iter=4)
+    out = _feed(watch, [(0.0, 1.0)] * 4)
+    assert out[0][1].endswith('of the next 3 iterations')
 
 
 def test_watch_disabled_and_short_stage():
