@@ -115,6 +115,38 @@ def test_projection_arithmetic(tmp_path):
     assert out['base_shape'] == [8, 16, 112]
 
 
+@pytest.mark.parametrize('cached', [False, True])
+def test_projection_gives_the_loader_per_shape(tmp_path, demo_data,
+                                               cached):
+    """Per shape, the loader's ms per clip in each transform of the demo's
+    pipeline (4 clips, one process) beside the compute's (the step over its
+    batch): decord's decode, or the frame cache's."""
+    options = ['train_dataloader.dataset.type=mmext.CachedVideoDataset',
+               f'train_dataloader.dataset.cache_dir={tmp_path}/cache'] * cached
+    proc = run_tool([sys.executable, TOOL, '--project', '--project-iters',
+                     '1', '--project-seconds', '0', '--warmup', '0',
+                     '--loader-clips', '4', '--json', '--work-dir',
+                     str(tmp_path), '--config',
+                     'configs/demo/recognizer3d_r18_multigrid_demo-video.py'] +
+                    TINY[:-1] + options)
+    decode = 'CachedDecordDecode' if cached else 'DecordDecode'
+    for row in _json(proc)['shapes']:
+        costs = row['loader_transforms_ms']
+        assert list(costs) == [decode.replace('Decode', 'Init'),
+                               'SampleFrames', decode, 'Resize',
+                               'MultiScaleCrop', 'Resize#2',
+                               'FormatShape', 'PackActionInputs']
+        assert row['loader_ms_per_clip'] == pytest.approx(
+            sum(costs.values()))
+        assert row['compute_ms_per_clip'] == pytest.approx(
+            1e3 * row['s_per_iter'] / row['timed_shape'][0])
+        shape = str(tuple(row['full_shape']))
+        line = next(ln for ln in proc.stdout.splitlines()
+                    if ln.endswith('loader workers') and shape + ':' in ln)
+        most = max(costs, key=costs.get)
+        assert f'({most} {costs[most]:.1f}), compute' in line
+
+
 def test_projection_in_bfloat16_channels_last_with_a_time_floor(tmp_path):
     """--project autocasts (bf16 on the CPU too) in channels_last_3d; each
     shape gets timed steps until it has 2 and 0.3 s; its FLOP rate is 3x
@@ -174,7 +206,9 @@ def test_bad_options_stop_before_training(tmp_path, args, message):
     (['--project', '--compile', '--channels-last'],
      '--compile: for the training runs only; --project times the shapes '
      'eagerly on random clips'),
-    (['--warmup', '-1'], '--warmup -1, --project-seconds 2.0: must be >= 0'),
+    (['--warmup', '-1'], '--warmup -1, --project-seconds 2.0, --loader-clips '
+     '30: must be >= 0'),
+    (['--loader-clips', '-1'], '--loader-clips -1: must be >= 0'),
     (['--synthetic', '--clips', '0'], '--clips must be >= 1, got 0'),
     (['--synthetic', '--repeat-aug', '2'],
      '--repeat-aug needs the real clips'),

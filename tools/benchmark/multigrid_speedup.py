@@ -4,14 +4,16 @@ Usage: python tools/benchmark/multigrid_speedup.py [--config CONFIG]
 [--epochs N] [--synthetic] [--project] [--device cpu|cuda] [--threads N]
 [--channels-last] [--compile [BACKEND]] [--amp [DTYPE]] [--repeat-aug N]
 [--repeats N] [--warmup N] [--project-iters N] [--project-seconds S]
-[--clips N] [--json] [--work-dir DIR] [--cfg-options key=value ...]
+[--loader-clips N] [--clips N] [--json] [--work-dir DIR] [--cfg-options key=value ...]
 
 Trains the config (``--synthetic``: on random in-memory clips) without its
 ``MultigridHook`` (baseline) and with it; prints per run the time,
 iterations, clips/s, data wait and compute, the bound and top-1, per grid
 shape the compute time, then the speed-up against the schedule's iteration
 saving and their ratio. ``--project`` trains nothing: it times every
-planned grid shape and projects the full schedule. Per shape the FLOP rate
+planned grid shape and projects the full schedule; per shape it also loads
+``--loader-clips`` clips of the config's data and gives the loader's ms
+per clip (the costliest transform named) beside the compute's. Per shape the FLOP rate
 (3x the counted forward FLOPs per step) beside the base shape's; on CUDA
 cuDNN's autotuner is on; the dtype, TF32 and cuDNN settings are printed.
 Options, output and measured figures: docs/en/benchmarks.md (Speed-up).
@@ -37,7 +39,8 @@ from bench_utils import (LoadSampler, RunRecorder, build_runner,
 
 from mmext.multigrid import MultigridHook, MultigridPlan
 from mmext.multigrid.checks import check_clip_lengths
-from mmext.multigrid.data import parse_grid_shape, resize_pipeline
+from mmext.multigrid.data import (MultigridDataset, parse_grid_shape,
+                                  resize_pipeline)
 from mmext.multigrid.hook import prepare_run
 from mmext.multigrid.memory import glibc_version
 from mmext.multigrid.plan import build_hook, is_multigrid_hook
@@ -114,7 +117,8 @@ def _make_synthetic(cfg, work_dir, clips=None):
         f.writelines(lines)
     pipeline = cfg.train_dataloader.dataset.pipeline
     clip_len, _, crop = parse_grid_shape(pipeline)
-    sampler = next(t for t in pipeline if t['type'] == 'SampleFrames')
+    sampler = next(t for t in pipeline
+                   if t['type'] in ('SampleFrames', 'UniformSample'))
     fmt = next(t for t in pipeline if t['type'] == 'FormatShape')
     frames = clip_len * sampler.get('frame_interval', 1) * sampler.get(
         'num_clips', 1)
@@ -129,6 +133,10 @@ def _make_synthetic(cfg, work_dir, clips=None):
     for loader in (cfg.train_dataloader, cfg.val_dataloader):
         loader.dataset.ann_file = ann
         loader.dataset.pipeline = synthetic
+        if loader.dataset.type == 'mmext.CachedVideoDataset':  # no videos
+            loader.dataset.type = 'VideoDataset'
+            for key in ('cache_dir', 'max_cache_gib'):
+                loader.dataset.pop(key, None)
     # Registers the Synthetic* transforms (this tool's folder is on sys.path).
     cfg.custom_imports = dict(imports=['bench_utils'],
                               allow_failed_imports=False)
@@ -524,6 +532,53 @@ def _rate_text(rate):
     return '-' if rate is None else f'{rate:.3g}'
 
 
+def loader_costs_per_shape(cfg, shapes, clips):
+    """Per grid shape ``(T, S)``: ms per clip in each transform of the
+    config's train pipeline at that shape, on ``clips`` of its clips in
+    this process (one loader worker's cost), by
+    ``MultigridDataset.loader_costs``. A CachedVideoDataset is filled
+    first (its fill is not timed). None where the data is not here."""
+    from mmengine.registry import DATASETS, DefaultScope
+    ds_cfg = cfg.train_dataloader.dataset
+    if not osp.isfile(ds_cfg.get('ann_file', '')):
+        return None
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        dataset = DATASETS.build(copy.deepcopy(ds_cfg))
+        indices = range(min(clips, len(dataset)))
+        out = {}
+        for t, s in shapes:
+            loader = MultigridDataset(dataset, [resize_pipeline(
+                ds_cfg.pipeline, t, s)])
+            if hasattr(dataset, 'frame_cache'):
+                for i in indices:
+                    loader[i]
+                loader.reset_loader_costs()
+            for i in indices:
+                loader[i]
+            out[(t, s)] = loader.loader_costs()
+    return out
+
+
+def _print_loader(rows, costs, clips):
+    """The loader's cost per clip beside the compute's, per shape."""
+    print(f'loader ({clips} clips per shape, one process) and compute per '
+          f'clip, ms:')
+    for r in rows.values():
+        b, t, s = r['full_shape']
+        shape_costs = costs[(t, s)]
+        most = max(shape_costs, key=shape_costs.get)
+        r.update(loader_ms_per_clip=sum(shape_costs.values()),
+                 loader_transforms_ms=shape_costs,
+                 compute_ms_per_clip=1e3 * r['s_per_iter'] / r[
+                     'timed_shape'][0])
+        print(f'  (batch, T, S) {str(r["full_shape"]):>16}: loader '
+              f'{r["loader_ms_per_clip"]:6.1f} ({most} '
+              f'{shape_costs[most]:.1f}), compute '
+              f'{r["compute_ms_per_clip"]:6.1f}: needs '
+              f'{r["loader_ms_per_clip"] / r["compute_ms_per_clip"]:.1f} '
+              f'loader workers')
+
+
 def _project(args):
     """Projected full-schedule time of both recipes from timed shapes."""
     cfg = load_run_config(args.config, args.cfg_options,
@@ -540,6 +595,7 @@ def _project(args):
             samples = sum(1 for ln in f if ln.strip())
     plan = MultigridPlan.from_config(cfg, samples_per_rank=samples)
     print(describe(plan))
+    real = copy.deepcopy(cfg)  # the timing config's data is made up
     small = _timing_cfg(cfg, args.batch_size, args.crop_size)
     _make_synthetic(small, small.work_dir, clips=samples)
     _apply_stack(small, args, amp_wrapper=False)
@@ -596,6 +652,10 @@ def _project(args):
               f'{_rate_text(r["rate_vs_base"]):>11}')
     print(f'base shape {small_base[:3]}: {_rate_text(base_rate)} TFLOP/s '
           f'(3x the forward FLOPs the hook counted, per step)')
+    costs = args.loader_clips and loader_costs_per_shape(
+        real, {r['full_shape'][1:] for r in rows.values()}, args.loader_clips)
+    if costs:
+        _print_loader(rows, costs, args.loader_clips)
     result = dict(
         mode='project', device=args.device, samples_per_rank=samples,
         timed_base_shape=small_base[:3], base_shape=base_key[:3],
@@ -772,6 +832,9 @@ def main():
                         help=f'--synthetic: clips per epoch (default: the '
                         f'train list\'s, on CUDA {CUDA_CLIPS}: 30 s or more '
                         f'per arm)')
+    parser.add_argument('--loader-clips', type=int, default=30,
+                        help='--project: clips loaded per shape to time the '
+                        'loader (0: none)')
     parser.add_argument('--samples-per-rank', type=int,
                         help='--project: clips per process per epoch')
     parser.add_argument('--batch-size', type=int,
@@ -784,9 +847,10 @@ def main():
     check_run_options(parser, args, (
         'epochs', 'project_iters', 'samples_per_rank', 'batch_size',
         'crop_size', 'threads', 'repeats', 'clips'))
-    if args.warmup < 0 or args.project_seconds < 0:
+    if min(args.warmup, args.project_seconds, args.loader_clips) < 0:
         parser.error(f'--warmup {args.warmup}, --project-seconds '
-                     f'{args.project_seconds}: must be >= 0')
+                     f'{args.project_seconds}, --loader-clips '
+                     f'{args.loader_clips}: must be >= 0')
     torch = setup_torch(parser, args)
     if args.device == 'cuda':  # a few fixed shapes: autotune each once
         args.cfg_options = {'env_cfg.cudnn_benchmark': True,
