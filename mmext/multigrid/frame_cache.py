@@ -70,6 +70,16 @@ def _save(path: str, frames: np.ndarray) -> None:
         np.save(f, frames)
 
 
+def _only(pipeline: Sequence, name: str) -> int:
+    """Index of the one transform config of type ``name``."""
+    found = [i for i, t in enumerate(pipeline)
+             if isinstance(t, dict) and type_name(t['type']) == name]
+    if len(found) != 1:
+        raise ValueError(f'CachedVideoDataset needs one {name} in its '
+                         f'pipeline, got {len(found)}.')
+    return found[0]
+
+
 class FrameCache:
     """The decoded frames of a set of videos, at one size, in a folder.
 
@@ -95,6 +105,23 @@ class FrameCache:
         self._hits = multiprocessing.Value('q', 0)
         self._misses = multiprocessing.Value('q', 0)
         self._transforms = None
+
+    @classmethod
+    def from_pipeline(cls, pipeline: Sequence[dict], cache_dir: str,
+                      max_gib: float) -> 'FrameCache':
+        """The cache of a decord pipeline config: its ``DecordInit`` and
+        ``DecordDecode``, and the ``Resize`` right after the decode if it
+        sets a size in pixels (ValueError without one of each decord
+        transform)."""
+        init, decode = _only(pipeline, 'DecordInit'), _only(
+            pipeline, 'DecordDecode')
+        after = pipeline[decode + 1] if decode + 1 < len(pipeline) else {}
+        resize = None
+        if type_name(after.get('type', '')) == 'Resize' and not isinstance(
+                after.get('scale'), float):
+            resize = dict(after, type='Resize', lazy=False)
+        return cls(cache_dir, max_gib, dict(pipeline[init], type='DecordInit'),
+                   dict(pipeline[decode], type='DecordDecode'), resize)
 
     # -- what the folder holds ----------------------------------------
     @property
@@ -214,12 +241,7 @@ class FrameCache:
             with self._hits.get_lock():
                 self._hits.value += 1
             return frames
-        init, decode, resize = self._built()
-        info = decode(dict(init(dict(filename=filename)),
-                           frame_inds=np.arange(clip['frames'])))
-        if resize is not None:
-            info = resize(info)
-        frames = np.stack(info['imgs'])
+        frames = self.decode(filename, clip['frames'])
         if frames.shape != shape:
             raise ValueError(f'{filename} decoded to {frames.shape}, '
                              f'cached as {shape}; delete the cache folder.')
@@ -227,6 +249,28 @@ class FrameCache:
         with self._misses.get_lock():
             self._misses.value += 1
         return frames
+
+    def decode(self, filename: str,
+               frames: Optional[int] = None) -> np.ndarray:
+        """Decode the first ``frames`` frames (default: all) of
+        ``filename`` as the pipeline does, resized as the cache keeps them:
+        ``(N, H, W, C)`` uint8, RGB (nothing is stored)."""
+        init, decode, resize = self._built()
+        info = init(dict(filename=filename))
+        info = decode(dict(info, frame_inds=np.arange(
+            info['total_frames'] if frames is None else frames)))
+        return np.stack((info if resize is None else resize(info))['imgs'])
+
+    def fill(self, filenames: Sequence[str]) -> int:
+        """Decode and store the clips of ``filenames`` not cached yet
+        (before training, instead of on their first load); returns how
+        many were decoded. Unreadable clips are left to be named when
+        loaded."""
+        todo = [name for name in filenames if 'broken' not in
+                self.clips[name] and not osp.isfile(self._path(name))]
+        for name in todo:
+            self.frames(name)
+        return len(todo)
 
     @property
     def hits(self) -> int:
@@ -285,16 +329,6 @@ class CachedDecordDecode(BaseTransform):
         return results
 
 
-def _only(pipeline: Sequence, name: str) -> int:
-    """Index of the one transform config of type ``name``."""
-    found = [i for i, t in enumerate(pipeline)
-             if isinstance(t, dict) and type_name(t['type']) == name]
-    if len(found) != 1:
-        raise ValueError(f'CachedVideoDataset needs one {name} in its '
-                         f'pipeline, got {len(found)}.')
-    return found[0]
-
-
 @DATASETS.register_module()
 class CachedVideoDataset(VideoDataset):
     """mmaction2's ``VideoDataset`` whose videos are decoded once.
@@ -327,22 +361,13 @@ class CachedVideoDataset(VideoDataset):
         if not is_number(max_cache_gib) or max_cache_gib <= 0:
             raise refuse(ValueError(f'max_cache_gib must be > 0, got '
                                     f'{max_cache_gib!r}.'))
-        init, decode = _only(pipeline, 'DecordInit'), _only(
-            pipeline, 'DecordDecode')
-        after = pipeline[decode + 1] if decode + 1 < len(pipeline) else {}
-        resize = None
-        if type_name(after.get('type', '')) == 'Resize' and not isinstance(
-                after.get('scale'), float):
-            resize = dict(after, type='Resize', lazy=False)
         if cache_dir is None:
             stem = osp.splitext(osp.basename(ann_file))[0]
             parent = osp.basename(osp.dirname(osp.abspath(ann_file)))
             cache_dir = osp.join('work_dirs', 'frame_cache',
                                  f'{parent}_{stem}')
-        self.frame_cache = FrameCache(
-            cache_dir, float(max_cache_gib),
-            dict(pipeline[init], type='DecordInit'),
-            dict(pipeline[decode], type='DecordDecode'), resize)
+        self.frame_cache = FrameCache.from_pipeline(pipeline, cache_dir,
+                                                    float(max_cache_gib))
         super().__init__(ann_file, self.use_cache(pipeline), **kwargs)
 
     def use_cache(self, pipeline: Sequence) -> list:

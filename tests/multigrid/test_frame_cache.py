@@ -252,3 +252,15 @@ def test_frames_are_kept_at_the_decoded_size_without_a_resize(tmp_path,
     clip = cached.frame_cache.clip(cached.get_data_info(0)['filename'])
     assert clip['shape'][:2] == clip['raw_shape']
     assert isinstance(cached.frame_cache, FrameCache)
+
+
+def test_fill_before_training(videos, tmp_path):
+    """fill decodes what is not cached yet; the loads then all hit."""
+    cached = build(dataset_cfg(videos, str(tmp_path / 'cache')))
+    names = [cached.get_data_info(i)['filename'] for i in range(len(cached))]
+    clips(cached, 2)
+    assert cached.frame_cache.fill(names) == len(names) - 2
+    assert cached.frame_cache.fill(names) == 0
+    cached.frame_cache.reset_counts()
+    clips(cached, 4)
+    assert (cached.frame_cache.hits, cached.frame_cache.misses) == (4, 0)
