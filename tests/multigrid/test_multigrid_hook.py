@@ -665,9 +665,10 @@ def test_data_bound_run_warns_once(tmp_path, monkeypatch):
             for m in summaries] == rebuilds
     assert all('loader rebuild 0.00 s' in m and 'data wait 100%' in m
                for m in summaries)
-    assert all(m.endswith('per clip: loader 100.0 ms in a worker '
-                          '(SlowLoadingForDataWaitTest 100.0), compute '
+    assert all(m.endswith('(SlowLoadingForDataWaitTest 100.0), compute '
                           '0.0 ms') for m in summaries)
+    assert all('per clip: loader 100.0 ms in a worker' in m
+               for m in summaries)
     # Neither validation nor checkpoints: precise BN only after the last
     # epoch.
     precise = [m for m in logged if 'precise BN over 2 batches' in m]
@@ -727,8 +728,8 @@ def test_watch_gives_the_loader_and_compute_costs_per_clip():
     out = []
     for data, total in [(3.0, 3.5)] + [(1.0, 2.0)] * 3:
         out += watch.record(data, total, lambda: costs)
-    assert out[0][1].endswith('per clip: loader 30.5 ms in a worker '
-                              '(DecordDecode 25.0), compute 250.0 ms')
+    assert out[0][1].endswith('(DecordDecode 25.0), compute 250.0 ms')
+    assert 'per clip: loader 30.5 ms in a worker' in out[0][1]
     assert 'data-bound. DecordDecode costs most: 25.0 ms per clip. ' in (
         out[1][1])
     assert out[1][1].endswith('decode once (mmext.CachedVideoDataset).')
