@@ -359,10 +359,16 @@ class MultigridDataset(Dataset):
         return info
 
     def loader_costs(self) -> Dict[str, float]:
-        """Milliseconds per clip in each transform of the pipelines, in
-        the loader's workers, since the last :meth:`reset_loader_costs`
-        (empty before a clip). A name repeated in the pipeline gets its
-        position: ``'Resize'``, ``'Resize#2'``."""
+        """The loader's cost per clip in each transform of the pipelines,
+        summed over the loader's workers, since the last
+        :meth:`reset_loader_costs` (the RepeatAugDataset path is not
+        timed).
+
+        Returns:
+            dict[str, float]: Milliseconds per clip by transform, in
+            pipeline order (a repeated name gets its position:
+            ``'Resize'``, ``'Resize#2'``); empty before a clip.
+        """
         *seconds, clips = self._costs[:]
         if not clips:
             return {}

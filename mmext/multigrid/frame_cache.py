@@ -109,10 +109,23 @@ class FrameCache:
     @classmethod
     def from_pipeline(cls, pipeline: Sequence[dict], cache_dir: str,
                       max_gib: float) -> 'FrameCache':
-        """The cache of a decord pipeline config: its ``DecordInit`` and
-        ``DecordDecode``, and the ``Resize`` right after the decode if it
-        sets a size in pixels (ValueError without one of each decord
-        transform)."""
+        """The cache of a decord pipeline config.
+
+        Args:
+            pipeline (Sequence[dict]): The pipeline config: its
+                ``DecordInit`` and ``DecordDecode``, and the ``Resize``
+                right after the decode if it sets a size in pixels (a
+                relative ``scale=0.5`` does not).
+            cache_dir (str): The cache folder.
+            max_gib (float): The bound of :meth:`prepare`, in GiB.
+
+        Returns:
+            FrameCache: The cache (nothing read or written yet).
+
+        Raises:
+            ValueError: Without exactly one ``DecordInit`` and one
+                ``DecordDecode``.
+        """
         init, decode = _only(pipeline, 'DecordInit'), _only(
             pipeline, 'DecordDecode')
         after = pipeline[decode + 1] if decode + 1 < len(pipeline) else {}
@@ -159,8 +172,16 @@ class FrameCache:
                     file=hashlib.sha1(filename.encode()).hexdigest() + '.npy')
 
     def nbytes(self, filenames: Optional[Sequence[str]] = None) -> int:
-        """Bytes the frames of ``filenames`` (default: every video) take in
-        the cache: ``N * H * W * C`` uint8 per video."""
+        """Bytes the frames of some videos take in the cache.
+
+        Args:
+            filenames (Sequence[str], optional): Prepared videos. Defaults
+                to every video the cache knows.
+
+        Returns:
+            int: ``N * H * W * C`` (uint8) summed over the videos;
+            unreadable ones count 0.
+        """
         names = self.clips if filenames is None else filenames
         return sum(self.clips[f]['frames'] * int(np.prod(self.clips[f][
             'shape'])) for f in names if 'broken' not in self.clips[f])
@@ -223,14 +244,37 @@ class FrameCache:
 
     # -- serving -----------------------------------------------------
     def clip(self, filename: str) -> dict:
-        """The manifest's entry of ``filename`` (KeyError if not
-        prepared)."""
+        """The manifest's entry of a prepared video.
+
+        Args:
+            filename (str): The video.
+
+        Returns:
+            dict: ``frames``, ``fps``, ``raw_shape`` (H, W) and ``shape``
+            (H, W, C) at the cached size, ``stat`` (bytes, mtime in ns),
+            ``file``; an unreadable video has ``broken`` (the error).
+
+        Raises:
+            KeyError: ``filename`` was not prepared.
+        """
         return self.clips[filename]
 
     def frames(self, filename: str) -> np.ndarray:
-        """All frames of ``filename``, ``(N, H, W, C)`` uint8 at the cached
-        size: mapped from the cache, or decoded, resized and stored there
-        on the first load (a miss)."""
+        """All frames of a prepared video at the cached size.
+
+        Mapped from the cache (a hit), or decoded, resized and stored
+        there when not cached yet or not whole (a miss).
+
+        Args:
+            filename (str): The video.
+
+        Returns:
+            np.ndarray: ``(N, H, W, C)`` uint8, RGB (read-only on a hit).
+
+        Raises:
+            ValueError: The video decoded to another shape than its
+                manifest entry says (changed during the run).
+        """
         clip, path = self.clips[filename], self._path(filename)
         shape = (clip['frames'], *clip['shape'])
         try:
@@ -252,9 +296,17 @@ class FrameCache:
 
     def decode(self, filename: str,
                frames: Optional[int] = None) -> np.ndarray:
-        """Decode the first ``frames`` frames (default: all) of
-        ``filename`` as the pipeline does, resized as the cache keeps them:
-        ``(N, H, W, C)`` uint8, RGB (nothing is stored)."""
+        """Decode a video as the pipeline does, resized as the cache keeps
+        it (nothing is stored).
+
+        Args:
+            filename (str): The video.
+            frames (int, optional): Its first ``frames`` frames. Defaults
+                to all.
+
+        Returns:
+            np.ndarray: ``(N, H, W, C)`` uint8, RGB.
+        """
         init, decode, resize = self._built()
         info = init(dict(filename=filename))
         info = decode(dict(info, frame_inds=np.arange(
@@ -262,10 +314,16 @@ class FrameCache:
         return np.stack((info if resize is None else resize(info))['imgs'])
 
     def fill(self, filenames: Sequence[str]) -> int:
-        """Decode and store the clips of ``filenames`` not cached yet
-        (before training, instead of on their first load); returns how
-        many were decoded. Unreadable clips are left to be named when
-        loaded."""
+        """Decode and store the videos not cached yet, before training
+        instead of on their first load.
+
+        Args:
+            filenames (Sequence[str]): Prepared videos; unreadable ones are
+                left to be named when loaded.
+
+        Returns:
+            int: How many were decoded.
+        """
         todo = [name for name in filenames if 'broken' not in
                 self.clips[name] and not osp.isfile(self._path(name))]
         for name in todo:
@@ -301,6 +359,18 @@ class CachedDecordInit(BaseTransform):
         self.cache = cache
 
     def transform(self, results: dict) -> dict:
+        """Set the clip's frame count and fps.
+
+        Args:
+            results (dict): The pipeline's dict with ``filename``.
+
+        Returns:
+            dict: ``results`` with ``total_frames`` and ``avg_fps``.
+
+        Raises:
+            RuntimeError: The video could not be decoded when prepared
+                (its error).
+        """
         clip = self.cache.clip(results['filename'])
         if 'broken' in clip:
             raise RuntimeError(clip['broken'])
@@ -318,6 +388,16 @@ class CachedDecordDecode(BaseTransform):
         self.cache = cache
 
     def transform(self, results: dict) -> dict:
+        """Take the sampled frames from the cache.
+
+        Args:
+            results (dict): The pipeline's dict with ``filename`` and
+                ``frame_inds`` (the frame sampler's).
+
+        Returns:
+            dict: ``results`` with ``imgs`` (a list of ``(H, W, C)``
+            uint8 arrays), ``original_shape`` and ``img_shape``.
+        """
         inds = results['frame_inds']
         if inds.ndim != 1:
             inds = results['frame_inds'] = np.squeeze(inds)
@@ -371,9 +451,21 @@ class CachedVideoDataset(VideoDataset):
         super().__init__(ann_file, self.use_cache(pipeline), **kwargs)
 
     def use_cache(self, pipeline: Sequence) -> list:
-        """``pipeline`` (configs) with ``DecordInit`` and ``DecordDecode``
-        served by this dataset's cache, e.g. a multigrid stage's
-        (:class:`~mmext.multigrid.data.MultigridDataset` calls it)."""
+        """A pipeline served by this dataset's cache, e.g. a multigrid
+        stage's (:class:`~mmext.multigrid.data.MultigridDataset` calls it).
+
+        Args:
+            pipeline (Sequence[dict]): A pipeline config of this dataset's
+                videos.
+
+        Returns:
+            list: ``pipeline`` with ``DecordInit`` and ``DecordDecode``
+            replaced by the cache's transforms.
+
+        Raises:
+            ValueError: Without exactly one ``DecordInit`` and one
+                ``DecordDecode``.
+        """
         out = list(pipeline)
         out[_only(out, 'DecordInit')] = CachedDecordInit(self.frame_cache)
         out[_only(out, 'DecordDecode')] = CachedDecordDecode(
