@@ -84,7 +84,8 @@ class FrameCache:
     """The decoded frames of a set of videos, at one size, in a folder.
 
     Args:
-        cache_dir (str): The folder (created if missing).
+        cache_dir (str, optional): The folder (created if missing by
+            :meth:`prepare`; its owner names it before, if None).
         max_gib (float): Refuse a dataset whose frames need more than this
             many GiB (2**30 bytes) of cache.
         init_cfg (dict): The pipeline's ``DecordInit`` config (opens the
@@ -94,8 +95,9 @@ class FrameCache:
             at whose size frames are kept (None: the decoded size).
     """
 
-    def __init__(self, cache_dir: str, max_gib: float, init_cfg: dict,
-                 decode_cfg: dict, resize_cfg: Optional[dict] = None):
+    def __init__(self, cache_dir: Optional[str], max_gib: float,
+                 init_cfg: dict, decode_cfg: dict,
+                 resize_cfg: Optional[dict] = None):
         self.cache_dir = cache_dir
         self.max_gib = max_gib
         self.pipeline = dict(version=CACHE_VERSION, init=init_cfg,
@@ -107,7 +109,8 @@ class FrameCache:
         self._transforms = None
 
     @classmethod
-    def from_pipeline(cls, pipeline: Sequence[dict], cache_dir: str,
+    def from_pipeline(cls, pipeline: Sequence[dict],
+                      cache_dir: Optional[str],
                       max_gib: float) -> 'FrameCache':
         """The cache of a decord pipeline config.
 
@@ -116,7 +119,8 @@ class FrameCache:
                 ``DecordInit`` and ``DecordDecode``, and the ``Resize``
                 right after the decode if it sets a size in pixels (a
                 relative ``scale=0.5`` does not).
-            cache_dir (str): The cache folder.
+            cache_dir (str, optional): The cache folder (None: named
+                before :meth:`prepare`).
             max_gib (float): The bound of :meth:`prepare`, in GiB.
 
         Returns:
@@ -441,11 +445,7 @@ class CachedVideoDataset(VideoDataset):
         if not is_number(max_cache_gib) or max_cache_gib <= 0:
             raise refuse(ValueError(f'max_cache_gib must be > 0, got '
                                     f'{max_cache_gib!r}.'))
-        if cache_dir is None:
-            stem = osp.splitext(osp.basename(ann_file))[0]
-            parent = osp.basename(osp.dirname(osp.abspath(ann_file)))
-            cache_dir = osp.join('work_dirs', 'frame_cache',
-                                 f'{parent}_{stem}')
+        # None: named in full_init, after data_root joins the ann_file.
         self.frame_cache = FrameCache.from_pipeline(pipeline, cache_dir,
                                                     float(max_cache_gib))
         super().__init__(ann_file, self.use_cache(pipeline), **kwargs)
@@ -478,6 +478,11 @@ class CachedVideoDataset(VideoDataset):
         if self._fully_initialized:
             return
         super().full_init()
+        if self.frame_cache.cache_dir is None:
+            stem = osp.splitext(osp.basename(self.ann_file))[0]
+            parent = osp.basename(osp.dirname(osp.abspath(self.ann_file)))
+            self.frame_cache.cache_dir = osp.join('work_dirs', 'frame_cache',
+                                                  f'{parent}_{stem}')
         names = [self.get_data_info(i)['filename'] for i in range(len(self))]
         try:
             line = self.frame_cache.prepare(names)

@@ -15,6 +15,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from helpers import REPO_ROOT
 from mmengine.config import Config
 from mmengine.registry import DATASETS, DefaultScope
 
@@ -23,7 +24,8 @@ from mmext.multigrid import FrameCache
 from mmext.multigrid.data import (BrokenClipError, MultigridDataset,
                                   resize_pipeline)
 
-DEMO_CONFIG = 'configs/demo/recognizer3d_r18_demo-video.py'
+DEMO_CONFIG = osp.join(REPO_ROOT, 'configs', 'demo',
+                       'recognizer3d_r18_demo-video.py')
 
 
 @pytest.fixture
@@ -38,8 +40,8 @@ def dataset_cfg(videos, cache_dir=None, **kwargs):
     """The demo video config's train dataset on ``videos``; with
     ``cache_dir`` a CachedVideoDataset there."""
     cfg = copy.deepcopy(Config.fromfile(DEMO_CONFIG).train_dataloader.dataset)
-    cfg.update(ann_file=osp.join(videos, 'train.txt'),
-               data_prefix=dict(video=videos), **kwargs)
+    cfg.update(dict(ann_file=osp.join(videos, 'train.txt'),
+                    data_prefix=dict(video=videos)), **kwargs)
     if cache_dir is not None:
         cfg.update(type='mmext.CachedVideoDataset', cache_dir=cache_dir)
     return cfg
@@ -263,3 +265,17 @@ def test_fill_before_training(videos, tmp_path):
     cached.frame_cache.reset_counts()
     clips(cached, 4)
     assert (cached.frame_cache.hits, cached.frame_cache.misses) == (4, 0)
+
+
+def test_the_default_cache_dir_names_the_list(videos, tmp_path,
+                                              monkeypatch):
+    """Under work_dirs/frame_cache of the working folder, named after the
+    list's folder and name, data_root joined."""
+    monkeypatch.chdir(tmp_path)
+    cfg = dataset_cfg(videos, data_root=videos, ann_file='train.txt')
+    cfg.type = 'mmext.CachedVideoDataset'
+    cached = build(cfg)
+    assert cached.frame_cache.cache_dir == osp.join(
+        'work_dirs', 'frame_cache', 'video_train')
+    assert osp.isfile(osp.join(tmp_path, 'work_dirs', 'frame_cache',
+                               'video_train', 'manifest.json'))
