@@ -94,7 +94,15 @@ def set_validation_epochs(loop, epochs: Sequence[int]) -> None:
 
 
 def epoch_checkpoint_hooks(runner) -> List[CheckpointHook]:
-    """A runner's ``CheckpointHook``s that save by epoch."""
+    """A runner's checkpoint hooks that save by epoch.
+
+    Args:
+        runner (Runner): The runner.
+
+    Returns:
+        list[CheckpointHook]: Its ``CheckpointHook`` instances with
+        ``by_epoch=True`` and a positive ``interval``.
+    """
     return [h for h in runner.hooks if isinstance(h, CheckpointHook)
             and h.by_epoch and h.interval > 0]
 

@@ -2,7 +2,7 @@
 
 Both sources of halves, :class:`DistributedHalves` (ranks) and
 :class:`AccumulationHalves` (micro-batches of one process), measure the
-per-module |S_A|^2, |S_B|^2 and |S_A + S_B|^2 of the half sums, on the
+per-module ``|S_A|^2``, ``|S_B|^2`` and ``|S_A + S_B|^2`` of the half sums, on the
 parameters' device. The wrapper calls them; they call nothing back."""
 import logging
 from contextlib import contextmanager
@@ -308,7 +308,17 @@ class DistributedHalves:
 
     def measure_sum(self, total: Tensor, own: Optional[Tensor],
                      params: Sequence[Tensor]) -> None:
-        """|P(S_A + S_B)|^2 from the world sum, on :attr:`sum_rank` only."""
+        """Record ``|P(S_A + S_B)|^2`` from the world sum, on
+        :attr:`sum_rank` only.
+
+        Args:
+            total (Tensor): The world sum of the flat gradients, shape (N,).
+            own (Tensor, optional): This rank's own flat gradient, shape
+                (N,), subtracted when this rank is inside a half; None when
+                it is outside both.
+            params (Sequence[Tensor]): The parameters of the layout, in its
+                order.
+        """
         if self.rank != self.sum_rank:
             return
         halves_sum = total if own is None else total - own

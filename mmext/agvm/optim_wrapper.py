@@ -540,9 +540,26 @@ class AGVMAmpOptimWrapper(AGVMOptimWrapper, AmpOptimWrapper):
     depend on the loss scale).
 
     Args:
-        optimizer, module_names, update_interval, ema_momentum, ratio_range,
-            start_iter, end_iter, statistic, clip_grad_window,
-            accumulative_counts, clip_grad: As in :class:`AGVMOptimWrapper`.
+        optimizer (Optimizer): As in :class:`AGVMOptimWrapper`.
+        module_names (Sequence[str], optional): As in
+            :class:`AGVMOptimWrapper`. Defaults to None.
+        update_interval (int): As in :class:`AGVMOptimWrapper`. Defaults to
+            10.
+        ema_momentum (float): As in :class:`AGVMOptimWrapper`. Defaults to
+            0.97.
+        ratio_range (tuple[float, float]): As in :class:`AGVMOptimWrapper`.
+            Defaults to (0.5, 10.0).
+        start_iter (int): As in :class:`AGVMOptimWrapper`. Defaults to 0.
+        end_iter (int, optional): As in :class:`AGVMOptimWrapper`. Defaults
+            to None.
+        statistic (str): As in :class:`AGVMOptimWrapper`. Defaults to
+            ``'grad'``.
+        clip_grad_window (tuple[int, int], optional): As in
+            :class:`AGVMOptimWrapper`. Defaults to None.
+        accumulative_counts (int): As in :class:`AGVMOptimWrapper`. Defaults
+            to 1.
+        clip_grad (dict, optional): As in :class:`AGVMOptimWrapper`.
+            Defaults to None.
         loss_scale (str | float | dict): As in ``AmpOptimWrapper``.
             Defaults to ``'dynamic'``.
         dtype (str | torch.dtype, optional): As in ``AmpOptimWrapper``.

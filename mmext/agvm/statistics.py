@@ -30,8 +30,8 @@ _ZERO_VARIANCE = 1e-12
 
 class HalfStatistics(NamedTuple):
     """Per-module statistics of the halves, float64 tensors of shape (M,):
-    ``dot`` G_A^(i) . G_B^(i), ``sq_norm_a`` |G_A^(i)|^2, ``sq_norm_b``
-    |G_B^(i)|^2."""
+    ``dot`` ``G_A^(i) . G_B^(i)``, ``sq_norm_a`` ``|G_A^(i)|^2``,
+    ``sq_norm_b`` ``|G_B^(i)|^2``."""
     dot: Tensor
     sq_norm_a: Tensor
     sq_norm_b: Tensor

@@ -170,15 +170,30 @@ def build_multigrid_schedule(
     ``epoch_factor`` and truncated (``init_multigrid``).
 
     Args:
-        base_t, base_s (int): Recipe clip length ``T0`` (frames) and crop
-            size ``S0`` (pixels).
+        base_t (int): Recipe clip length ``T0`` (frames).
+        base_s (int): Recipe crop size ``S0`` (pixels).
         lr_steps (Sequence[int]): LR stage starts in recipe epochs
             (``[0] + milestones``; ``[0, max_epochs]``: no fine-tune).
         max_epochs (int): Recipe's ``train_cfg.max_epochs``.
-        long_cycle, short_cycle, long_cycle_factors, short_cycle_factors,
-            epoch_factor, short_cycle_mode, lr_rule, batch_policy: As
-            ``MultigridHook``'s options (the epochs are the paper's under
-            every ``batch_policy``).
+        long_cycle (bool): Cycle the long-cycle shapes inside each LR stage.
+            Defaults to True.
+        short_cycle (bool): Alternate the short-cycle crop sizes
+            iteration by iteration. Defaults to True.
+        long_cycle_factors (Sequence[tuple[float, float]]): ``(t, s)``
+            factors of the clip length and crop size, coarsest first.
+            Defaults to :data:`DEFAULT_LONG_CYCLE_FACTORS`.
+        short_cycle_factors (Sequence[float]): Crop size factors of the
+            short cycle. Defaults to :data:`DEFAULT_SHORT_CYCLE_FACTORS`.
+        epoch_factor (float): Multigrid epochs per recipe epoch. Defaults to
+            1.5.
+        short_cycle_mode (str): ``'absolute'`` (factors of ``S0``) or
+            ``'relative'`` (of the stage's crop size). Defaults to
+            ``'absolute'``.
+        lr_rule (str): How the LR follows the batch factor: a key of
+            :data:`mmext.options.LR_RULES`. Defaults to ``'linear'``.
+        batch_policy (str): A key of :data:`BATCH_POLICIES` (``'paper'``,
+            ``'sqrt'``, ``'constant'``); the epochs are the paper's under
+            every policy. Defaults to ``'paper'``.
         gamma (float, optional): Step decay of the recipe, only used for the
             reported ``lr_factor``.
 
