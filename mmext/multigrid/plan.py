@@ -321,6 +321,7 @@ class MultigridPlan:
     @property
     def max_iters(self) -> int:
         """int: Exact iterations of the run (an exact plan)."""
+        _need_exact(self)
         return self.cum_iters[-1]
 
     def stage_at(self, epoch: int) -> MultigridStage:
@@ -378,12 +379,14 @@ class MultigridPlan:
 
     def iters_per_epoch(self, stage: MultigridStage) -> int:
         """Exact iterations of one epoch of ``stage`` (an exact plan)."""
+        _need_exact(self)
         return iterations_per_epoch(self.samples_per_rank,
                                     self.batch_sizes(stage))
 
     def iter_at(self, epoch: float) -> int:
         """Iterations done at (fractional) multigrid ``epoch`` (an exact
         plan)."""
+        _need_exact(self)
         cum = self.cum_iters
         k = min(max(int(math.floor(epoch)), 0), len(cum) - 2)
         return int(round(cum[k] + (epoch - k) * (cum[k + 1] - cum[k])))
@@ -404,6 +407,7 @@ class MultigridPlan:
     def scheduler_cfgs(self) -> List[dict]:
         """The recipe's ``param_scheduler`` on the multigrid axis
         (:func:`remap_param_schedulers`; an exact plan)."""
+        _need_exact(self)
         return remap_param_schedulers(
             self.param_scheduler, self.recipe_epoch_to_multigrid,
             self.iter_at, self.recipe_iters_per_epoch)
@@ -433,6 +437,14 @@ class MultigridPlan:
 
 
 # ------------------------------------------- what the plan cannot honour
+def _need_exact(plan: MultigridPlan) -> None:
+    """Refuse an exact count from a plan built without ``samples_per_rank``
+    (whose counts are estimates: :attr:`MultigridPlan.exact`)."""
+    if plan.samples_per_rank is None:
+        raise ValueError('exact iteration counts need samples_per_rank '
+                         '(None): pass len(sampler)')
+
+
 def _splits(plan: MultigridPlan, batch: int) -> int:
     """Sub-BN splits of ``batch`` indices (PySlowFast ``NUM_SPLITS``)."""
     clips, base = batch * plan.clips_per_sample, plan.options.bn_base_size
