@@ -29,9 +29,13 @@ _ZERO_VARIANCE = 1e-12
 
 
 class HalfStatistics(NamedTuple):
-    """Per-module statistics of the halves, float64 tensors of shape (M,):
-    ``dot`` ``G_A^(i) . G_B^(i)``, ``sq_norm_a`` ``|G_A^(i)|^2``,
-    ``sq_norm_b`` ``|G_B^(i)|^2``."""
+    """Per-module statistics of the halves A and B.
+
+    Attributes:
+        dot (Tensor): ``G_A^(i) . G_B^(i)``, float64, shape (M,).
+        sq_norm_a (Tensor): ``|G_A^(i)|^2``, float64, shape (M,).
+        sq_norm_b (Tensor): ``|G_B^(i)|^2``, float64, shape (M,).
+    """
     dot: Tensor
     sq_norm_a: Tensor
     sq_norm_b: Tensor
@@ -275,14 +279,22 @@ def keeps_adam_moments(optimizer: Optimizer) -> bool:
 
 
 class Statistic(NamedTuple):
-    """One row of :data:`STATISTICS`: ``precondition(optimizer, params,
-    flat, out=None)``, the vector whose cosine is measured, from the
-    gradients ``flat`` of ``params``, written to ``out`` if given (which may
-    be ``flat``): linear and the same on every rank, so the halves' norms
-    give its dot product (:func:`half_dot_from_norms`); ``accepts(optimizer)
-    -> bool`` (None: any), checked by the wrapper (a statistic with one
-    reads the optimizer's state, so ZeRO, which shards it, is refused);
-    ``optimizer_kind``, the optimizers it accepts, for the error message."""
+    """One row of :data:`STATISTICS`: what AGVM takes the cosine of.
+
+    Attributes:
+        precondition (Callable[..., Tensor]): ``precondition(optimizer,
+            params, flat, out=None)``, the vector whose cosine is measured,
+            from the gradients ``flat`` of ``params``, written to ``out`` if
+            given (which may be ``flat``): linear and the same on every rank,
+            so the halves' norms give its dot product
+            (:func:`half_dot_from_norms`).
+        accepts (Callable[[Optimizer], bool], optional): Whether an
+            optimizer can give the statistic, checked by the wrapper (None:
+            any; a statistic with one reads the optimizer's state, so ZeRO,
+            which shards it, is refused). Defaults to None.
+        optimizer_kind (str): The optimizers it accepts, for the error
+            message. Defaults to ``'any optimizer'``.
+    """
     precondition: Callable[..., Tensor]
     accepts: Optional[Callable[[Optimizer], bool]] = None
     optimizer_kind: str = 'any optimizer'

@@ -255,9 +255,15 @@ def remap_param_schedulers(schedulers: Sequence[dict],
 
 # ---------------------------------------------------------------- the plan
 class ShapeIterations(NamedTuple):
-    """The ``iters`` one grid ``shape`` of ``stage.short_cycle`` trains over
-    the stage, its ``batch_size`` (dataset indices per process) and
-    ``sub_bn_splits``."""
+    """The iterations one grid shape of a stage's short cycle trains.
+
+    Attributes:
+        stage (MultigridStage): The stage.
+        shape (GridShape): The shape.
+        batch_size (int): Dataset indices per process and iteration.
+        sub_bn_splits (int): Sub-BN splits of its batch.
+        iters (int): Its iterations over the whole stage.
+    """
     stage: MultigridStage
     shape: GridShape
     batch_size: int

@@ -38,10 +38,14 @@ BATCH_POLICIES = {
 
 @dataclass(frozen=True)
 class GridShape:
-    """One mini-batch shape ``(B, T, S)`` of a clip tensor ``(N, C, T, S,
-    S)``: ``B`` as a multiple of the recipe's batch size (the
-    ``batch_policy``'s of the paper's factor), ``T`` in frames, ``S`` in
-    pixels (square crops)."""
+    """One mini-batch shape ``(B, T, S)`` of a clip tensor ``(N, C, T, S, S)``.
+
+    Attributes:
+        batch_factor (int): ``B`` as a multiple of the recipe's batch size
+            (the ``batch_policy``'s of the paper's factor).
+        clip_len (int): ``T``, frames.
+        crop_size (int): ``S``, pixels (square crops).
+    """
     batch_factor: int
     clip_len: int
     crop_size: int
