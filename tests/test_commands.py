@@ -9,6 +9,7 @@ it fails for a user.
 """
 import collections
 import glob
+import json
 import os
 import os.path as osp
 import re
@@ -112,9 +113,9 @@ def clean_env(extra=None):
 
 def test_commands_are_found():
     commands = [c for _, c in all_commands()]
-    assert ('.venv/bin/python tools/train.py '
-            'configs/demo/recognizer3d_r18_multigrid_demo-video.py'
-            in commands)
+    assert any(c.startswith('.venv/bin/python tools/train.py')
+               and c.endswith('recognizer3d_r18_multigrid_demo-video.py')
+               for c in commands)
     assert any('agvm_overhead.py' in c for c in commands)
     env, words = split('MMEXT_DATA_ROOT=../shared/data .venv/bin/python '
                        'tools/analysis/plot_agvm.py WORK_DIR [--out IMAGE]')
@@ -153,7 +154,6 @@ def test_python_commands_run_as_written():
         if words[2:] not in by_script[words[1]]:
             by_script[words[1]].append(words[2:])
     assert len(by_script) >= 8
-    import json
     failed = {}
     for script, argvs in sorted(by_script.items()):
         proc = subprocess.run(

@@ -1,5 +1,6 @@
 """The docs hold together: links resolve, metafiles list the configs, and the
 README's quick starts build as written."""
+import ast
 import glob
 import os.path as osp
 import re
@@ -118,7 +119,6 @@ def test_agvm_quick_start_builds_its_wrapper(tmp_path):
 
 def _public_modules():
     """The mmext modules that declare ``__all__`` (the public API)."""
-    import ast
     names = []
     for path in sorted(glob.glob(osp.join(ROOT, 'mmext', '**', '*.py'),
                                  recursive=True)):
