@@ -149,7 +149,6 @@ def test_api_reference_documents_every_public_module():
 def _undocumented(path):
     """The public functions and methods of ``path`` whose docstring lacks
     the Google-style section of their arguments or of their result."""
-    import ast
     found = []
 
     def visit(node, prefix):
