@@ -1,13 +1,15 @@
-# mmext: `make demo` trains on the embedded demo data, `make test` runs the test suite.
+# mmext: `make demo` trains on the embedded demo data, `make test` runs the test suite,
+# `make docs` builds the docs site into docs/en/_build/html (warnings are errors).
 # Both install the stack into .venv/ first (once; again only when an install input changes).
 VENV   ?= .venv
 PYTHON := $(VENV)/bin/python
 STAMP  := $(VENV)/.install-stamp
 DEMO   := data/demo/.stamp
+DOCS_STAMP := $(VENV)/.docs-stamp
 # Tests that train for minutes are marked `slow`; `make test-all` runs them too.
 PYTEST_ARGS ?= -m "not slow"
 
-.PHONY: install demo demo-data test test-all clean-demo
+.PHONY: install demo demo-data test test-all clean-demo docs
 
 install: $(STAMP)
 
@@ -32,3 +34,12 @@ test-all: $(STAMP)
 
 clean-demo:
 	rm -rf data/demo work_dirs/demo
+
+# The docs need Sphinx and myst-parser (requirements/docs.txt) beside the stack: autodoc imports
+# mmext to read its docstrings. -W --keep-going: every broken docstring or link is listed, and fails.
+$(DOCS_STAMP): requirements/docs.txt | $(STAMP)
+	$(PYTHON) -m pip install --disable-pip-version-check -q -r requirements/docs.txt
+	touch $@
+
+docs: $(DOCS_STAMP)
+	$(PYTHON) -m sphinx -W --keep-going -q -b html docs/en docs/en/_build/html

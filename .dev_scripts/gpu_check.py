@@ -424,11 +424,10 @@ def run_line(line: Line, work_root: str, deadline: float) -> tuple:
 
 
 def _env() -> dict:
-    """The lines' environment: the checkout first on ``PYTHONPATH``, then
-    the user tools' modules the harnesses of ``benchmark/`` import."""
-    path = [ROOT, osp.join(ROOT, 'tools', 'benchmark'),
-            osp.join(ROOT, 'tools', 'analysis')] + [
-                p for p in [os.environ.get('PYTHONPATH')] if p]
+    """The lines' environment: the checkout first on ``PYTHONPATH`` (the
+    harnesses of ``benchmark/`` find the user tools' modules themselves,
+    through ``benchmark/tool_modules.py``)."""
+    path = [ROOT] + [p for p in [os.environ.get('PYTHONPATH')] if p]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(path))
 
 

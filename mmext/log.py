@@ -31,23 +31,34 @@ def _to_log_file(level: int, message: str,
 
 
 def warn(message: str) -> None:
-    """Warn with ``message`` (what is wrong and the fix) on stderr and in
-    the run's log file: a ``UserWarning`` (filterable), and a WARNING record
-    for the file handlers of mmengine's current logger only (the console
-    shows it once)."""
+    """Warn on stderr and in the run's log file.
+
+    A ``UserWarning`` (filterable), and a WARNING record for the file
+    handlers of mmengine's current logger only (the console shows it once).
+
+    Args:
+        message (str): What is wrong and the fix.
+    """
     warnings.warn(message, UserWarning, stacklevel=2)
     _to_log_file(logging.WARNING, message)
 
 
 def refuse(exc: BaseException) -> BaseException:
-    """Write ``exc`` to the run's log file and return it:
-    ``raise refuse(ValueError(...))``.
+    """Write an exception to the run's log file and return it.
 
-    Without it the reason a run stopped is only in the traceback on stderr,
-    which a cluster's job log may not keep. An ERROR record
-    ``<type>: <message>`` goes to the file handlers of mmengine's current
-    logger (the runner's, once it is built; none before), once per
-    exception: ``tools/train.py`` calls it again on whatever ends a run."""
+    Used as ``raise refuse(ValueError(...))``. Without it the reason a run
+    stopped is only in the traceback on stderr, which a cluster's job log may
+    not keep. An ERROR record ``<type>: <message>`` goes to the file handlers
+    of mmengine's current logger (the runner's, once it is built; none
+    before), once per exception: ``tools/train.py`` calls it again on
+    whatever ends a run.
+
+    Args:
+        exc (BaseException): The exception, raised or about to be.
+
+    Returns:
+        BaseException: ``exc``, marked as logged.
+    """
     if not getattr(exc, LOGGED, False):
         if exc.__traceback__ is not None:  # raised: where, innermost
             frame = traceback.extract_tb(exc.__traceback__)[-1]
@@ -61,11 +72,18 @@ def refuse(exc: BaseException) -> BaseException:
 
 
 def logs_refusals(method: Callable) -> Callable:
-    """Decorate a lifecycle method of a hook or wrapper: an exception
+    """Decorate a lifecycle method of a hook or wrapper so that an exception
     leaving it is also written to the run's log file (:func:`refuse`).
 
     One decorator on the entry points (``__init__``, ``before_run``, ...)
-    covers every check they call, pure ones included."""
+    covers every check they call, pure ones included.
+
+    Args:
+        method (Callable): The method.
+
+    Returns:
+        Callable: The decorated method; it re-raises what ``method`` raises.
+    """
 
     @functools.wraps(method)
     def logged(*args, **kwargs):

@@ -33,8 +33,15 @@ ADAM_LINEAR_LIMIT = 4.
 
 
 def optim_wrappers(optim_wrapper) -> Dict[str, OptimWrapper]:
-    """The wrappers of a runner's ``optim_wrapper`` by name (``''`` for a
-    single one; the names of an ``OptimWrapperDict`` otherwise)."""
+    """The wrappers of a runner's ``optim_wrapper`` by name.
+
+    Args:
+        optim_wrapper (OptimWrapper | OptimWrapperDict): The runner's.
+
+    Returns:
+        dict[str, OptimWrapper]: ``{'': optim_wrapper}`` for a single one, the
+        names of an ``OptimWrapperDict`` otherwise.
+    """
     if isinstance(optim_wrapper, OptimWrapperDict):
         return dict(optim_wrapper.items())
     return {'': optim_wrapper}
@@ -42,19 +49,27 @@ def optim_wrappers(optim_wrapper) -> Dict[str, OptimWrapper]:
 
 def auto_scale_lr_options(auto_scale_lr: Optional[dict]
                           ) -> Optional[Tuple[float, str]]:
-    """``(base_batch_size, rule)`` of the run's ``auto_scale_lr`` if
-    enabled, else None: ``enable`` (default False), ``base_batch_size`` (the
-    effective batch the LR was tuned for) and ``rule``, a key of
-    :data:`LR_RULES` (default ``'linear'``, mmengine's).
+    """The run's ``auto_scale_lr``, checked.
+
+    Its keys: ``enable`` (default False), ``base_batch_size`` (the effective
+    batch the LR was tuned for) and ``rule``, a key of :data:`LR_RULES`
+    (default ``'linear'``, mmengine's).
+
+    Args:
+        auto_scale_lr (dict, optional): The config's ``auto_scale_lr``.
+
+    Returns:
+        tuple[float, str] | None: ``(base_batch_size, rule)`` if enabled, else
+        None.
 
     Raises:
         TypeError: For an ``auto_scale_lr`` that is not a dict, a key other
-            than enable, base_batch_size and rule (even when not enabled:
-            a misspelt ``enable`` would leave the LR unscaled; a close one
-            is named), an ``enable`` that is not a bool, or a
+            than enable, base_batch_size and rule (even when not enabled: a
+            misspelt ``enable`` would leave the LR unscaled; a close one is
+            named), an ``enable`` that is not a bool, or a
             ``base_batch_size`` that is not a number.
-        ValueError: For a ``base_batch_size`` that is not finite and > 0,
-            or an unknown rule (also when not enabled).
+        ValueError: For a ``base_batch_size`` that is not finite and > 0, or
+            an unknown rule (also when not enabled).
     """
     if auto_scale_lr is None:
         return None
@@ -86,27 +101,44 @@ def auto_scale_lr_options(auto_scale_lr: Optional[dict]
 
 
 def is_adam_family(optimizer) -> bool:
-    """Whether ``optimizer`` keeps Adam's moments (Adam, AdamW, NAdam,
-    RAdam, Adamax, LAMB...): its param groups have ``betas``.
+    """Whether an optimizer keeps Adam's moments (Adam, AdamW, NAdam, RAdam,
+    Adamax, LAMB...).
 
-    The param groups, not ``optimizer.defaults``: ``ZeroRedundancyOptimizer``
-    keeps only the options it was given in ``defaults``."""
+    The param groups, not ``optimizer.defaults``, are read:
+    ``ZeroRedundancyOptimizer`` keeps only the options it was given in
+    ``defaults``.
+
+    Args:
+        optimizer (Optimizer): The optimizer.
+
+    Returns:
+        bool: Whether its param groups have ``betas``.
+    """
     return any('betas' in group for group in optimizer.param_groups)
 
 
 def check_auto_scale_lr(auto_scale_lr: Optional[dict], optim_wrapper,
                         message_hub) -> None:
-    """Raise if mmengine's own ``auto_scale_lr`` set another LR than
+    """Refuse a run where mmengine's own ``auto_scale_lr`` sets another LR than
     :class:`mmext.runner.Runner` would.
 
     mmengine's ``Runner.scale_lr`` leaves out ``accumulative_counts = K``,
     setting an LR K times too small, and ignores ``rule`` (scaling
-    linearly). :class:`mmext.runner.Runner` checks ``auto_scale_lr``,
-    counts K and records ``EFFECTIVE_BATCH_INFO`` in the run's
-    ``message_hub``, which clears the run. Raises ``ValueError`` if
-    ``auto_scale_lr`` is enabled, the runner is not mmext's, and some
-    wrapper has K > 1 or the rule is not linear (and as
-    :func:`auto_scale_lr_options`)."""
+    linearly). :class:`mmext.runner.Runner` checks ``auto_scale_lr``, counts
+    K and records ``EFFECTIVE_BATCH_INFO`` in the run's ``message_hub``,
+    which clears the run.
+
+    Args:
+        auto_scale_lr (dict, optional): The config's ``auto_scale_lr``.
+        optim_wrapper (OptimWrapper | OptimWrapperDict): The runner's.
+        message_hub (MessageHub): The run's message hub.
+
+    Raises:
+        ValueError: If ``auto_scale_lr`` is enabled, the runner is not
+            mmext's, and some wrapper has K > 1 or the rule is not linear;
+            and as :func:`auto_scale_lr_options`.
+        TypeError: As :func:`auto_scale_lr_options`.
+    """
     if message_hub.get_info(EFFECTIVE_BATCH_INFO) is not None:
         return
     options = auto_scale_lr_options(auto_scale_lr)
@@ -126,10 +158,19 @@ def check_auto_scale_lr(auto_scale_lr: Optional[dict], optim_wrapper,
 
 def scale_lrs(param_groups: Sequence[dict],
               factors: Sequence[float]) -> Callable[[], None]:
-    """Multiply the ``lr`` of each of the optimizer's ``param_groups``
-    (``optimizer.param_groups``, not the wrapper's, which may hold a fake
-    extra group) by its factor, for one step; returns what restores them
-    (ValueError if the lengths differ)."""
+    """Multiply the ``lr`` of each param group by its factor, for one step.
+
+    Args:
+        param_groups (Sequence[dict]): ``optimizer.param_groups``, not the
+            wrapper's, which may hold a fake extra group.
+        factors (Sequence[float]): One factor per group.
+
+    Returns:
+        Callable[[], None]: Restores the LRs.
+
+    Raises:
+        ValueError: If the lengths differ.
+    """
     if len(param_groups) != len(factors):
         raise ValueError(f'{len(factors)} LR factors for '
                          f'{len(param_groups)} param groups')
@@ -147,7 +188,15 @@ def scale_lrs(param_groups: Sequence[dict],
 @contextmanager
 def scaled_lrs(param_groups: Sequence[dict],
                factors: Sequence[float]) -> Iterator[None]:
-    """Context manager form of :func:`scale_lrs` (restores on exceptions)."""
+    """Context manager form of :func:`scale_lrs` (restores on exceptions).
+
+    Args:
+        param_groups (Sequence[dict]): ``optimizer.param_groups``.
+        factors (Sequence[float]): One factor per group.
+
+    Yields:
+        None: Inside, the scaled LRs.
+    """
     restore = scale_lrs(param_groups, factors)
     try:
         yield

@@ -29,10 +29,16 @@ def _boxes(sample):
 
 
 def degenerate_boxes(data_batch) -> List[str]:
-    """Ground-truth boxes of zero (or negative) width or height of a train
-    batch (``data_samples`` of mmdet), e.g. ``'BloodImage_00343.jpg: box
-    [181, 329, 181, 329] (label 0)'``, in the image's original pixels where
-    the sample's ``scale_factor`` tells them."""
+    """Ground-truth boxes of zero (or negative) width or height of a batch.
+
+    Args:
+        data_batch (dict): A train batch with mmdet's ``data_samples``.
+
+    Returns:
+        list[str]: One entry per box, e.g. ``'BloodImage_00343.jpg: box [181,
+        329, 181, 329] (label 0)'``, in the image's original pixels where the
+        sample's ``scale_factor`` tells them; empty for other batches.
+    """
     samples = data_batch.get('data_samples') if isinstance(
         data_batch, dict) else None
     found = []
@@ -99,7 +105,11 @@ class NaNGuardHook(Hook):
         self._bad_loss = False  # a non-finite loss in the current window
 
     def before_train(self, runner) -> None:
-        """Watch every optimizer wrapper's losses and optimizer's steps."""
+        """Watch every optimizer wrapper's losses and optimizer's steps.
+
+        Args:
+            runner (Runner): The runner.
+        """
         model = unwrap_model(runner.model)
         self._param_names = {id(p): n for n, p in model.named_parameters()}
         self._wrappers = list(optim_wrappers(runner.optim_wrapper).values())
@@ -109,6 +119,11 @@ class NaNGuardHook(Hook):
                 wrapper.optimizer.register_step_pre_hook(self._pre_step))
 
     def after_train(self, runner) -> None:
+        """Remove the watches of :meth:`before_train`.
+
+        Args:
+            runner (Runner): The runner.
+        """
         for handle in self._handles:
             handle.remove()
         for wrapper in self._wrappers:
@@ -156,6 +171,16 @@ class NaNGuardHook(Hook):
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs: Optional[dict] = None) -> None:
         """Check the loss terms and the step's gradients of the iteration.
+
+        The verdict is the same on every rank.
+
+        Args:
+            runner (Runner): The runner.
+            batch_idx (int): Index of the iteration in the epoch.
+            data_batch (dict, optional): The batch, for the degenerate boxes
+                the message names. Defaults to None.
+            outputs (dict, optional): The loss terms of ``train_step``.
+                Defaults to None.
 
         Raises:
             FloatingPointError: With ``action='stop'``, at a non-finite one.

@@ -29,15 +29,35 @@ __all__ = [
 
 def closest(name: str, known: Iterable[str],
             cutoff: float = 0.6) -> Optional[str]:
-    """The entry of ``known`` most like a misspelt ``name``, or None."""
+    """The known name most like a misspelt one.
+
+    Args:
+        name (str): The misspelt name.
+        known (Iterable[str]): The names it may mean.
+        cutoff (float): The least similarity of ``difflib.get_close_matches``,
+            in [0, 1]. Defaults to 0.6.
+
+    Returns:
+        str | None: The closest name, or None.
+    """
     match = difflib.get_close_matches(name, sorted(known), 1, cutoff)
     return match[0] if match else None
 
 
 def unexpected(owner: str, what: str, given: Iterable[str],
                known: Iterable[str]) -> Optional[str]:
-    """The refusal of the first of ``given`` not in ``known``, naming the
-    one meant; None when all are known."""
+    """The refusal of the first given name that is not known.
+
+    Args:
+        owner (str): What got the names, e.g. ``'auto_scale_lr'``.
+        what (str): What they are, e.g. ``'key'``.
+        given (Iterable[str]): The names given.
+        known (Iterable[str]): The names allowed.
+
+    Returns:
+        str | None: The message naming the one meant (or the names allowed);
+        None when all are known.
+    """
     known = list(known)
     unknown = sorted(set(given) - set(known))
     if not unknown:
@@ -48,8 +68,16 @@ def unexpected(owner: str, what: str, given: Iterable[str],
 
 
 def init_options(cls: type) -> Optional[set]:
-    """The keywords ``cls(...)`` takes, following ``**kwargs`` into the
-    bases' ``__init__``; None if it takes any."""
+    """The keywords a class's constructor takes.
+
+    Follows ``**kwargs`` into the bases' ``__init__``.
+
+    Args:
+        cls (type): The class.
+
+    Returns:
+        set[str] | None: The keyword names; None if it takes any.
+    """
     names = set()
     for klass in cls.__mro__:
         if '__init__' in vars(klass):

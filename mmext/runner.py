@@ -38,24 +38,45 @@ _RESUME_GUARDS: List[ResumeGuard] = []
 
 
 def register_resume_guard(guard: ResumeGuard) -> ResumeGuard:
-    """Add ``guard(runner, checkpoint, filename, resume_optimizer)``, a
-    check that :class:`Runner` runs on every checkpoint it resumes before
-    any state is restored, raising ``ValueError`` to refuse it; returns
-    ``guard`` (a decorator)."""
+    """Add a check that :class:`Runner` runs on every checkpoint it resumes,
+    before any state is restored.
+
+    Args:
+        guard (ResumeGuard): ``guard(runner, checkpoint, filename,
+            resume_optimizer)``, raising ``ValueError`` to refuse the
+            checkpoint.
+
+    Returns:
+        ResumeGuard: ``guard`` (a decorator).
+    """
     if guard not in _RESUME_GUARDS:
         _RESUME_GUARDS.append(guard)
     return guard
 
 
 def restart_hint(filename: str) -> str:
-    """The alternative every refused resume offers: start from the weights."""
+    """The alternative every refused resume offers: start from the weights.
+
+    Args:
+        filename (str): The checkpoint.
+
+    Returns:
+        str: ``'or start from its weights with load_from=... (no --resume).'``
+    """
     return (f'or start from its weights with load_from={filename} (no '
             f'--resume).')
 
 
 def data_root_variable(path: str) -> Optional[str]:
-    """``NAME=value`` of the set variable of :data:`DATA_ROOT_VARIABLES`
-    that ``path`` lies under, if any."""
+    """The set data-root variable a path lies under.
+
+    Args:
+        path (str): A data path.
+
+    Returns:
+        str | None: ``NAME=value`` of the variable of
+        :data:`DATA_ROOT_VARIABLES`, or None.
+    """
     path = osp.normpath(path)
     for name in DATA_ROOT_VARIABLES:
         value = os.environ.get(name)
@@ -66,11 +87,21 @@ def data_root_variable(path: str) -> Optional[str]:
 
 
 def check_ann_file(dataset_cfg: dict) -> None:
-    """Refuse a loader's ``dataset`` config (wrappers: their ``dataset``)
-    whose ``ann_file`` is missing (``FileNotFoundError``) or empty
-    (``ValueError``): mmengine fails on both deep inside the dataset,
-    without the folder a relative path is relative to, or the variable (of
-    :data:`DATA_ROOT_VARIABLES`) a config read it from."""
+    """Refuse a loader's dataset config whose ``ann_file`` is missing or empty.
+
+    mmengine fails on both deep inside the dataset, without the folder a
+    relative path is relative to, or the variable (of
+    :data:`DATA_ROOT_VARIABLES`) a config read it from. A wrapper's inner
+    ``dataset`` is checked; remote files are not.
+
+    Args:
+        dataset_cfg (dict): The loader's ``dataset`` config.
+
+    Raises:
+        FileNotFoundError: For a missing ``ann_file``, naming the fix (the
+            variable to check, the project root, ``make demo-data``).
+        ValueError: For an empty one.
+    """
     while isinstance(dataset_cfg.get('dataset'), dict):
         dataset_cfg = dataset_cfg['dataset']
     ann_file = dataset_cfg.get('ann_file')
@@ -106,9 +137,16 @@ def check_ann_file(dataset_cfg: dict) -> None:
 
 
 def dropped_base_hooks(cfg: Config) -> List[str]:
-    """A warning per mmext hook type of the ``_base_`` files of a config
-    read from its file that its own ``custom_hooks`` (a list replaces the
-    base's) leaves out."""
+    """The mmext hooks of a config's ``_base_`` files that it leaves out.
+
+    Its own ``custom_hooks`` (a list) replaces the bases'.
+
+    Args:
+        cfg (Config): A config read from its file (others give none).
+
+    Returns:
+        list[str]: A warning per mmext hook type dropped.
+    """
     if not cfg.filename:
         return []
     kept = {str(h.get('type')) for h in cfg.get('custom_hooks') or []
@@ -154,8 +192,17 @@ class Runner(MMEngineRunner):
     @staticmethod
     def build_dataloader(dataloader, seed: Optional[int] = None,
                          diff_rank_seed: bool = False):
-        """mmengine's, checking the ``ann_file`` first; arguments as
-        there."""
+        """mmengine's, checking the ``ann_file`` first
+        (:func:`check_ann_file`).
+
+        Args:
+            dataloader (DataLoader | dict): A loader or its config.
+            seed (int, optional): As in mmengine's. Defaults to None.
+            diff_rank_seed (bool): As in mmengine's. Defaults to False.
+
+        Returns:
+            DataLoader: The loader.
+        """
         if isinstance(dataloader, dict):
             check_ann_file(dataloader.get('dataset') or {})
         return MMEngineRunner.build_dataloader(dataloader, seed,
@@ -166,9 +213,21 @@ class Runner(MMEngineRunner):
         """Log the effective batch; scale LRs by it if ``auto_scale_lr``.
 
         The factor is ``LR_RULES[rule](effective batch / base_batch_size)``
-        (:func:`mmext.lr_scaling.auto_scale_lr_options`). An Adam-family or
-        LAMB optimizer scaled linearly by more than
-        ``ADAM_LINEAR_LIMIT`` warns, unless ``rule`` is set."""
+        (:func:`mmext.lr_scaling.auto_scale_lr_options`), the effective batch
+        the loader batch x world size x ``accumulative_counts``. An Adam-family
+        or LAMB optimizer scaled linearly by more than ``ADAM_LINEAR_LIMIT``
+        warns, unless ``rule`` is set.
+
+        Args:
+            optim_wrapper (OptimWrapper | OptimWrapperDict): The built
+                wrapper(s).
+            auto_scale_lr (dict, optional): The config's ``auto_scale_lr``.
+                Defaults to None.
+
+        Raises:
+            TypeError: As :func:`mmext.lr_scaling.auto_scale_lr_options`.
+            ValueError: As :func:`mmext.lr_scaling.auto_scale_lr_options`.
+        """
         loader_batch = train_loader_batch_size(self)
         options = auto_scale_lr_options(auto_scale_lr)
         batches = {}
@@ -200,12 +259,17 @@ class Runner(MMEngineRunner):
 
     def save_checkpoint(self, *args, **kwargs) -> None:
         """mmengine's, after every rank has gathered the shards of each
-        ``ZeroRedundancyOptimizer`` on rank 0; arguments as there.
+        ``ZeroRedundancyOptimizer`` on rank 0.
 
         mmengine 0.10.7 saves on rank 0 only, where ZeRO's ``state_dict``
         gathers the shards by a collective call that the other ranks never
-        join: the run hangs, without AGVM too. Not gathered when the
-        optimizer is not saved (``save_best``)."""
+        join: the run hangs, without AGVM too. Not gathered when the optimizer
+        is not saved (``save_best``).
+
+        Args:
+            *args: As mmengine's ``Runner.save_checkpoint``.
+            **kwargs: As mmengine's ``Runner.save_checkpoint``.
+        """
         saved = inspect.signature(MMEngineRunner.save_checkpoint).bind(
             self, *args, **kwargs).arguments.get('save_optimizer', True)
         wrappers = optim_wrappers(self.optim_wrapper).values() if saved else ()
@@ -224,7 +288,15 @@ class Runner(MMEngineRunner):
 
     def resume(self, filename: str, resume_optimizer: bool = True,
                *args, **kwargs) -> None:
-        """mmengine's, with the resume guards; arguments as there."""
+        """mmengine's, with the resume guards (:func:`register_resume_guard`).
+
+        Args:
+            filename (str): The checkpoint.
+            resume_optimizer (bool): Whether to restore the optimizer state.
+                Defaults to True.
+            *args: As mmengine's ``Runner.resume``.
+            **kwargs: As mmengine's ``Runner.resume``.
+        """
         self._resuming = resume_optimizer
         try:
             super().resume(filename, resume_optimizer, *args, **kwargs)
@@ -232,9 +304,21 @@ class Runner(MMEngineRunner):
             self._resuming = None
 
     def load_checkpoint(self, filename: str, *args, **kwargs) -> dict:
-        """mmengine's, trusted; when resuming, every resume guard first (of
-        the modules the registries list too: ``ValueError`` naming what to
-        do instead)."""
+        """mmengine's, trusted; when resuming, every resume guard first.
+
+        The guards of the modules the registries list run too.
+
+        Args:
+            filename (str): The checkpoint.
+            *args: As mmengine's ``Runner.load_checkpoint``.
+            **kwargs: As mmengine's ``Runner.load_checkpoint``.
+
+        Returns:
+            dict: The loaded checkpoint.
+
+        Raises:
+            ValueError: From a guard, naming what to do instead.
+        """
         with trusted_checkpoint_loading():
             checkpoint = super().load_checkpoint(filename, *args, **kwargs)
         if self._resuming is not None:

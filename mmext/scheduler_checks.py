@@ -26,8 +26,15 @@ WARMUP_TYPES = (*_WARMUPS, 'LinearParamScheduler', 'ConstantParamScheduler')
 
 
 def scheduler_configs(schedulers) -> List[dict]:
-    """The config dicts, in order, of a ``param_scheduler`` value (a dict,
-    a list, or a dict of lists per optimizer; built schedulers left out)."""
+    """The config dicts of a ``param_scheduler`` value, in order.
+
+    Args:
+        schedulers (dict | list | None): A dict, a list, or a dict of lists
+            per optimizer.
+
+    Returns:
+        list[dict]: The configs; built schedulers left out.
+    """
     if isinstance(schedulers, dict):
         if 'type' in schedulers:
             return [schedulers]
@@ -40,12 +47,23 @@ def scheduler_configs(schedulers) -> List[dict]:
 def unused_scheduler_values(schedulers, max_epochs: Optional[int],
                             max_iters: Optional[int],
                             axis: str = '') -> List[str]:
-    """A message per value of the ``param_scheduler`` configs a run of
-    ``max_epochs`` and ``max_iters`` (None: that axis is not checked)
-    cannot honour: a scheduler that begins at or after the end of training,
-    one (not a step schedule) that ends after it, ``milestones`` at or
-    after the end. ``axis`` names the axis in the messages (``'recipe'``:
-    ``recipe epoch 5``) when it is not the run's."""
+    """The ``param_scheduler`` values a run cannot honour.
+
+    A scheduler that begins at or after the end of training, one (not a step
+    schedule) that ends after it, ``milestones`` at or after the end.
+
+    Args:
+        schedulers (dict | list | None): The ``param_scheduler`` value.
+        max_epochs (int, optional): The run's epochs; None: that axis is not
+            checked.
+        max_iters (int, optional): The run's iterations; None: that axis is
+            not checked.
+        axis (str): Names the axis in the messages (``'recipe'``: ``recipe
+            epoch 5``) when it is not the run's. Defaults to ``''``.
+
+    Returns:
+        list[str]: A message per value, with its fix.
+    """
     messages = []
     for cfg in scheduler_configs(schedulers):
         by_epoch = cfg.get('by_epoch', True)
@@ -81,9 +99,17 @@ def unused_scheduler_values(schedulers, max_epochs: Optional[int],
 
 
 def warmup_ends(schedulers, epoch_length: int) -> List[tuple]:
-    """``(type, begin, end)`` in iterations of each LR warm-up of a
-    ``param_scheduler`` config (the LR is the scheduled one from ``end``
-    on); ``epoch_length``: iterations per epoch, for ``by_epoch=True``."""
+    """Where each LR warm-up of a ``param_scheduler`` config ends.
+
+    The LR is the scheduled one from ``end`` on.
+
+    Args:
+        schedulers (dict | list | None): The ``param_scheduler`` value.
+        epoch_length (int): Iterations per epoch, for ``by_epoch=True``.
+
+    Returns:
+        list[tuple[str, int, int]]: ``(type, begin, end)`` in iterations.
+    """
     ends = []
     for cfg in scheduler_configs(schedulers):
         name = type_name(cfg['type'])

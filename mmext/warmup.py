@@ -64,7 +64,24 @@ class ExpWarmupParamScheduler(ExponentialParamScheduler):
     def build_iter_from_epoch(cls, *args, begin=0, end=SCHEDULER_INF,
                               by_epoch=True, epoch_length=None, **kwargs):
         """An iteration-based instance from an epoch-based config
-        (``convert_to_iter_based=True``)."""
+        (``convert_to_iter_based=True``).
+
+        Args:
+            *args: As the constructor (the optimizer).
+            begin (int): First epoch. Defaults to 0.
+            end (int): End epoch (exclusive). Defaults to ``INF``.
+            by_epoch (bool): Must be True. Defaults to True.
+            epoch_length (int, optional): Iterations per epoch, > 0. Defaults
+                to None.
+            **kwargs: As the constructor.
+
+        Returns:
+            ExpWarmupParamScheduler: The instance, ``begin`` and ``end`` in
+            iterations.
+
+        Raises:
+            ValueError: Without ``by_epoch=True`` and the epoch length.
+        """
         if not by_epoch or not epoch_length or epoch_length <= 0:
             raise refuse(ValueError('convert_to_iter_based needs '
                                     'by_epoch=True and the epoch length'))

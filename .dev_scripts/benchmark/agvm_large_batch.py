@@ -1,9 +1,9 @@
 """AGVM at a large batch by the paper's protocol: tune each arm, then seeds.
 
 Usage, from the project root (the d_i measurement is that of
-``tools/analysis/agvm_variance.py``, so ``tools/analysis`` goes on
-``PYTHONPATH``): PYTHONPATH=tools/analysis python
-.dev_scripts/benchmark/agvm_large_batch.py [--block sgd|adamw] [--json] ...
+``tools/analysis/agvm_variance.py``, imported through ``tool_modules``):
+python .dev_scripts/benchmark/agvm_large_batch.py [--block sgd|adamw]
+[--json] ...
 
 Setting (Xue et al., NeurIPS 2022, Sec. 3, CPU-sized): segmentation of
 generated scenes (``scenes.py``) by a small FPN whose backbone is pre-trained
@@ -48,6 +48,7 @@ from mmengine.optim.scheduler import PolyLR
 
 import mmext  # noqa: F401
 import scenes as scenes_module
+import tool_modules  # noqa: F401  (agvm_diagnostic, without PYTHONPATH)
 from agvm_diagnostic import module_layout, variance_by_batch_size
 from mmext.agvm.constructor import build_optimizer
 from mmext.agvm.statistics import DEFAULT_RATIO_RANGE

@@ -1,7 +1,7 @@
 """Per-step time of AGVM vs mmengine's plain OptimWrapper, side by side.
 
-Usage, from the project root (``bench_utils`` is in ``tools/benchmark``):
-PYTHONPATH=tools/benchmark python .dev_scripts/benchmark/agvm_overhead.py
+Usage, from the project root (``bench_utils`` of ``tools/benchmark``, imported
+through ``tool_modules``): python .dev_scripts/benchmark/agvm_overhead.py
 [--config configs/demo/faster-rcnn_r18_fpn_agvm_demo-det.py]
 [--steps 20] [--warmup 2] [--update-interval 10] [--depth 18]
 [--batch-size 2] [--nprocs 1 4] [--device cpu|cuda] [--json]
@@ -19,10 +19,13 @@ average before and after. Setting and figures: docs/en/benchmarks.md
 import argparse
 import json
 import os
+import os.path as osp
 import statistics
+import tempfile
 import time
 
 import mmext  # noqa: F401
+import tool_modules  # noqa: F401  (bench_utils, without PYTHONPATH)
 import torch
 import torch.distributed as dist
 from mmengine.config import Config
@@ -143,19 +146,19 @@ def slowest_rank(ranks: list) -> dict:
 
 
 def _run(world_size, args):
-    path = f'/tmp/agvm_overhead_{os.getpid()}_{world_size}.pth'
     backend = None
-    if world_size == 1:
-        _bench(0, 1, args, path)
-    else:
-        backend = ('nccl' if args.device == 'cuda'
-                   and torch.cuda.device_count() >= world_size else 'gloo')
-        run_processes(_bench, world_size, (args, path, backend),
-                      backend=backend)
-    ranks = []
-    for rank in range(world_size):
-        ranks.append(torch.load(f'{path}.{rank}', weights_only=False))
-        os.remove(f'{path}.{rank}')
+    # Each rank writes its result beside the others' in a private folder.
+    with tempfile.TemporaryDirectory(prefix='agvm_overhead_') as folder:
+        path = osp.join(folder, 'result.pth')
+        if world_size == 1:
+            _bench(0, 1, args, path)
+        else:
+            backend = ('nccl' if args.device == 'cuda'
+                       and torch.cuda.device_count() >= world_size else 'gloo')
+            run_processes(_bench, world_size, (args, path, backend),
+                          backend=backend)
+        ranks = [torch.load(f'{path}.{rank}', weights_only=False)
+                 for rank in range(world_size)]
     return dict(slowest_rank(ranks), backend=backend)
 
 

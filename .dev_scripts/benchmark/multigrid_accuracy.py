@@ -1,15 +1,14 @@
 """Time to accuracy: multigrid against the recipe's own trade-off curve.
 
 Usage, from the project root (it trains through the speed-up tool's
-``train_arm``, so ``tools/benchmark`` goes on ``PYTHONPATH``):
-PYTHONPATH=tools/benchmark python .dev_scripts/benchmark/multigrid_accuracy.py
+``train_arm``, imported through ``tool_modules``):
+python .dev_scripts/benchmark/multigrid_accuracy.py
 [--config CONFIG] [--seeds 0 1 2 3 4] [--fractions 0.25 0.5 0.75 1]
 [--curve-seeds 3] [--mg-fractions 1] [--arms paper constant ...]
 [--reuse JSON ...]
 [--jobs 1] [--threads 1] [--epochs N] [--margin 0.05] [--device cpu|cuda]
 [--json] [--work-dir DIR] [--cfg-options key=value ...]
-PYTHONPATH=tools/benchmark python .dev_scripts/benchmark/multigrid_accuracy.py
---from-json FILE
+python .dev_scripts/benchmark/multigrid_accuracy.py --from-json FILE
 
 The recipe (the config without its ``MultigridHook``) trains at each of
 ``--fractions`` of its epochs with its LR schedule scaled in proportion (its
@@ -35,6 +34,7 @@ import sys
 import time
 from argparse import Namespace
 
+import tool_modules  # noqa: F401  (the user tools' modules, no PYTHONPATH)
 from multigrid_speedup import (add_run_options, check_run_options,
                                setup_torch, shorten_schedule, train_arm)
 from seed_stats import (bootstrap_groups, detectable_difference,

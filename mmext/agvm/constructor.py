@@ -54,10 +54,20 @@ SPLIT_HEADS = ('bbox_head', 'mask_head')
 
 
 def default_module_names(model: nn.Module) -> List[str]:
-    """The model's top-level children that own trainable parameters (one
-    whose parameters are all tied to an earlier child's owns none); a child
-    with a trainable ``bbox_head`` and ``mask_head`` (Mask R-CNN's
-    ``roi_head``) is replaced by those two, as in the reference."""
+    """The default modulated modules of a model.
+
+    Its top-level children that own trainable parameters (one whose
+    parameters are all tied to an earlier child's owns none); a child with a
+    trainable ``bbox_head`` and ``mask_head`` (Mask R-CNN's ``roi_head``) is
+    replaced by those two, as in the reference (``GroupOptimizerConstructor``).
+
+    Args:
+        model (nn.Module): The unwrapped model.
+
+    Returns:
+        list[str]: The module names, in the model's order (the first is the
+        anchor).
+    """
     trainable = _trainable_names(model)
     names = []
     for name, child in model.named_children():
@@ -85,16 +95,27 @@ def _warn_if_anchor_moved(model: nn.Module, names: Sequence[str]) -> None:
 
 def resolve_module_names(model: nn.Module,
                          module_names: Optional[Sequence[str]]) -> List[str]:
-    """The modulated modules of the unwrapped ``model``, anchor first:
-    ``module_names`` (dotted submodule names) checked, or
-    :func:`default_module_names` for None (warned when the model's first
-    module is frozen: the anchor is then the next one).
+    """Validate ``module_names`` (dotted submodule names) against ``model``.
 
-    The one check of the option (the wrapper trusts it): ``ValueError`` if
-    ``module_names`` is not None or a list of names, if a name is not a
-    submodule, is listed twice or is ``'others'``, if the list is empty, or
-    if a module owns no trainable parameter (frozen, tied to another
-    module's, or claimed by a longer listed name)."""
+    The one check of the option: the wrapper trusts it.
+
+    Args:
+        model (nn.Module): The unwrapped model.
+        module_names (Sequence[str], optional): Modulated modules, the first
+            is the anchor; None for :func:`default_module_names` (warned when
+            the model's first module is frozen: the anchor is then the next
+            one).
+
+    Returns:
+        list[str]: The module names, anchor first.
+
+    Raises:
+        ValueError: If ``module_names`` is not None or a list of names, if a
+            name is not a submodule, is listed twice or is ``'others'``, if
+            the list is empty, or if a module owns no trainable parameter
+            (frozen, tied to another module's, or claimed by a longer listed
+            name).
+    """
     if module_names is not None and not (
             isinstance(module_names, (list, tuple))
             and all(isinstance(name, str) for name in module_names)):
@@ -158,11 +179,19 @@ def _why_owns_nothing(model: nn.Module, name: str,
 
 def assign_parameters(model: nn.Module,
                       module_names: Sequence[str]) -> Dict[int, str]:
-    """``id(param)`` -> its modulated module of ``module_names`` (from
-    :func:`resolve_module_names`) or ``'others'``, for every parameter of
-    the unwrapped ``model``: the longest listed name that prefixes its own
-    (so ``roi_head`` and ``roi_head.mask_head`` may both be listed). Frozen
-    ones too: the optimizer keeps them, so that a hook can unfreeze them."""
+    """Map each parameter to its modulated module or ``'others'``.
+
+    A parameter belongs to the longest listed name that prefixes its own (so
+    ``roi_head`` and ``roi_head.mask_head`` may both be listed). Frozen ones
+    too: the optimizer keeps them, so that a hook can unfreeze them.
+
+    Args:
+        model (nn.Module): The unwrapped model.
+        module_names (Sequence[str]): From :func:`resolve_module_names`.
+
+    Returns:
+        dict[int, str]: ``id(param)`` to module name.
+    """
     by_length = sorted(module_names, key=len, reverse=True)
     owners = {}
     for param_name, param in model.named_parameters():
@@ -175,12 +204,23 @@ def split_groups_by_module(groups: List[Dict], owners: Dict[int, str],
                            module_names: Sequence[str]) -> List[Dict]:
     """Split param groups so each holds parameters of one module only.
 
-    Each group keeps its options and gets ``'agvm_module'`` by ``owners``
-    (:func:`assign_parameters`; a parameter not in it goes to
-    ``'others'``); a parallel ``'param_names'`` list is split alongside.
-    Returns the tagged groups in input order, empty ones left out;
-    ``ValueError`` if they hold no trainable parameter of a listed module
-    (a recipe constructor that leaves them out)."""
+    Each group keeps its options and gets ``'agvm_module'``; a parallel
+    ``'param_names'`` list is split alongside; a parameter not in ``owners``
+    goes to ``'others'``.
+
+    Args:
+        groups (list[dict]): Param groups (``'params'`` plus options).
+        owners (dict[int, str]): ``id(param)`` to module name
+            (:func:`assign_parameters`).
+        module_names (Sequence[str]): The listed modules.
+
+    Returns:
+        list[dict]: The tagged groups, in input order, empty ones left out.
+
+    Raises:
+        ValueError: If the groups hold no trainable parameter of a listed
+            module (a recipe constructor that leaves them out).
+    """
     tagged = []
     for group in groups:
         names = group.get('param_names')
@@ -271,13 +311,22 @@ def _refuse_optim_wrapper_dict() -> None:
 
 
 def build_optimizer(optimizer_cfg: dict, groups: List[Dict]) -> Optimizer:
-    """``optimizer_cfg`` built on ``groups``, as mmengine's default
-    constructor builds it: the optimizer's first argument takes them (e.g.
-    ``model_params`` of colossalai's ``HybridAdam``).
+    """Build an optimizer config on given param groups.
 
-    A new optimizer rather than the recipe's regrouped in place: ZeRO's
-    ``add_param_group`` also feeds its local shard, which emptying
-    ``param_groups`` does not empty."""
+    As mmengine's default constructor builds it: the optimizer's first
+    argument takes them (e.g. ``model_params`` of colossalai's
+    ``HybridAdam``). A new optimizer rather than the recipe's regrouped in
+    place: ZeRO's ``add_param_group`` also feeds its local shard, which
+    emptying ``param_groups`` does not empty.
+
+    Args:
+        optimizer_cfg (dict): The ``optimizer`` config; a string ``type`` is
+            looked up in mmengine's ``OPTIMIZERS`` and the default scope.
+        groups (list[dict]): The param groups.
+
+    Returns:
+        Optimizer: The optimizer.
+    """
     optimizer_type = optimizer_cfg['type']
     if isinstance(optimizer_type, str):
         with OPTIMIZERS.switch_scope_and_registry(None) as registry:
@@ -384,12 +433,23 @@ class AGVMOptimWrapperConstructor:
 
     @logs_refusals
     def __call__(self, model: nn.Module) -> OptimWrapper:
-        """Build the AGVM wrapper for ``model`` (DDP-wrapped or not).
+        """Build the AGVM wrapper for a model.
 
-        ``ValueError`` for AGVM in an ``OptimWrapperDict``, for one listed
-        module (never modulated), or from :func:`resolve_module_names` and
-        :meth:`_recipe_optimizer`; a warning if the default names are one
-        module (the others frozen, perhaps unfrozen later by a hook)."""
+        A warning if the default names are one module (the others frozen,
+        perhaps unfrozen later by a hook).
+
+        Args:
+            model (nn.Module): The model, DDP-wrapped or not.
+
+        Returns:
+            OptimWrapper: The AGVM wrapper of ``optim_wrapper.type``, on the
+            recipe's optimizer with its groups split by module.
+
+        Raises:
+            ValueError: For AGVM in an ``OptimWrapperDict``, for one listed
+                module (never modulated), or from :func:`resolve_module_names`
+                and the recipe's constructor.
+        """
         _refuse_optim_wrapper_dict()
         # As mmengine's DefaultOptimWrapperConstructor: any ``module``.
         model = getattr(model, 'module', model)

@@ -2,8 +2,8 @@
 
 Both sources of halves, :class:`DistributedHalves` (ranks) and
 :class:`AccumulationHalves` (micro-batches of one process), measure the
-per-module |S_A|^2, |S_B|^2 and |S_A + S_B|^2 of the half sums, on the
-parameters' device. The wrapper calls them; they call nothing back."""
+per-module ``|S_A|^2``, ``|S_B|^2`` and ``|S_A + S_B|^2`` of the half sums, on
+the parameters' device. The wrapper calls them; they call nothing back."""
 import logging
 from contextlib import contextmanager
 from typing import (Callable, Dict, Iterator, List, Optional, Sequence,
@@ -26,15 +26,21 @@ class GradientLayout:
     """The optimizer's parameters laid out module by module in one buffer.
 
     Module i (``module_names`` order, then ``'others'``) is one contiguous
-    segment; the layout depends on the param groups and on which
-    parameters are trainable when it is built only, so it is the same on
-    every rank. Frozen parameters stay out (as out of DDP's buckets): kept
-    in the optimizer, as mmengine keeps them, for a hook that unfreezes
-    them later, but outside AGVM's statistics. The ``optimizer``'s param
-    groups are tagged with ``'agvm_module'`` by
-    :class:`mmext.agvm.AGVMOptimWrapperConstructor` (trusted: a tag outside
-    ``module_names``, anchor first, is ``'others'``); ValueError for
-    parameters on several devices."""
+    segment; the layout depends on the param groups and on which parameters
+    are trainable when it is built only, so it is the same on every rank.
+    Frozen parameters stay out (as out of DDP's buckets): kept in the
+    optimizer, as mmengine keeps them, for a hook that unfreezes them later,
+    but outside AGVM's statistics.
+
+    Args:
+        optimizer (Optimizer): Param groups tagged with ``'agvm_module'`` by
+            :class:`mmext.agvm.AGVMOptimWrapperConstructor` (trusted: a tag
+            outside ``module_names`` is ``'others'``).
+        module_names (Sequence[str]): Modulated modules, anchor first.
+
+    Raises:
+        ValueError: If the parameters are on several devices.
+    """
 
     def __init__(self, optimizer: Optimizer, module_names: Sequence[str]):
         self.module_names = list(module_names)
@@ -81,11 +87,20 @@ class GradientLayout:
 
     def flatten(self, extra: int = 0,
                 out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        """Copy the gradients, then ``extra`` zeroed slots, into one buffer
-        (``out`` if given: on CPU a fresh buffer this large costs more in
-        page faults than the copy) on the parameters' device. Returns it,
-        shape (numel + extra,), zeros where a grad is None, and a mask,
-        shape (num_params,), 1 where the grad exists; both :attr:`dtype`."""
+        """Copy the gradients into one buffer on the parameters' device.
+
+        Args:
+            extra (int): Zeroed slots appended after the gradients. Defaults to
+                0.
+            out (Tensor, optional): A buffer of shape (numel + extra,) to fill
+                (on CPU a fresh buffer this large costs more in page faults
+                than the copy). Defaults to None.
+
+        Returns:
+            tuple[Tensor, Tensor]: The buffer, shape (numel + extra,), zeros
+            where a grad is None, and a mask, shape (num_params,), 1 where the
+            grad exists; both of dtype :attr:`dtype`.
+        """
         grads = [
             p.new_zeros(p.numel()) if p.grad is None else p.grad.reshape(-1)
             for p in self.params
@@ -101,8 +116,12 @@ class GradientLayout:
         return out, used
 
     def write_grads(self, flat: Tensor, used: Tensor) -> None:
-        """Set each parameter's grad from ``flat`` (shape (numel,)), None
-        where ``used`` (shape (num_params,)) is 0."""
+        """Set each parameter's grad from ``flat`` (None where unused).
+
+        Args:
+            flat (Tensor): Shape (numel,), on the parameters' device.
+            used (Tensor): Shape (num_params,); the grad is None where 0.
+        """
         offset = 0
         for param, is_used in zip(self.params, used.tolist()):
             chunk = flat[offset:offset + param.numel()].view_as(param)
@@ -131,10 +150,17 @@ class GradientLayout:
 
     def segment_sq_norms(self, params: Sequence[Tensor],
                          flat: Tensor) -> Tensor:
-        """Per-module squared norms (float64, shape (M,), on ``flat``'s
-        device) of ``flat``, the gradients (shape (sum of numels,)) of
-        ``params`` in its order (e.g. one DDP bucket); parameters of no
-        modulated module are skipped."""
+        """Per-module squared norms of the gradients of some parameters.
+
+        Args:
+            params (Sequence[Tensor]): Parameters in the order of ``flat``
+                (e.g. one DDP bucket); those of no modulated module are
+                skipped.
+            flat (Tensor): Their gradients, shape (sum of numels,).
+
+        Returns:
+            Tensor: float64, shape (M,), on ``flat``'s device.
+        """
         key = tuple(map(id, params))
         runs = self._runs.get(key)
         if runs is None:
@@ -182,9 +208,16 @@ class DistributedHalves:
     Steps 1-2 (half sums, world sum; design.md, "Halves in DDP") run per
     bucket in DDP's communication hook, or once on the flattened gradient
     (:meth:`reduce_and_measure`); step 3 exchanges the (3, M) norm table.
-    Builds the two half process groups, a collective: every rank must
-    build this object in the same order. ``precondition`` is applied
-    before measuring; ``world_size >= 2``."""
+    Builds the two half process groups, a collective: every rank must build
+    this object in the same order.
+
+    Args:
+        layout (GradientLayout): The flat gradient layout.
+        world_size (int): Number of ranks, >= 2.
+        rank (int): This process' rank.
+        precondition (Preconditioner): Applied before measuring
+            (:data:`~mmext.agvm.statistics.STATISTICS`).
+    """
 
     def __init__(self, layout: GradientLayout, world_size: int, rank: int,
                  precondition: Preconditioner):
@@ -211,10 +244,18 @@ class DistributedHalves:
 
     @contextmanager
     def measuring(self, model: nn.Module, step: int) -> Iterator[None]:
-        """Context of the forward pass of a micro-batch of optimizer step
-        ``step``: the hook measures a DDP ``model``; otherwise DDP's
-        reduction is switched off (``no_sync``) and :meth:`measure`
-        reduces."""
+        """Context of the forward pass of a micro-batch of ``step``.
+
+        The hook measures a DDP ``model``; otherwise DDP's reduction is
+        switched off (``no_sync``) and :meth:`measure` reduces.
+
+        Args:
+            model (nn.Module): The training model (DDP-wrapped or not).
+            step (int): Optimizer step index of the micro-batch.
+
+        Yields:
+            None: Inside, the forward and backward of the micro-batch.
+        """
         if self.attach(model):
             if self._hook_step != step:
                 self._hook_step, self._norms = step, []
@@ -227,9 +268,15 @@ class DistributedHalves:
             yield
 
     def attach(self, model: nn.Module) -> bool:
-        """Register the communication hook on a DDP model (once); whether
-        it measures this model (not for a model that is not DDP or has a
-        communication hook already)."""
+        """Register the communication hook on a DDP model (once).
+
+        Args:
+            model (nn.Module): The training model.
+
+        Returns:
+            bool: Whether the hook measures this model; False for a model that
+            is not DDP or already has a communication hook.
+        """
         key = id(model)
         if key not in self._hooked:
             self._hooked[key] = False
@@ -245,10 +292,17 @@ class DistributedHalves:
         return self._hooked[key]
 
     def measure(self, step: int) -> Optional[HalfStatistics]:
-        """Statistics of the halves of ``step``, identical on every rank
-        (the grads then hold the world-mean gradient, as after DDP); None if
-        the step's forward ran outside ``optim_context`` (DDP averaged the
-        gradients already)."""
+        """Statistics of the halves of ``step``, identical on every rank.
+
+        The grads then hold the world-mean gradient, as after DDP.
+
+        Args:
+            step (int): Optimizer step index.
+
+        Returns:
+            HalfStatistics | None: None if the step's forward ran outside
+            ``optim_context`` (DDP averaged the gradients already).
+        """
         measured, fallback = self._measured_step, self._fallback_step
         self._hook_step = self._measured_step = self._fallback_step = None
         if measured == step:
@@ -277,7 +331,14 @@ class DistributedHalves:
         return future.then(finish)
 
     def reduce_and_measure(self) -> HalfStatistics:
-        """Reduce and measure the flattened gradients (no DDP hook)."""
+        """Reduce and measure the flattened gradients (no DDP hook).
+
+        The grads then hold the world-mean gradient.
+
+        Returns:
+            HalfStatistics: The statistics of the halves, identical on every
+            rank.
+        """
         layout = self.layout
         num_params = len(layout.params)
         buffer, used = layout.flatten(extra=num_params)
@@ -293,8 +354,17 @@ class DistributedHalves:
 
     def share_half_sum(self, grads: Tensor,
                         params: Sequence[Tensor]) -> Optional[Tensor]:
-        """Turn ``grads`` in place into this rank's share of S_A + S_B;
-        return the odd world's extra rank's own gradient, else None."""
+        """Turn ``grads`` in place into this rank's share of ``S_A + S_B``.
+
+        Args:
+            grads (Tensor): This rank's gradients of ``params``, flat.
+            params (Sequence[Tensor]): The parameters, in the order of
+                ``grads``.
+
+        Returns:
+            Tensor | None: The odd world's extra rank's own gradient, else
+            None.
+        """
         if self.side is None:
             return grads.clone()
         if self.half_size > 1:
@@ -308,7 +378,17 @@ class DistributedHalves:
 
     def measure_sum(self, total: Tensor, own: Optional[Tensor],
                      params: Sequence[Tensor]) -> None:
-        """|P(S_A + S_B)|^2 from the world sum, on :attr:`sum_rank` only."""
+        """Record ``|P(S_A + S_B)|^2`` from the world sum, on
+        :attr:`sum_rank` only.
+
+        Args:
+            total (Tensor): The world sum of the flat gradients, shape (N,).
+            own (Tensor, optional): This rank's own flat gradient, shape
+                (N,), subtracted when this rank is inside a half; None when
+                it is outside both.
+            params (Sequence[Tensor]): The parameters of the layout, in its
+                order.
+        """
         if self.rank != self.sum_rank:
             return
         halves_sum = total if own is None else total - own
@@ -330,10 +410,14 @@ class DistributedHalves:
 class AccumulationHalves:
     """First vs second half of the accumulated micro-batches (one process).
 
-    The first half's gradient sum and the total are copied into two
-    buffers kept for the run (2 x numel of :attr:`GradientLayout.dtype`).
-    ``accumulative_counts``: K, even and >= 2; ``precondition`` is applied
-    before measuring."""
+    The first half's gradient sum and the total are copied into two buffers
+    kept for the run (2 x numel of :attr:`GradientLayout.dtype`).
+
+    Args:
+        layout (GradientLayout): The flat gradient layout.
+        accumulative_counts (int): K, even and >= 2.
+        precondition (Preconditioner): Applied before measuring.
+    """
 
     def __init__(self, layout: GradientLayout, accumulative_counts: int,
                  precondition: Preconditioner):
@@ -344,8 +428,12 @@ class AccumulationHalves:
         self._first_of: Optional[int] = None  # step of the first half kept
 
     def after_backward(self, step: int, micro_batches_done: int) -> None:
-        """Keep the gradient sum of the first half of optimizer step
-        ``step`` (``micro_batches_done``: its backward passes so far)."""
+        """Keep the gradient sum of the first half of step ``step``.
+
+        Args:
+            step (int): Optimizer step index.
+            micro_batches_done (int): Backward passes done in this step.
+        """
         if micro_batches_done != self.half:
             return
         if self._buffers is None:
@@ -356,8 +444,15 @@ class AccumulationHalves:
         self._first_of = step
 
     def measure(self, step: int) -> Optional[HalfStatistics]:
-        """Statistics of the two halves of step ``step``; None if the first
-        half was not seen (e.g. a resume inside the accumulation window)."""
+        """Statistics of the two halves of step ``step``.
+
+        Args:
+            step (int): Optimizer step index.
+
+        Returns:
+            HalfStatistics | None: None if the first half was not seen (e.g. a
+            resume inside the accumulation window).
+        """
         if self._first_of != step:
             return None
         self._first_of = None

@@ -96,9 +96,16 @@ def _ranks(ranks: Sequence[int]) -> str:
 
 
 def halves_description(world_size: int, accumulative_counts: int) -> str:
-    """How the halves A and B are formed of ``world_size`` processes or K
-    = ``accumulative_counts`` micro-batches: e.g. ``'ranks 0-3 vs ranks
-    4-7 (world size 8)'``."""
+    """How the halves A and B are formed.
+
+    Args:
+        world_size (int): Processes; the halves are ranks for 2 or more.
+        accumulative_counts (int): K, micro-batches per optimizer step; the
+            halves in one process.
+
+    Returns:
+        str: E.g. ``'ranks 0-3 vs ranks 4-7 (world size 8)'``.
+    """
     if world_size >= 2:
         half_a, half_b = split_ranks(world_size)
         text = (f'{_ranks(half_a)} vs {_ranks(half_b)} (world size '
@@ -118,11 +125,22 @@ def halves_description(world_size: int, accumulative_counts: int) -> str:
 def run_summary(module_names: Sequence[str], sizes: Sequence[int],
                 halves: str, schedule: AGVMSchedule, clipping: bool,
                 statistic: str, max_iters: Optional[int] = None) -> str:
-    """The block AGVM logs when training starts (lines starting with
-    ``AGVM``): ``module_names`` (anchor first) with ``sizes`` (trainable
-    parameters per module, then ``'others'``), ``halves``
-    (:func:`halves_description`), the ``schedule``, whether ``clip_grad``
-    is set (``clipping``), the ``statistic`` and the run's ``max_iters``."""
+    """The block AGVM logs when training starts (lines starting with ``AGVM``).
+
+    Args:
+        module_names (Sequence[str]): The modulated modules, anchor first.
+        sizes (Sequence[int]): Trainable parameters per module, then
+            ``'others'``'s.
+        halves (str): :func:`halves_description`.
+        schedule (AGVMSchedule): When AGVM re-estimates and applies.
+        clipping (bool): Whether ``clip_grad`` is set.
+        statistic (str): The statistic, a key of
+            :data:`~mmext.agvm.statistics.STATISTICS`.
+        max_iters (int, optional): The run's iterations. Defaults to None.
+
+    Returns:
+        str: The lines, joined by newlines.
+    """
     width = max(len(n) for n in list(module_names) + ['others'])
     lines = [f'AGVM: {len(module_names)} modulated modules, anchor (module '
              f'0) {module_names[0]!r}:']
@@ -155,7 +173,14 @@ def run_summary(module_names: Sequence[str], sizes: Sequence[int],
 
 # ------------------------------------------------------- checks at the start
 def is_agvm_type(wrapper_type) -> bool:
-    """Whether an ``optim_wrapper`` config's ``type`` is an AGVM wrapper."""
+    """Whether an ``optim_wrapper`` config's ``type`` is an AGVM wrapper.
+
+    Args:
+        wrapper_type (str | type): The ``type``, a registered name or a class.
+
+    Returns:
+        bool: True for :class:`AGVMOptimWrapper` and its subclasses.
+    """
     if isinstance(wrapper_type, str):
         wrapper_type = OPTIM_WRAPPERS.get(wrapper_type)
     return isinstance(wrapper_type, type) and issubclass(
@@ -164,10 +189,19 @@ def is_agvm_type(wrapper_type) -> bool:
 
 def ema_interval_messages(hook_cfgs: Sequence[dict],
                           accumulative_counts: int) -> List[str]:
-    """A message per ``EMAHook`` of ``hook_cfgs`` (``custom_hooks`` and the
-    values of ``default_hooks``) whose ``interval`` is no multiple of K =
-    ``accumulative_counts``: the weights change every K runner iterations,
-    so such a hook averages the same weights several times."""
+    """The ``EMAHook`` intervals that average the same weights several times.
+
+    The weights change every K runner iterations with accumulation, so an
+    ``interval`` that is no multiple of K averages them again.
+
+    Args:
+        hook_cfgs (Sequence[dict]): ``custom_hooks`` and the values of
+            ``default_hooks``.
+        accumulative_counts (int): K.
+
+    Returns:
+        list[str]: A message per such hook, naming the interval to set.
+    """
     messages = []
     for hook in hook_cfgs:
         hook_type = hook.get('type') if isinstance(hook, dict) else None
@@ -316,10 +350,18 @@ class AGVMOptimWrapper(OptimWrapper):
         honour, a ``start_iter`` in a warm-up and an EMAHook's interval;
         refuses ``auto_scale_lr`` with accumulation. The checks read the
         runner's config object (:func:`mmext.compat.calling_runner`); without
-        one they are skipped with a warning. Notes whether a
-        ``NaNGuardHook`` of the runner checks the gradients
-        (:meth:`_non_finite`). ``init_counts``: ``runner.iter``;
-        ``max_counts``: ``max_iters``."""
+        one they are skipped with a warning. Notes whether a ``NaNGuardHook``
+        of the runner checks the gradients.
+
+        Args:
+            model (nn.Module): The training model.
+            init_counts (int): ``runner.iter``.
+            max_counts (int): ``runner.max_iters``.
+
+        Raises:
+            ValueError: For ``auto_scale_lr`` with accumulation
+                (:func:`~mmext.lr_scaling.check_auto_scale_lr`).
+        """
         super().initialize_count_status(model, init_counts, max_counts)
         print_log(self.summary(max_counts), logger='current',
                   level=logging.INFO)
@@ -346,7 +388,14 @@ class AGVMOptimWrapper(OptimWrapper):
             warn(message)
 
     def summary(self, max_iters: Optional[int] = None) -> str:
-        """What AGVM will do in this run (:func:`run_summary`)."""
+        """What AGVM will do in this run.
+
+        Args:
+            max_iters (int, optional): The run's iterations. Defaults to None.
+
+        Returns:
+            str: :func:`run_summary` of this wrapper.
+        """
         world_size = self.halves.world_size if self.distributed else 1
         return run_summary(
             self.module_names, [hi - lo for lo, hi in self.layout.bounds],
@@ -370,8 +419,15 @@ class AGVMOptimWrapper(OptimWrapper):
 
     @contextmanager
     def optim_context(self, model: nn.Module):
-        """mmengine's context; on DDP re-estimation steps, the halves'
-        (:meth:`DistributedHalves.measuring`) of the (DDP) ``model``."""
+        """mmengine's context, with the halves' on DDP re-estimation steps.
+
+        Args:
+            model (nn.Module): The training model (DDP-wrapped or not).
+
+        Yields:
+            None: Inside, the forward and backward of a micro-batch
+            (:meth:`DistributedHalves.measuring` on re-estimation steps).
+        """
         with ExitStack() as stack:
             iteration = self._counts[0]
             if self.distributed:
@@ -384,7 +440,12 @@ class AGVMOptimWrapper(OptimWrapper):
             yield
 
     def backward(self, loss: Tensor, **kwargs) -> None:
-        """Back-propagate; in one process, keep the first half's grads."""
+        """Back-propagate; in one process, keep the first half's grads.
+
+        Args:
+            loss (Tensor): The loss, a scalar.
+            **kwargs: Keyword arguments of ``loss.backward``.
+        """
         iteration = self._counts[0]
         super().backward(loss, **kwargs)
         if not self.distributed and self._measures(iteration):
@@ -393,7 +454,15 @@ class AGVMOptimWrapper(OptimWrapper):
                 iteration + 1 - self.schedule.window_start(iteration))
 
     def step(self, **kwargs) -> None:
-        """Re-estimate if due, then step with the factors applied."""
+        """Re-estimate if due, then step with the factors applied.
+
+        Each module's param groups have their LR multiplied by its factor
+        around ``optimizer.step()``; the factors are logged as
+        ``train/agvm_mu/<module>`` (:data:`SCALAR_FACTOR`).
+
+        Args:
+            **kwargs: Keyword arguments of ``optimizer.step``.
+        """
         iteration = self._counts[0] - 1
         if self._measures(iteration):
             self.update_factors(self.schedule.step_index(iteration))
@@ -425,8 +494,18 @@ class AGVMOptimWrapper(OptimWrapper):
             yield
 
     def update_factors(self, step: int) -> None:
-        """Measure the halves of optimizer step ``step``, update the EMA
-        (:meth:`_non_finite` at non-finite gradients)."""
+        """Measure the halves of an optimizer step and update the EMA.
+
+        Logs d_i and the factors at the step (:data:`SCALAR_VARIANCE`,
+        :data:`SCALAR_ESTIMATE`); at non-finite gradients the factors stay.
+
+        Args:
+            step (int): Optimizer step index.
+
+        Raises:
+            FloatingPointError: At non-finite gradients, naming the modules,
+                unless the loss scaler or a ``NaNGuardHook`` handles the step.
+        """
         stats = self.halves.measure(step)
         if stats is None:
             # DDP already averaged the grads (no optim_context around the
@@ -493,8 +572,12 @@ class AGVMOptimWrapper(OptimWrapper):
         visualizer.add_scalars(scalars, step=(step + 1) * self._counts[1])
 
     def state_dict(self) -> dict:
-        """The optimizer's state dict plus ``'agvm'``: module names, EMA
-        state and last d_i (float64, (M,))."""
+        """The optimizer's state dict plus AGVM's.
+
+        Returns:
+            dict: mmengine's state dict and ``'agvm'``: module names, EMA state
+            and the last d_i (float64, shape (M,)).
+        """
         state = super().state_dict()
         state['agvm'] = dict(
             module_names=list(self.module_names),
@@ -504,8 +587,15 @@ class AGVMOptimWrapper(OptimWrapper):
 
     @logs_refusals
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore :meth:`state_dict` output; ``ValueError`` for a
-        checkpoint without AGVM state, of other module names or groups."""
+        """Restore :meth:`state_dict` output.
+
+        Args:
+            state_dict (dict): A state dict of an AGVM wrapper.
+
+        Raises:
+            ValueError: For a checkpoint without AGVM state, or of other module
+                names or param groups (naming ``load_from`` to start afresh).
+        """
         state_dict = dict(state_dict)
         agvm = state_dict.pop('agvm', None)
         if agvm is None:
@@ -540,9 +630,26 @@ class AGVMAmpOptimWrapper(AGVMOptimWrapper, AmpOptimWrapper):
     depend on the loss scale).
 
     Args:
-        optimizer, module_names, update_interval, ema_momentum, ratio_range,
-            start_iter, end_iter, statistic, clip_grad_window,
-            accumulative_counts, clip_grad: As in :class:`AGVMOptimWrapper`.
+        optimizer (Optimizer): As in :class:`AGVMOptimWrapper`.
+        module_names (Sequence[str], optional): As in
+            :class:`AGVMOptimWrapper`. Defaults to None.
+        update_interval (int): As in :class:`AGVMOptimWrapper`. Defaults to
+            10.
+        ema_momentum (float): As in :class:`AGVMOptimWrapper`. Defaults to
+            0.97.
+        ratio_range (tuple[float, float]): As in :class:`AGVMOptimWrapper`.
+            Defaults to (0.5, 10.0).
+        start_iter (int): As in :class:`AGVMOptimWrapper`. Defaults to 0.
+        end_iter (int, optional): As in :class:`AGVMOptimWrapper`. Defaults
+            to None.
+        statistic (str): As in :class:`AGVMOptimWrapper`. Defaults to
+            ``'grad'``.
+        clip_grad_window (tuple[int, int], optional): As in
+            :class:`AGVMOptimWrapper`. Defaults to None.
+        accumulative_counts (int): As in :class:`AGVMOptimWrapper`. Defaults
+            to 1.
+        clip_grad (dict, optional): As in :class:`AGVMOptimWrapper`.
+            Defaults to None.
         loss_scale (str | float | dict): As in ``AmpOptimWrapper``.
             Defaults to ``'dynamic'``.
         dtype (str | torch.dtype, optional): As in ``AmpOptimWrapper``.
@@ -587,8 +694,20 @@ class AGVMAmpOptimWrapper(AGVMOptimWrapper, AmpOptimWrapper):
 def agvm_checkpoint_needs_the_wrapper(runner, checkpoint: dict,
                                        filename: str,
                                        resume_optimizer: bool) -> None:
-    """Refuse to resume AGVM optimizer state into a wrapper without AGVM
-    (``ValueError`` naming the AGVM wrapper to use, or ``load_from``)."""
+    """Refuse to resume AGVM optimizer state into a wrapper without AGVM.
+
+    A resume guard of :class:`mmext.Runner`
+    (:func:`~mmext.runner.register_resume_guard`).
+
+    Args:
+        runner (Runner): The runner resuming.
+        checkpoint (dict): The loaded checkpoint.
+        filename (str): Its path.
+        resume_optimizer (bool): Whether the optimizer state is resumed.
+
+    Raises:
+        ValueError: Naming the AGVM wrapper to use, or ``load_from``.
+    """
     saved = (checkpoint.get('optimizer') or {}) if resume_optimizer else {}
     if 'param_groups' in saved:
         saved = {'': saved}

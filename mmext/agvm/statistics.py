@@ -29,9 +29,13 @@ _ZERO_VARIANCE = 1e-12
 
 
 class HalfStatistics(NamedTuple):
-    """Per-module statistics of the halves, float64 tensors of shape (M,):
-    ``dot`` G_A^(i) . G_B^(i), ``sq_norm_a`` |G_A^(i)|^2, ``sq_norm_b``
-    |G_B^(i)|^2."""
+    """Per-module statistics of the halves A and B.
+
+    Attributes:
+        dot (Tensor): ``G_A^(i) . G_B^(i)``, float64, shape (M,).
+        sq_norm_a (Tensor): ``|G_A^(i)|^2``, float64, shape (M,).
+        sq_norm_b (Tensor): ``|G_B^(i)|^2``, float64, shape (M,).
+    """
     dot: Tensor
     sq_norm_a: Tensor
     sq_norm_b: Tensor
@@ -39,16 +43,32 @@ class HalfStatistics(NamedTuple):
 
 def half_dot_from_norms(sq_norm_sum: Tensor, sq_norm_a: Tensor,
                         sq_norm_b: Tensor) -> Tensor:
-    """Dot product ``a . b = (|a + b|^2 - |a|^2 - |b|^2) / 2`` of the
-    squared norms (each of shape (M,)); shape (M,)."""
+    """Dot products of the halves from squared norms.
+
+    ``a . b = (|a + b|^2 - |a|^2 - |b|^2) / 2``.
+
+    Args:
+        sq_norm_sum (Tensor): ``|a + b|^2`` per module, shape (M,).
+        sq_norm_a (Tensor): ``|a|^2``, shape (M,).
+        sq_norm_b (Tensor): ``|b|^2``, shape (M,).
+
+    Returns:
+        Tensor: ``a . b``, shape (M,).
+    """
     return (sq_norm_sum - sq_norm_a - sq_norm_b) / 2
 
 
 def gradient_variance(stats: HalfStatistics) -> Tuple[Tensor, Tensor]:
-    """Gradient variance d_i = 1 - cos(G_A^(i), G_B^(i)) (paper Sec. 3)
-    of the halves' ``stats``: ``d`` (float64, shape (M,), in [0, 2]) and
-    ``valid`` (bool, shape (M,)): False where a half's gradient is zero or
-    any input is non-finite; ``d`` is 0 there and must not be used."""
+    """Gradient variance ``d_i = 1 - cos(G_A^(i), G_B^(i))`` (paper Sec. 3).
+
+    Args:
+        stats (HalfStatistics): The halves' statistics.
+
+    Returns:
+        tuple[Tensor, Tensor]: ``d`` (float64, shape (M,), in [0, 2]) and
+        ``valid`` (bool, shape (M,)): False where a half's gradient is zero or
+        any input is non-finite; ``d`` is 0 there and must not be used.
+    """
     dot, sq_a, sq_b = (t.double() for t in stats)
     denom = (sq_a * sq_b).sqrt()
     valid = (torch.isfinite(dot) & torch.isfinite(denom) & (sq_a > 0)
@@ -62,13 +82,23 @@ def gradient_variance(stats: HalfStatistics) -> Tuple[Tensor, Tensor]:
 def modulation_factors(d: Tensor, valid: Tensor, anchor: int,
                        ratio_range: Tuple[float, float] = DEFAULT_RATIO_RANGE
                        ) -> Tensor:
-    """Modulation factors mu_i = sqrt(clamp(d_anchor / d_i, lo, hi)).
+    """Modulation factors ``mu_i = sqrt(clamp(d_anchor / d_i, lo, hi))``.
 
-    Paper Sec. 3, of ``d`` and ``valid`` (shape (M,), from
-    :func:`gradient_variance`) with the module ``anchor`` (the backbone in
-    the paper). A zero d_i gives ``hi`` (the ratio is 1 if d_anchor is zero
-    too; the reference adds 1e-6 to both d's instead). mu: float64, shape
-    (M,); NaN where not ``valid``, and all NaN if the anchor is not valid."""
+    Paper Sec. 3. A zero ``d_i`` gives ``hi`` (the ratio is 1 if
+    ``d_anchor`` is zero too; the reference adds 1e-6 to both d's instead).
+
+    Args:
+        d (Tensor): Gradient variances, shape (M,)
+            (:func:`gradient_variance`).
+        valid (Tensor): Bool, shape (M,), from :func:`gradient_variance`.
+        anchor (int): Index of the anchor module (the backbone in the paper).
+        ratio_range (tuple[float, float]): ``(lo, hi)``, the clamp of
+            ``d_anchor / d_i``. Defaults to :data:`DEFAULT_RATIO_RANGE`.
+
+    Returns:
+        Tensor: mu, float64, shape (M,); NaN where not ``valid``, and all NaN
+        if the anchor is not valid.
+    """
     lo, hi = ratio_range
     d = d.double()
     d_anchor = d[anchor]
@@ -87,8 +117,15 @@ def modulation_factors(d: Tensor, valid: Tensor, anchor: int,
 class ModulationEMA:
     """EMA s_i of the modulation factors; s_i = 1 initially (paper Sec. 3).
 
-    ``factors`` is a float64 host tensor of M = ``num_modules`` >= 1, read
-    as LR multipliers every step; ``momentum``: alpha in [0, 1)."""
+    Attributes:
+        factors (Tensor): s, a float64 host tensor of shape (M,), read as LR
+            multipliers every step.
+        num_updates (int): Updates that changed some factor.
+
+    Args:
+        num_modules (int): M >= 1.
+        momentum (float): alpha in [0, 1). Defaults to 0.97.
+    """
 
     def __init__(self, num_modules: int, momentum: float = 0.97):
         self.momentum = momentum
@@ -96,8 +133,14 @@ class ModulationEMA:
         self.num_updates = 0
 
     def update(self, mu: Tensor) -> Tensor:
-        """Blend ``mu`` (shape (M,), on the host; NaN entries keep their
-        s_i) into the average; return the factors s (float64, (M,))."""
+        """Blend factors into the average: ``s = alpha s + (1 - alpha) mu``.
+
+        Args:
+            mu (Tensor): Shape (M,), on the host; NaN entries keep their s_i.
+
+        Returns:
+            Tensor: The factors s, float64, shape (M,).
+        """
         mu = mu.double()
         finite = torch.isfinite(mu)
         blended = self.momentum * self.factors + (1 - self.momentum) * mu
@@ -106,13 +149,23 @@ class ModulationEMA:
         return self.factors
 
     def state_dict(self) -> Dict:
-        """Return the factors (float64 tensor (M,)) and update count."""
+        """The EMA's state.
+
+        Returns:
+            dict: ``factors`` (float64 tensor, shape (M,)) and ``num_updates``.
+        """
         return dict(factors=self.factors.clone(),
                     num_updates=self.num_updates)
 
     def load_state_dict(self, state: Dict) -> None:
-        """Restore :meth:`state_dict` output (of as many modules: the
-        wrapper compares the module names first)."""
+        """Restore :meth:`state_dict` output.
+
+        Of as many modules: the wrapper compares the module names first.
+
+        Args:
+            state (dict): A :meth:`state_dict`, possibly mapped to another
+                device.
+        """
         # mmengine's resume may map the checkpoint to the GPU.
         self.factors = torch.as_tensor(state['factors'], dtype=torch.float64,
                                        device='cpu').clone()
@@ -120,28 +173,56 @@ class ModulationEMA:
 
 
 def split_ranks(world_size: int) -> Tuple[Sequence[int], Sequence[int]]:
-    """The ranks of the two equal halves A and B of ``world_size >= 2``
-    processes; with an odd world size the last rank is in neither."""
+    """The ranks of the two equal halves A and B.
+
+    Args:
+        world_size (int): Processes, >= 2.
+
+    Returns:
+        tuple[list[int], list[int]]: The ranks of A and of B; with an odd
+        world size the last rank is in neither.
+    """
     half = world_size // 2
     return list(range(half)), list(range(half, 2 * half))
 
 
 def raw_gradient(optimizer: Optimizer, params: Sequence[Tensor],
                  flat: Tensor, out: Optional[Tensor] = None) -> Tensor:
-    """The gradients as they are (the paper's SGD statistic)."""
+    """The gradients as they are (the paper's SGD statistic).
+
+    Args:
+        optimizer (Optimizer): Unused (the :class:`Statistic` signature).
+        params (Sequence[Tensor]): Unused.
+        flat (Tensor): The gradients, shape (sum of numels,).
+        out (Tensor, optional): Where to copy them (may be ``flat``). Defaults
+            to None.
+
+    Returns:
+        Tensor: ``flat``, or ``out`` holding it.
+    """
     return flat if out is None or out is flat else out.copy_(flat)
 
 
 def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
                       flat: Tensor, out: Optional[Tensor] = None) -> Tensor:
-    """Adam-preconditioned gradients g / (sqrt(v) + eps), AGVM's AdamW mode.
+    """Adam-preconditioned gradients ``g / (sqrt(v) + eps)``, AGVM's AdamW
+    mode.
 
     v is the stored ``exp_avg_sq``, or ``max_exp_avg_sq`` in a group with
-    ``amsgrad`` (AMSGrad steps along the running maximum); the
-    reference blends in the current g first, which would differ between
-    ranks. Parameters without v yet are left as they are. ``flat``: the
-    gradients of ``params``, shape (sum of numels,); the result is written
-    to ``out`` (may be ``flat``; default a new tensor) and returned."""
+    ``amsgrad`` (AMSGrad steps along the running maximum); the reference
+    blends in the current g first, which would differ between ranks.
+    Parameters without v yet are left as they are.
+
+    Args:
+        optimizer (Optimizer): The optimizer holding v and ``eps``.
+        params (Sequence[Tensor]): The parameters, in the order of ``flat``.
+        flat (Tensor): Their gradients, shape (sum of numels,).
+        out (Tensor, optional): Where to write the result (may be ``flat``).
+            Defaults to None (a new tensor).
+
+    Returns:
+        Tensor: The preconditioned gradients, shape of ``flat``.
+    """
     eps_of, amsgrad = {}, set()
     for group in optimizer.param_groups:
         for p in group['params']:
@@ -165,13 +246,20 @@ def adam_precondition(optimizer: Optimizer, params: Sequence[Tensor],
 
 
 def keeps_adam_moments(optimizer: Optimizer) -> bool:
-    """Whether ``optimizer`` keeps Adam's second moment ``exp_avg_sq``.
+    """Whether an optimizer keeps Adam's second moment ``exp_avg_sq``.
 
     The state is empty until the first step, so an optimizer of the same
     class and defaults steps once on a one-element tensor: Adam, AdamW,
-    NAdam, RAdam and LAMB keep it; Adamax (``exp_inf``) and Lion do not.
-    A class its defaults cannot rebuild counts if its groups have ``betas``.
-    (Not for ZeRO, which shards the state.)"""
+    NAdam, RAdam and LAMB keep it; Adamax (``exp_inf``) and Lion do not. A
+    class its defaults cannot rebuild counts if its groups have ``betas``.
+    (Not for ZeRO, which shards the state.)
+
+    Args:
+        optimizer (Optimizer): The optimizer.
+
+    Returns:
+        bool: Whether ``statistic='adam'`` can read it.
+    """
     kind = type(optimizer)
     signature = inspect.signature(kind.__init__).parameters.values()
     takes_any = any(p.kind is p.VAR_KEYWORD for p in signature)
@@ -191,14 +279,22 @@ def keeps_adam_moments(optimizer: Optimizer) -> bool:
 
 
 class Statistic(NamedTuple):
-    """One row of :data:`STATISTICS`: ``precondition(optimizer, params,
-    flat, out=None)``, the vector whose cosine is measured, from the
-    gradients ``flat`` of ``params``, written to ``out`` if given (which may
-    be ``flat``): linear and the same on every rank, so the halves' norms
-    give its dot product (:func:`half_dot_from_norms`); ``accepts(optimizer)
-    -> bool`` (None: any), checked by the wrapper (a statistic with one
-    reads the optimizer's state, so ZeRO, which shards it, is refused);
-    ``optimizer_kind``, the optimizers it accepts, for the error message."""
+    """One row of :data:`STATISTICS`: what AGVM takes the cosine of.
+
+    Attributes:
+        precondition (Callable[..., Tensor]): ``precondition(optimizer,
+            params, flat, out=None)``, the vector whose cosine is measured,
+            from the gradients ``flat`` of ``params``, written to ``out`` if
+            given (which may be ``flat``): linear and the same on every rank,
+            so the halves' norms give its dot product
+            (:func:`half_dot_from_norms`).
+        accepts (Callable[[Optimizer], bool], optional): Whether an
+            optimizer can give the statistic, checked by the wrapper (None:
+            any; a statistic with one reads the optimizer's state, so ZeRO,
+            which shards it, is refused). Defaults to None.
+        optimizer_kind (str): The optimizers it accepts, for the error
+            message. Defaults to ``'any optimizer'``.
+    """
     precondition: Callable[..., Tensor]
     accepts: Optional[Callable[[Optimizer], bool]] = None
     optimizer_kind: str = 'any optimizer'

@@ -28,16 +28,29 @@ class SubBatchNorm:
     """Sub-batch BN mixed into a BN layer of a splittable kind.
 
     In training, ``N > bn_base_size`` clips are normalised in
-    ``N // bn_base_size`` splits of consecutive clips; otherwise the layer's
-    own ``forward`` runs. ``bn_base_size``: clips per split (set by
-    :func:`enable_sub_bn`); ``plain_type``: the BN kind this class extends."""
+    ``N // bn_base_size`` splits of consecutive clips (PySlowFast
+    ``SubBatchNorm3d``); otherwise the layer's own ``forward`` runs.
+
+    Attributes:
+        bn_base_size (int): Clips per split, set by :func:`enable_sub_bn`.
+        plain_type (type): The BN kind this class extends.
+    """
 
     bn_base_size: int
     plain_type: type
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise ``x`` of shape ``(N, C, T, H, W)`` (any memory format;
-        in training an ``N`` above ``bn_base_size`` is a multiple of it)."""
+        """Normalise a batch, in splits of ``bn_base_size`` clips in training.
+
+        Args:
+            x (torch.Tensor): Features of shape ``(N, C, T, H, W)``, any memory
+                format; in training an ``N`` above ``bn_base_size`` is a
+                multiple of it.
+
+        Returns:
+            torch.Tensor: The normalised features, shape and memory format of
+            ``x``.
+        """
         n, base = x.shape[0], self.bn_base_size
         if not self.training or n <= base:
             return super().forward(x)
@@ -115,6 +128,11 @@ class SubBatchNorm:
             (variance * (count / max(count - 1, 1))).to(dtype), factor)
 
     def extra_repr(self) -> str:
+        """The layer's ``repr`` fields, with ``bn_base_size``.
+
+        Returns:
+            str: The plain kind's fields, then ``bn_base_size=...``.
+        """
         return f'{super().extra_repr()}, bn_base_size={self.bn_base_size}'
 
 
@@ -163,8 +181,17 @@ def _bn_layers(model: nn.Module) -> Iterable:
 
 
 def bn_layers_in_training(model: nn.Module) -> List[Tuple[str, nn.Module]]:
-    """``(name, module)`` of the BN layers that ``model.train()`` puts in
-    training mode (``norm_eval``, ``frozen_stages``); modes are restored."""
+    """The BN layers that ``model.train()`` puts in training mode.
+
+    Honours ``norm_eval`` and ``frozen_stages``; the modules' modes are
+    restored.
+
+    Args:
+        model (nn.Module): The unwrapped model.
+
+    Returns:
+        list[tuple[str, nn.Module]]: ``(name, module)`` of each such layer.
+    """
     modes = [(m, m.training) for m in model.modules()]
     model.train()
     training = {m for m in model.modules() if m.training}
@@ -179,15 +206,28 @@ def _splittable(module: nn.Module) -> bool:
 
 
 def unsplittable_bn_layers(model: nn.Module) -> List[str]:
-    """``'name (Type)'`` of the BN layers that train but are of no kind in
-    ``SPLITTABLE_BN_TYPES`` (e.g. ``BatchNorm1d`` in a head)."""
+    """The BN layers that train but that sub-batch BN cannot split.
+
+    Args:
+        model (nn.Module): The unwrapped model.
+
+    Returns:
+        list[str]: ``'name (Type)'`` of each layer of no kind in
+        :data:`SPLITTABLE_BN_TYPES` (e.g. ``BatchNorm1d`` in a head).
+    """
     return [f'{name} ({type(m).__name__})'
             for name, m in bn_layers_in_training(model) if not _splittable(m)]
 
 
 def enable_sub_bn(model: nn.Module, bn_base_size: int) -> int:
-    """Give every splittable BN layer that trains sub-batch BN of
-    ``bn_base_size`` clips per split (only module classes change).
+    """Give every splittable BN layer that trains sub-batch BN.
+
+    Only module classes change: parameters, buffers and state dict keys are
+    the recipe's.
+
+    Args:
+        model (nn.Module): The unwrapped model.
+        bn_base_size (int): Clips per split.
 
     Returns:
         int: Number of layers with sub-batch BN.
@@ -201,8 +241,14 @@ def enable_sub_bn(model: nn.Module, bn_base_size: int) -> int:
 
 
 def disable_sub_bn(model: nn.Module) -> int:
-    """Give every sub-batch BN layer back its plain kind; return how
-    many."""
+    """Give every sub-batch BN layer back its plain kind.
+
+    Args:
+        model (nn.Module): The unwrapped model.
+
+    Returns:
+        int: Number of layers changed back.
+    """
     subs = [m for m in model.modules() if isinstance(m, SubBatchNorm)]
     for module in subs:
         module.__class__ = module.plain_type
@@ -213,25 +259,30 @@ def disable_sub_bn(model: nn.Module) -> int:
 @torch.no_grad()
 def update_precise_bn(model: nn.Module, batches: Iterable,
                       forward: Callable[[object], None]) -> int:
-    """Recompute the statistics of the BN layers that train: the population
-    mean and variance of their inputs over ``batches``.
+    """Recompute the statistics of the BN layers that train.
 
-    Precise BN (PySlowFast ``calculate_and_update_precise_bn``) as fvcore's
+    The population mean and variance of their inputs over ``batches``:
+    precise BN (PySlowFast ``calculate_and_update_precise_bn``) as fvcore's
     ``update_bn_stats`` estimates it (``_PopulationVarianceEstimator``; Wu &
     Johnson, "Rethinking Batch in BatchNorm", 2021, Appendix): with
     ``momentum=1`` each layer's buffers hold the last batch's statistics;
     weighted by the ``N T H W`` values per channel of each batch they give
-    ``E[x]`` and ``Var[x] = E[x^2] - E[x]^2`` (the mean of the
-    batch variances plus the variance of the batch means; averaging only
-    the batch variances is low when batches differ in mean). Passes run in
-    the modes ``model.train()`` gives; only layers in training mode that
-    see a batch are updated. Across ranks ``E[x]`` and ``E[x^2]`` are
-    averaged (equal batches per rank), so the variance covers all ranks.
+    ``E[x]`` and ``Var[x] = E[x^2] - E[x]^2`` (the mean of the batch
+    variances plus the variance of the batch means; averaging only the batch
+    variances is low when batches differ in mean). Passes run in the modes
+    ``model.train()`` gives; only layers in training mode that see a batch
+    are updated. Across ranks ``E[x]`` and ``E[x^2]`` are averaged (equal
+    batches per rank), so the variance covers all ranks.
 
-    ``model`` is unwrapped, its modes are restored after; ``batches`` are
-    already limited in number; ``forward`` runs one through ``model``.
-    Returns the batches used; 0 (and no pass) without a BN layer that
-    trains."""
+    Args:
+        model (nn.Module): The unwrapped model; its modes are restored after.
+        batches (Iterable): The batches, already limited in number.
+        forward (Callable[[object], None]): Runs one batch through ``model``.
+
+    Returns:
+        int: The batches used; 0 (and no pass) without a BN layer that
+        trains.
+    """
     was_training = model.training
     model.train()
     bns = [m for m in model.modules() if isinstance(m, BatchNormBase)

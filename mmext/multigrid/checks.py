@@ -42,9 +42,15 @@ MAX_BATCH_SHARE = 0.25
 
 
 class PlannedShape(NamedTuple):
-    """One distinct per-process mini-batch shape of a plan: ``B`` clips of
-    ``T`` frames of ``S`` pixels; ``long_cycle``: some stage trains it as
-    its long-cycle shape."""
+    """One distinct per-process mini-batch shape of a plan.
+
+    Attributes:
+        batch (int): ``B``, the per-process batch size.
+        clip_len (int): ``T``, frames.
+        crop_size (int): ``S``, pixels (square crops).
+        long_cycle (bool): Whether some stage trains it as its long-cycle
+            shape.
+    """
     batch: int
     clip_len: int
     crop_size: int
@@ -58,8 +64,10 @@ class ShapeResult(NamedTuple):
     """What one planned shape did on the model.
 
     Attributes:
-        error, module (str, optional): ``'<ExceptionType>: <message>'`` of
-            a failed forward and the innermost module whose forward raised
+        shape (PlannedShape): The shape probed.
+        error (str, optional): ``'<ExceptionType>: <message>'`` of a failed
+            forward; None if it passed.
+        module (str, optional): The innermost module whose forward raised
             (``'backbone.pool5 (MaxPool3d)'``); None if it passed.
         feature_map (tuple[int, int], optional): ``(H, W)`` of the
             backbone's output (smallest over pathways); None for tokens.
@@ -76,8 +84,15 @@ class ShapeResult(NamedTuple):
 
 
 def planned_shapes(plan) -> List[PlannedShape]:
-    """Distinct per-process ``(B, T, S)`` of a ``MultigridPlan``'s short
-    cycles, in training order."""
+    """The distinct per-process shapes of a plan's short cycles.
+
+    Args:
+        plan (MultigridPlan): The plan.
+
+    Returns:
+        list[PlannedShape]: Distinct ``(B, T, S)`` in training order, ``B``
+        the per-process batch size.
+    """
     found = {}
     for stage in plan.stages:
         for grid in stage.short_cycle:
@@ -107,12 +122,23 @@ def probe_input_size(model: nn.Module, batch: int, clip_len: int,
                      crop_size: int,
                      pipeline: Optional[Sequence[dict]] = None
                      ) -> Tuple[int, ...]:
-    """Size of the recognizer's ``inputs`` for ``batch`` clips of
-    ``clip_len`` frames and ``crop_size`` pixels, as mmaction2's
-    ``FormatShape`` gives it: ``(B, num_clips, C, T, S, S)`` for
-    ``'NCTHW'``, ``(B, num_clips * T, C, S, S)`` for ``'NCHW'`` (2D).
-    ``num_clips`` comes from the pipeline (default 1), ``C`` from the first
-    convolution (default 3)."""
+    """Size of the recognizer's ``inputs`` for a batch of one shape.
+
+    As mmaction2's ``FormatShape`` gives it: ``(B, num_clips, C, T, S, S)``
+    for ``'NCTHW'``, ``(B, num_clips * T, C, S, S)`` for ``'NCHW'`` (2D).
+
+    Args:
+        model (nn.Module): The unwrapped recognizer.
+        batch (int): ``B``, clips.
+        clip_len (int): ``T``, frames.
+        crop_size (int): ``S``, pixels.
+        pipeline (Sequence[dict], optional): The train pipeline, for
+            ``num_clips`` (default 1) and the input format. Defaults to None.
+
+    Returns:
+        tuple[int, ...]: The input size; ``C`` from the first convolution
+        (default 3).
+    """
     fmt = getattr(getattr(model, 'data_preprocessor', None), 'format_shape',
                   'NCTHW')
     clips, channels = _num_clips(pipeline), _in_channels(model)
@@ -122,8 +148,15 @@ def probe_input_size(model: nn.Module, batch: int, clip_len: int,
 
 
 def meta_copy(model: nn.Module) -> nn.Module:
-    """A deep copy of ``model`` (hooks included) with its parameters and
-    buffers on ``meta``, copying no tensor data."""
+    """A copy of a model on the ``meta`` device.
+
+    Args:
+        model (nn.Module): The model.
+
+    Returns:
+        nn.Module: A deep copy (hooks included) with its parameters and
+        buffers on ``meta``, copying no tensor data.
+    """
     memo = {}
     for param in model.parameters():
         memo[id(param)] = nn.Parameter(
@@ -218,9 +251,21 @@ def _fallback(model: nn.Module, shape: PlannedShape, pipeline
 def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
                  pipeline: Optional[Sequence[dict]] = None
                  ) -> List[ShapeResult]:
-    """One :class:`ShapeResult` per shape: its forward through a meta copy
-    of the unwrapped recognizer in training mode (``pipeline``: the train
-    pipeline, for ``num_clips``)."""
+    """Probe each shape with a forward through a meta copy of the model.
+
+    The unwrapped recognizer runs in training mode on ``meta`` tensors (no
+    memory, no compute); a shape the meta device cannot run falls back to the
+    model's device.
+
+    Args:
+        model (nn.Module): The unwrapped recognizer.
+        shapes (Sequence[PlannedShape]): The shapes to probe.
+        pipeline (Sequence[dict], optional): The train pipeline, for
+            ``num_clips``. Defaults to None.
+
+    Returns:
+        list[ShapeResult]: One per shape, in order.
+    """
     try:
         ghost = meta_copy(model).train()
     except Exception:  # noqa: B902 an uncopyable model: use the fallback
@@ -245,9 +290,18 @@ def probe_shapes(model: nn.Module, shapes: Sequence[PlannedShape],
 
 
 def check_clip_lengths(backbone, clip_lens: Sequence[int]) -> None:
-    """Raise ``ValueError`` naming the clip lengths the backbone cannot take
-    and the fix. SlowFast: ``T`` a multiple of ``resample_rate``. ResNet3d
-    family: ``T >= conv1_stride_t * pool1_stride_t * 2`` (with ``pool2``)."""
+    """Refuse the clip lengths a backbone cannot take.
+
+    SlowFast: ``T`` a multiple of ``resample_rate``. ResNet3d family:
+    ``T >= conv1_stride_t * pool1_stride_t * 2`` (with ``pool2``).
+
+    Args:
+        backbone (nn.Module): The recognizer's backbone.
+        clip_lens (Sequence[int]): The planned clip lengths ``T`` (frames).
+
+    Raises:
+        ValueError: Naming the clip lengths refused and the fix.
+    """
     tau = getattr(backbone, 'resample_rate', None)
     if tau:
         bad = [t for t in clip_lens if t % tau]
@@ -266,23 +320,39 @@ def check_clip_lengths(backbone, clip_lens: Sequence[int]) -> None:
 
 
 class RunChecks(NamedTuple):
-    """What :func:`check_run` found: the ``warnings`` given and
-    ``clip_flops``, ``(T, S)`` -> FLOPs of one clip's forward at every
-    planned shape (for ``MultigridPlan.clip_flops``; None without a
-    model)."""
+    """What :func:`check_run` found.
+
+    Attributes:
+        warnings (list[str]): The warnings given.
+        clip_flops (dict[tuple[int, int], float], optional): ``(T, S)`` ->
+            FLOPs of one clip's forward at every planned shape (for
+            ``MultigridPlan.clip_flops``); None without a model.
+    """
     warnings: List[str]
     clip_flops: Optional[Dict[Tuple[int, int], float]]
 
 
 def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
               ) -> RunChecks:
-    """Every check of a run before training, as the hook runs them; nothing
-    of the model or the plan changes.
+    """Every check of a run before training, as the hook runs them.
 
-    Warns about what the plan cannot honour; with a model (unwrapped, as it
-    trains, with its shape adapters; None skips the model checks) runs
-    :func:`check_model` (``ValueError``), counts its FLOPs and warns about
-    small feature maps. ``pipeline``: the train pipeline."""
+    Nothing of the model or the plan changes. Warns about what the plan
+    cannot honour; with a model runs :func:`check_model`, counts its FLOPs
+    and warns about small feature maps.
+
+    Args:
+        plan (MultigridPlan): The plan.
+        model (nn.Module, optional): The unwrapped model as it trains, with
+            its shape adapters; None skips the model checks. Defaults to None.
+        pipeline (Sequence[dict], optional): The train pipeline. Defaults to
+            None.
+
+    Returns:
+        RunChecks: The warnings given and the FLOPs per clip of each shape.
+
+    Raises:
+        ValueError: As :func:`check_model`.
+    """
     messages = recipe_scheduler_warnings(plan) + _dropped_shapes(plan) + [
         m for m in [_short_cycle_warning(plan), _few_steps(plan),
                     _unused_clips(plan)] if m]
@@ -300,10 +370,22 @@ def check_run(plan, model=None, pipeline: Optional[Sequence[dict]] = None
 
 def check_model(plan, model, pipeline: Optional[Sequence[dict]] = None
                 ) -> List[ShapeResult]:
-    """The probe of every planned shape (:func:`probe_shapes`); raise
-    ``ValueError`` if ``model`` (unwrapped, with its shape adapters) cannot
-    train ``plan``: a clip length the backbone cannot take, a BN layer that
-    sub-batch BN must but cannot split, or planned shapes it refuses."""
+    """Probe every planned shape on the model (:func:`probe_shapes`).
+
+    Args:
+        plan (MultigridPlan): The plan.
+        model (nn.Module): The unwrapped model, with its shape adapters.
+        pipeline (Sequence[dict], optional): The train pipeline. Defaults to
+            None.
+
+    Returns:
+        list[ShapeResult]: One per planned shape.
+
+    Raises:
+        ValueError: If the model cannot train the plan: a clip length the
+            backbone cannot take, a BN layer that sub-batch BN must but cannot
+            split, or planned shapes it refuses (naming the first and the fix).
+    """
     if hasattr(model, 'backbone'):
         check_clip_lengths(
             model.backbone,

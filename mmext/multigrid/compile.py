@@ -22,25 +22,49 @@ __all__ = [
 
 
 def compile_enabled(compile_cfg) -> bool:
-    """Whether a config's ``compile`` value makes mmengine compile
-    (``True`` or a dict without ``disable=True``)."""
+    """Whether a config's ``compile`` value makes mmengine compile.
+
+    Args:
+        compile_cfg (bool | dict | None): The config's ``compile``.
+
+    Returns:
+        bool: True for ``True`` or a dict without ``disable=True``.
+    """
     if isinstance(compile_cfg, dict):
         return not compile_cfg.get('disable', False)
     return bool(compile_cfg)
 
 
 def train_shape_count(plan) -> int:
-    """Distinct ``(batch, T, S, sub-BN splits)`` with iterations in
-    ``plan`` (a ``MultigridPlan`` with ``samples_per_rank``)."""
+    """The distinct train shapes of a plan, each one static graph.
+
+    Args:
+        plan (MultigridPlan): A plan with ``samples_per_rank``.
+
+    Returns:
+        int: Distinct ``(batch, T, S, sub-BN splits)`` with iterations.
+    """
     return len({(x.batch_size, x.shape.clip_len, x.shape.crop_size,
                  x.sub_bn_splits) for x in plan.shape_iterations() if x.iters})
 
 
 def run_outside_dynamo(model: torch.nn.Module, message_hub=None,
                        optim_wrapper=None) -> Callable[[], None]:
-    """Run the data preprocessor, ``message_hub.update_scalar`` and each
-    optimizer's ``step`` outside dynamo (``torch.compiler.disable`` on the
-    instances); return the undo."""
+    """Keep the parts that change with every shape or step out of dynamo.
+
+    The data preprocessor, ``message_hub.update_scalar`` and each optimizer's
+    ``step`` run outside dynamo (``torch.compiler.disable`` on the
+    instances).
+
+    Args:
+        model (torch.nn.Module): The unwrapped model.
+        message_hub (MessageHub, optional): The runner's. Defaults to None.
+        optim_wrapper (OptimWrapper | OptimWrapperDict, optional): The
+            runner's. Defaults to None.
+
+    Returns:
+        Callable[[], None]: Undoes it.
+    """
     wrappers = ([] if optim_wrapper is None else
                 optim_wrappers(optim_wrapper).values())
     done = []
@@ -59,11 +83,18 @@ def run_outside_dynamo(model: torch.nn.Module, message_hub=None,
 
 
 class CompiledRun:
-    """dynamo sized to a plan (with ``samples_per_rank``): the recompile
-    ``limit`` (at least the plan's :func:`train_shape_count`, ``shapes``);
-    the ``graphs`` compiled between :meth:`start` and :meth:`stop` and the
-    frames that hit a limit meanwhile (``fallbacks``, ``"<limit>:
-    <function> (<file>:<line>)"``)."""
+    """dynamo sized to a plan.
+
+    Attributes:
+        shapes (int): The plan's :func:`train_shape_count`.
+        limit (int): The recompile limit, at least ``shapes``.
+        graphs (int): Graphs compiled between :meth:`start` and :meth:`stop`.
+        fallbacks (list[str]): The frames that hit a limit meanwhile,
+            ``"<limit>: <function> (<file>:<line>)"``.
+
+    Args:
+        plan (MultigridPlan): A plan with ``samples_per_rank``.
+    """
 
     def __init__(self, plan):
         self.shapes = train_shape_count(plan)
@@ -77,7 +108,11 @@ class CompiledRun:
 
     def start(self) -> str:
         """Raise the recompile limit, compile every shape statically, start
-        counting; return what was set, for the log."""
+        counting.
+
+        Returns:
+            str: What was set, for the log.
+        """
         self._previous = dynamo_config('recompile_limit')
         self.limit = max(self.shapes, self._previous)
         set_dynamo_config('recompile_limit', self.limit)
@@ -91,7 +126,12 @@ class CompiledRun:
 
     def stop(self) -> str:
         """Restore the limit and automatic dynamic shapes; count graphs and
-        fallbacks; return the count, for the log."""
+        fallbacks.
+
+        Returns:
+            str: The count, and the frames that fell back to eager with the
+            fix, for the log.
+        """
         self.graphs = dynamo_graph_count() - self._start_graphs
         if self._watch is not None:
             self._watch.__exit__(None, None, None)

@@ -72,11 +72,20 @@ def _final_crop_index(pipeline: List[dict]) -> Tuple[int, int]:
 
 
 def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
-    """``(clip_len, frame_interval, crop_size)`` of a train pipeline: ``T``
-    and the frame stride in frames, ``S`` in pixels. ValueError without
-    exactly one ``SampleFrames``/``UniformSample``, without a final
-    fixed-size square crop, or with a multi-view test crop (``ThreeCrop``,
-    ``TenCrop``)."""
+    """The clip shape a train pipeline gives.
+
+    Args:
+        pipeline (list[dict]): The train pipeline config.
+
+    Returns:
+        tuple[int, int, int]: ``(clip_len, frame_interval, crop_size)``: ``T``
+        and the frame stride in frames, ``S`` in pixels.
+
+    Raises:
+        ValueError: Without exactly one ``SampleFrames``/``UniformSample``,
+            without a final fixed-size square crop, or with a multi-view test
+            crop (``ThreeCrop``, ``TenCrop``).
+    """
     names = [type_name(t['type']) for t in pipeline]
     views = [name for name in names if name in _MULTI_VIEW]
     if views:
@@ -117,9 +126,17 @@ def _pixel_sizes(transform: dict) -> Optional[tuple]:
 
 
 def check_field_of_view(pipeline: List[dict]) -> None:
-    """Raise ``ValueError`` unless :func:`resize_pipeline` keeps the field of
-    view: a final crop of the raw frame would see less of it at a smaller
-    ``S``."""
+    """Refuse a pipeline whose crops :func:`resize_pipeline` cannot scale.
+
+    A final crop of the raw frame would see less of it at a smaller ``S``.
+
+    Args:
+        pipeline (list[dict]): The train pipeline config.
+
+    Raises:
+        ValueError: Naming the crop, unless a resize to pixel sizes comes
+            before the final crop.
+    """
     if _first_resize(pipeline) is None:
         final, side = _final_crop_index(pipeline)
         name = type_name(pipeline[final]['type'])
@@ -130,15 +147,26 @@ def check_field_of_view(pipeline: List[dict]) -> None:
 
 def resize_pipeline(pipeline: List[dict], clip_len: int,
                     crop_size: int) -> List[dict]:
-    """Copy of ``pipeline`` giving clips of ``clip_len`` frames and
-    ``crop_size`` pixels.
+    """A copy of a pipeline giving clips of another grid shape.
 
     The temporal span is kept: ``SampleFrames.frame_interval`` grows by
     ``T0 / T`` (paper Sec. 3.1; PySlowFast ``LONG_CYCLE_SAMPLING_RATE``).
     The field of view is kept: sizes from the first resize to the final
     crop scale by ``S / S0`` (as PySlowFast scales its jitter range);
     crops of the raw frame before it keep their size
-    (:func:`check_field_of_view`). ValueError as :func:`parse_grid_shape`."""
+    (:func:`check_field_of_view`).
+
+    Args:
+        pipeline (list[dict]): The train pipeline config (at ``T0``, ``S0``).
+        clip_len (int): ``T``, frames.
+        crop_size (int): ``S``, pixels.
+
+    Returns:
+        list[dict]: The new pipeline config (the input is not modified).
+
+    Raises:
+        ValueError: As :func:`parse_grid_shape`.
+    """
     base_t, interval, base_s = parse_grid_shape(pipeline)
     out = copy.deepcopy(list(pipeline))
     final, _ = _final_crop_index(out)
@@ -212,10 +240,19 @@ class _Reading:
 
 
 def name_broken_clips(pipeline: Compose, fix: str = '') -> Compose:
-    """Make the transforms of ``pipeline`` that read the clip's file raise
-    :class:`BrokenClipError` (naming it, then ``fix``); other transforms'
-    exceptions stay theirs (a config or code error, not the file). Returns
-    ``pipeline``, changed in place."""
+    """Make the transforms that read the clip's file name it when they fail.
+
+    Those transforms raise :class:`BrokenClipError` (naming the file, then
+    ``fix``); other transforms' exceptions stay theirs (a config or code
+    error, not the file).
+
+    Args:
+        pipeline (Compose): A built pipeline.
+        fix (str): Text appended to the error, the fix. Defaults to ``''``.
+
+    Returns:
+        Compose: ``pipeline``, changed in place.
+    """
     pipeline.transforms = [
         t if isinstance(t, _Reading) or not _reads_the_file(t) else
         _Reading(t, fix) for t in pipeline.transforms]
@@ -223,16 +260,30 @@ def name_broken_clips(pipeline: Compose, fix: str = '') -> Compose:
 
 
 def clips_per_sample(dataset) -> int:
-    """Clips one dataset index gives: ``num_repeats`` for a
-    ``RepeatAugDataset``, else 1."""
+    """Clips one dataset index gives.
+
+    Args:
+        dataset (BaseDataset): A built dataset.
+
+    Returns:
+        int: ``num_repeats`` for a ``RepeatAugDataset``, else 1.
+    """
     if isinstance(dataset, RepeatAugDataset):
         return int(dataset.num_repeats)
     return 1
 
 
 def config_clips_per_sample(dataset_cfg) -> int:
-    """:func:`clips_per_sample` of the ``train_dataloader.dataset`` config
-    (a ``type`` unknown to mmaction2's registry gives 1)."""
+    """:func:`clips_per_sample` of a dataset config.
+
+    Args:
+        dataset_cfg (dict): The ``train_dataloader.dataset`` config.
+
+    Returns:
+        int: Its ``num_repeats`` (or the class's default) for a
+        ``RepeatAugDataset`` type, else 1 (also for a ``type`` unknown to
+        mmaction2's registry).
+    """
     from mmaction.registry import DATASETS
     kind = dataset_cfg.get('type')
     cls = kind if isinstance(kind, type) else (
@@ -266,12 +317,21 @@ class MultigridDataset(Dataset):
 
     Items are ``(index, shape_index)``; a plain ``index`` uses the last
     (long-cycle) shape. A ``RepeatAugDataset`` gives a list of its
-    ``num_repeats`` clips per index. The mmengine ``dataset``'s own pipeline
-    is bypassed for ``pipelines``, one config per shape
-    (:func:`resize_pipeline`). ``max_refetch``: retries with another random
-    index when a pipeline returns ``None`` or, with ``skip_broken_clips``,
-    the clip is broken (:func:`name_broken_clips`; warned, counted in
-    :attr:`skipped_clips`; else :class:`BrokenClipError`)."""
+    ``num_repeats`` clips per index.
+
+    Args:
+        dataset (BaseDataset): An mmengine dataset; its own pipeline is
+            bypassed.
+        pipelines (Sequence[list[dict]]): One train pipeline config per
+            shape (see :func:`resize_pipeline`).
+        max_refetch (int): Retries with another random index when a pipeline
+            returns ``None`` or, with ``skip_broken_clips``, the clip is
+            broken. Defaults to 100.
+        skip_broken_clips (bool): Replace a clip whose file cannot be read
+            (:func:`name_broken_clips`) by a random other one, with a
+            warning, counted in :attr:`skipped_clips`; False raises
+            :class:`BrokenClipError`. Defaults to False.
+    """
 
     def __init__(self, dataset, pipelines: Sequence[List[dict]],
                  max_refetch: int = 100, skip_broken_clips: bool = False):
@@ -399,8 +459,14 @@ class ShortCycleBatchSampler(Sampler):
     Iteration ``i`` of an epoch has ``batch_sizes[i % len(batch_sizes)]``
     samples, all tagged ``i % len(batch_sizes)`` (PySlowFast
     ``ShortCycleBatchSampler``); the cycle restarts each epoch, the
-    incomplete last batch is dropped. ``sampler``: the per-rank index
-    sampler, exposed as ``.sampler`` for ``DistSamplerSeedHook``."""
+    incomplete last batch is dropped.
+
+    Args:
+        sampler (Sampler): The per-rank index sampler, exposed as
+            ``.sampler`` for ``DistSamplerSeedHook``.
+        batch_sizes (Sequence[int]): Per-process batch sizes in short-cycle
+            order.
+    """
 
     def __init__(self, sampler: Sampler, batch_sizes: Sequence[int]):
         self.sampler = sampler

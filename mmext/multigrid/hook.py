@@ -62,9 +62,18 @@ def _log(message: str, level: int = logging.INFO) -> None:
 
 
 def cudnn_autotuner(cfg) -> Tuple[bool, str]:
-    """Whether a CUDA run autotunes cuDNN for its few shapes, and why: yes
-    unless the config file names ``env_cfg.cudnn_benchmark`` (mmaction2's
-    bases set False for every recipe) or ``randomness.deterministic``."""
+    """Whether a CUDA run autotunes cuDNN for its few shapes, and why.
+
+    Yes unless the config file names ``env_cfg.cudnn_benchmark`` (mmaction2's
+    bases set False for every recipe) or ``randomness.deterministic``.
+
+    Args:
+        cfg (Config): The run's config.
+
+    Returns:
+        tuple[bool, str]: Whether to set ``torch.backends.cudnn.benchmark``,
+        and the reason logged with it.
+    """
     if cfg.get('env_cfg', {}).get('cudnn_benchmark'):
         return True, 'env_cfg.cudnn_benchmark=True'
     if cfg.get('randomness', {}).get('deterministic'):
@@ -80,12 +89,23 @@ def cudnn_autotuner(cfg) -> Tuple[bool, str]:
 
 
 def prepare_run(runner, keep_cpu_memory: bool = True) -> Callable[[], None]:
-    """Set up what ``MultigridHook`` gives a run besides multigrid (logged;
-    the speed-up tool gives its baseline the same): cuDNN's autotuner on
-    CUDA (:func:`cudnn_autotuner`), glibc keeping freed memory when the
-    model trains on the CPU, and :func:`run_outside_dynamo` under
-    mmengine's ``compile``. Returns what undoes the dynamo exclusions (the
-    allocator setting is process-wide and stays)."""
+    """Set up what ``MultigridHook`` gives a run besides multigrid (logged).
+
+    cuDNN's autotuner on CUDA (:func:`cudnn_autotuner`), glibc keeping freed
+    memory when the model trains on the CPU, and
+    :func:`~mmext.multigrid.compile.run_outside_dynamo` under mmengine's
+    ``compile``. The speed-up tool gives its baseline the same.
+
+    Args:
+        runner (Runner): The run's runner, its model and optimizer built.
+        keep_cpu_memory (bool): Whether glibc may keep freed memory
+            (:func:`~mmext.multigrid.memory.keep_freed_memory`). Defaults to
+            True.
+
+    Returns:
+        Callable[[], None]: Undoes the dynamo exclusions (the allocator
+        setting is process-wide and stays).
+    """
     model = unwrap_model(runner.model)
     param = next(model.parameters(), None)
     if param is not None and param.device.type == 'cuda':
@@ -122,7 +142,14 @@ def reads_bn_statistics_after_epoch(runner) -> bool:
 
     True in ``after_train_epoch`` of the last epoch, or when the loop
     validates or an epoch-based ``CheckpointHook`` saves next (as mmengine
-    decides); iteration-based checkpoints are not predicted."""
+    decides); iteration-based checkpoints are not predicted.
+
+    Args:
+        runner (Runner): The runner, in ``after_train_epoch``.
+
+    Returns:
+        bool: Whether the BN statistics are read before the next epoch trains.
+    """
     done = runner.epoch + 1
     if done >= runner.train_loop.max_epochs:
         return True
@@ -263,8 +290,18 @@ class MultigridHook(Hook):
     # ------------------------------------------------------------ set-up
     @logs_refusals
     def before_run(self, runner) -> None:
-        """Check the recipe, plan the run and re-time the loop (training
-        only: ``tools/test.py`` runs the recipe unchanged)."""
+        """Check the recipe, plan the run and re-time the loop.
+
+        Training only: ``tools/test.py`` runs the recipe unchanged.
+
+        Args:
+            runner (Runner): The runner.
+
+        Raises:
+            ValueError: For more than one ``MultigridHook``, or what the plan
+                and the model checks refuse (:meth:`MultigridPlan.from_config`,
+                :func:`~mmext.multigrid.checks.check_run`).
+        """
         if not isinstance(runner.optim_wrapper, BaseOptimWrapper):
             return
         count = sum(isinstance(h, MultigridHook) for h in runner.hooks)
@@ -347,7 +384,11 @@ class MultigridHook(Hook):
 
     # ------------------------------------------------------------ epochs
     def before_train_epoch(self, runner) -> None:
-        """Swap in the loader of the epoch's stage if its shapes change."""
+        """Swap in the loader of the epoch's stage if its shapes change.
+
+        Args:
+            runner (Runner): The runner.
+        """
         start = time.perf_counter()
         stage = self.plan.stage_at(runner.epoch)
         if self._loader_stage is not None and (
@@ -378,8 +419,19 @@ class MultigridHook(Hook):
 
     def build_loader(self, runner, stage: MultigridStage,
                      short_cycle: bool = True):
-        """Train loader of ``stage`` reusing the recipe's dataset object
-        (``short_cycle=False``: the long-cycle shape only, for precise BN)."""
+        """Train loader of a stage reusing the recipe's dataset object.
+
+        Args:
+            runner (Runner): The runner.
+            stage (MultigridStage): A stage of the plan.
+            short_cycle (bool): False: the long-cycle shape only, for precise
+                BN. Defaults to True.
+
+        Returns:
+            DataLoader: The loader, its batches by
+            :class:`~mmext.multigrid.data.ShortCycleBatchSampler`, seeded per
+            stage so augmentations are not replayed.
+        """
         shapes = stage.short_cycle if short_cycle else stage.short_cycle[-1:]
         dataset = MultigridDataset(self._dataset, [
             resize_pipeline(self._pipeline, s.clip_len, s.crop_size)
@@ -399,7 +451,11 @@ class MultigridHook(Hook):
     def after_train_epoch(self, runner) -> None:
         """Watch the epoch's last iteration; count skipped clips; time the
         epoch-based checkpoints; precise BN before validation and saving
-        (PySlowFast's rule: otherwise the statistics go unread)."""
+        (PySlowFast's rule: otherwise the statistics go unread).
+
+        Args:
+            runner (Runner): The runner.
+        """
         self._watch_last_iteration(runner)
         self._report_skipped(runner)
         self._report_frame_cache(runner)
@@ -449,24 +505,47 @@ class MultigridHook(Hook):
         cache.reset_counts()
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        """Record the schedule (the BN keys are the recipe's already)."""
+        """Record the schedule (the BN keys are the recipe's already).
+
+        Args:
+            runner (Runner): The runner.
+            checkpoint (dict): The checkpoint being saved; gets the plan's
+                :func:`~mmext.multigrid.resume.resume_signature`.
+        """
         checkpoint.setdefault('meta', {})[CHECKPOINT_KEY] = (
             resume_signature(self.plan))
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        """Remember which multigrid schedule (if any) the checkpoint ran."""
+        """Remember which multigrid schedule (if any) the checkpoint ran.
+
+        Args:
+            runner (Runner): The runner.
+            checkpoint (dict): The loaded checkpoint.
+        """
         self._loaded_schedule = checkpoint.get('meta', {}).get(CHECKPOINT_KEY)
 
     @logs_refusals
     def before_train(self, runner) -> None:
-        """A resumed run must continue the checkpoint's schedule."""
+        """A resumed run must continue the checkpoint's schedule.
+
+        Args:
+            runner (Runner): The runner.
+
+        Raises:
+            ValueError: For a checkpoint of another schedule
+                (:func:`~mmext.multigrid.resume.check_resume`).
+        """
         if runner.iter > 0:
             check_resume(self.plan, self._loaded_schedule, runner.epoch,
                          runner.iter)
 
     def after_train(self, runner) -> None:
         """Leave the recipe's plain modules in the trained model; log the
-        compiled graphs."""
+        compiled graphs.
+
+        Args:
+            runner (Runner): The runner.
+        """
         disable_sub_bn(unwrap_model(runner.model))
         remove_shape_adapters(unwrap_model(runner.model))
         self._undo_prepare()
@@ -480,8 +559,15 @@ class MultigridHook(Hook):
     # ------------------------------------------------------------ iterations
     def before_train_iter(self, runner, batch_idx: int,
                           data_batch=None) -> None:
-        """Watch the previous iteration; scale the LR by the long-cycle
-        batch factor (``lr_rule``) for this one."""
+        """Watch the previous iteration; scale the LR by the long-cycle batch
+        factor (``lr_rule``) for this one.
+
+        Args:
+            runner (Runner): The runner.
+            batch_idx (int): Index of the iteration in the epoch.
+            data_batch (dict | tuple | list, optional): The batch. Defaults to
+                None.
+        """
         if batch_idx:
             self._watch_last_iteration(runner)
         factor = self.plan.lr_scale(self.plan.stage_at(runner.epoch))
@@ -490,7 +576,16 @@ class MultigridHook(Hook):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None) -> None:
-        """Restore the schedulers' LR."""
+        """Restore the schedulers' LR.
+
+        Args:
+            runner (Runner): The runner.
+            batch_idx (int): Index of the iteration in the epoch.
+            data_batch (dict | tuple | list, optional): The batch. Defaults to
+                None.
+            outputs (dict, optional): The outputs of ``train_step``. Defaults
+                to None.
+        """
         if self._restore_lrs is not None:
             self._restore_lrs()
             self._restore_lrs = None

@@ -16,7 +16,11 @@ M_MMAP_MAX = -4
 
 
 def glibc_version() -> Optional[str]:
-    """The C library's version, e.g. ``'2.36'``; None if it is not glibc."""
+    """The C library's version.
+
+    Returns:
+        str | None: E.g. ``'2.36'``; None if the C library is not glibc.
+    """
     try:
         name = os.confstr('CS_GNU_LIBC_VERSION')
     except (ValueError, OSError):
@@ -27,9 +31,18 @@ def glibc_version() -> Optional[str]:
 
 
 def keep_freed_memory() -> bool:
-    """Make glibc keep freed memory for reuse (process-wide, idempotent);
-    False if the C library is not glibc, OSError if glibc refused a setting
-    (``mallopt`` returned 0)."""
+    """Make glibc keep freed memory for reuse (process-wide, idempotent).
+
+    ``mallopt(M_MMAP_MAX, 0)`` and ``mallopt(M_TRIM_THRESHOLD, -1)``: the
+    large buffers of changing grid shapes are reused instead of returned to
+    the system and faulted in again.
+
+    Returns:
+        bool: True once set; False if the C library is not glibc.
+
+    Raises:
+        OSError: If glibc refused a setting (``mallopt`` returned 0).
+    """
     if glibc_version() is None:
         return False
     # The process's own symbol table holds the libc it runs with.

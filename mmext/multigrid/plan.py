@@ -45,14 +45,34 @@ def _lr_steps(value) -> bool:
 
 
 def is_multigrid_hook(hook_cfg: dict) -> bool:
-    """Whether a ``custom_hooks`` entry builds ``MultigridHook``."""
+    """Whether a ``custom_hooks`` entry builds ``MultigridHook``.
+
+    Args:
+        hook_cfg (dict): One entry of a config's ``custom_hooks``.
+
+    Returns:
+        bool: True for ``type='mmext.MultigridHook'`` (or the class, or the
+        name without the scope).
+    """
     return type_name(hook_cfg['type']) == 'MultigridHook'
 
 
 def build_hook(cfg):
     """The ``MultigridHook`` of a config's ``custom_hooks``, built as the
-    runner builds it (its ``__init__`` checks every option); ValueError
-    without one."""
+    runner builds it (its ``__init__`` checks every option).
+
+    Args:
+        cfg (Config): A full config.
+
+    Returns:
+        MultigridHook: The hook of the first ``MultigridHook`` entry (its
+        ``priority`` dropped).
+
+    Raises:
+        ValueError: Without such a hook, or for a bad option value.
+        TypeError: For an unknown option (naming the option meant:
+            :mod:`mmext.registry`).
+    """
     entries = [h for h in cfg.get('custom_hooks', []) if is_multigrid_hook(h)]
     if not entries:
         raise ValueError('The config has no mmext.MultigridHook in '
@@ -64,10 +84,45 @@ def build_hook(cfg):
 
 @dataclass(frozen=True)
 class MultigridOptions:
-    """The options of ``MultigridHook`` that shape the schedule (meaning and
-    defaults: the hook's docstring), checked here, once (``ValueError``
-    naming the option, what it must be and the value); sequences are
-    stored as tuples."""
+    """The options of ``MultigridHook`` that shape the schedule, checked here,
+    once; sequences are stored as tuples.
+
+    Their meaning: :class:`~mmext.multigrid.MultigridHook`'s docstring and
+    docs/en/multigrid.md.
+
+    Args:
+        long_cycle (bool): Cycle the coarse shapes of the long cycle inside
+            each LR stage. Defaults to True.
+        short_cycle (bool): Alternate smaller crops iteration by iteration.
+            Defaults to True.
+        epoch_factor (float): Multigrid epochs per recipe epoch, > 0.
+            Defaults to 1.5 (the paper's).
+        long_cycle_factors (tuple[tuple[float, float]]): ``(t, s)`` factors
+            of the clip length and crop size in (0, 1], coarse to fine, ending
+            ``(1, 1)``. Defaults to
+            :data:`~mmext.multigrid.schedule.DEFAULT_LONG_CYCLE_FACTORS`.
+        short_cycle_factors (tuple[float]): Crop size factors in (0, 1).
+            Defaults to
+            :data:`~mmext.multigrid.schedule.DEFAULT_SHORT_CYCLE_FACTORS`.
+        short_cycle_mode (str): ``'absolute'`` (factors of the recipe's crop
+            size, PySlowFast) or ``'relative'`` (of the current crop size).
+            Defaults to ``'absolute'``.
+        bn_base_size (int, optional): Clips per sub-BN split of the larger
+            batches (PySlowFast ``BN.NUM_SPLITS``); None or 0: no split.
+            Defaults to 8.
+        lr_steps (tuple[int], optional): LR stage starts in recipe epochs,
+            increasing from 0; None: from the recipe's ``MultiStepLR``.
+            Defaults to None.
+        lr_rule (str): How the LR follows the long-cycle batch factor: a key
+            of :data:`mmext.options.LR_RULES`. Defaults to ``'linear'``.
+        batch_policy (str): A key of
+            :data:`~mmext.multigrid.schedule.BATCH_POLICIES`. Defaults to
+            ``'paper'``.
+
+    Raises:
+        ValueError: Naming the option, what it must be and the value; or with
+            both cycles off (nothing to cycle).
+    """
     long_cycle: bool = True
     short_cycle: bool = True
     epoch_factor: float = 1.5
@@ -122,17 +177,29 @@ class MultigridOptions:
                     for v in value))
 
     def schedule_kwargs(self) -> dict:
-        """:attr:`SCHEDULE_FIELDS` as keyword arguments of
-        :func:`~mmext.multigrid.build_multigrid_schedule`."""
+        """The options that shape the schedule, as keyword arguments.
+
+        Returns:
+            dict: :attr:`SCHEDULE_FIELDS` and their values, the keyword
+            arguments of :func:`~mmext.multigrid.build_multigrid_schedule`.
+        """
         return {name: getattr(self, name) for name in self.SCHEDULE_FIELDS}
 
 
 # ------------------------------------------------ the recipe's schedulers
 def find_lr_steps(schedulers: Sequence[dict],
                   max_epochs: int) -> Tuple[List[int], Optional[float]]:
-    """LR stage starts and decay of a recipe's ``param_scheduler``:
-    ``([0] + sorted milestones inside (0, max_epochs), gamma)`` of the
-    epoch-based LR ``MultiStepLR``, else ``([0, max_epochs], None)``."""
+    """LR stage starts and decay of a recipe's ``param_scheduler``.
+
+    Args:
+        schedulers (Sequence[dict]): The recipe's ``param_scheduler``.
+        max_epochs (int): The recipe's ``train_cfg.max_epochs``.
+
+    Returns:
+        tuple[list[int], float | None]: ``([0] + sorted milestones inside
+        (0, max_epochs), gamma)`` of the epoch-based LR ``MultiStepLR``, else
+        ``([0, max_epochs], None)``.
+    """
     for s in schedulers:
         if type_name(s['type']) in STEP_TYPES and s.get(
                 'by_epoch', True) and s.get('param_name', 'lr') == 'lr':
@@ -146,13 +213,23 @@ def remap_param_schedulers(schedulers: Sequence[dict],
                            epoch_map: Callable[[float], float],
                            iter_at: Callable[[float], int],
                            base_epoch_len: int) -> List[dict]:
-    """New copies of the recipe's ``param_scheduler`` configs on the
-    multigrid axis: ``begin``, ``end``, ``milestones`` and ``T_max`` go through
-    ``epoch_map`` (recipe epoch -> multigrid epoch); iteration-based
-    schedulers (or ``convert_to_iter_based``, which mmengine scales by the
-    first epoch's length) get exact counts from ``iter_at`` (multigrid
-    epoch -> iterations done). ``base_epoch_len``: iterations per epoch of
-    the recipe's loader, to read ``by_epoch=False`` bounds in epochs."""
+    """Copies of scheduler configs on the multigrid axis.
+
+    ``begin``, ``end``, ``milestones`` and ``T_max`` go through
+    ``epoch_map``; iteration-based schedulers (or ``convert_to_iter_based``,
+    which mmengine scales by the first epoch's length) get exact counts
+    from ``iter_at``.
+
+    Args:
+        schedulers (Sequence[dict]): The recipe's ``param_scheduler``.
+        epoch_map (callable): Recipe epoch (float) -> multigrid epoch.
+        iter_at (callable): Multigrid epoch (float) -> iterations done.
+        base_epoch_len (int): Iterations per epoch of the recipe's loader,
+            to read ``by_epoch=False`` bounds in epochs.
+
+    Returns:
+        list[dict]: New configs (the input is not modified).
+    """
     out = []
     for cfg in schedulers:
         cfg = copy.deepcopy(dict(cfg))
@@ -178,9 +255,15 @@ def remap_param_schedulers(schedulers: Sequence[dict],
 
 # ---------------------------------------------------------------- the plan
 class ShapeIterations(NamedTuple):
-    """The ``iters`` one grid ``shape`` of ``stage.short_cycle`` trains over
-    the stage, its ``batch_size`` (dataset indices per process) and
-    ``sub_bn_splits``."""
+    """The iterations one grid shape of a stage's short cycle trains.
+
+    Attributes:
+        stage (MultigridStage): The stage.
+        shape (GridShape): The shape.
+        batch_size (int): Dataset indices per process and iteration.
+        sub_bn_splits (int): Sub-BN splits of its batch.
+        iters (int): Its iterations over the whole stage.
+    """
     stage: MultigridStage
     shape: GridShape
     batch_size: int
@@ -276,16 +359,35 @@ class MultigridPlan:
                     options: Optional[MultigridOptions] = None,
                     clips_per_sample: Optional[int] = None
                     ) -> 'MultigridPlan':
-        """Plan of a full mmaction2 config (``train_cfg``,
-        ``train_dataloader``, ``param_scheduler``, ``optim_wrapper``); the
-        hook and the schedule tool plan through it.
+        """Plan of a full mmaction2 config.
 
-        ``options`` default to those of the config's ``MultigridHook``
-        (:func:`build_hook`), ``clips_per_sample`` to the train dataset
-        config's; the other arguments as in the constructor. Raises
-        ``ValueError`` for a loop without ``max_epochs`` (checked here,
-        once), a train dataset without its own pipeline, as
-        :func:`build_hook` or as the constructor."""
+        The epoch-based loop is checked here, once: the hook and the schedule
+        tool plan through this method.
+
+        Args:
+            cfg (Config): The config (``train_cfg``, ``train_dataloader``,
+                ``param_scheduler``, ``optim_wrapper``).
+            samples_per_rank (int, optional): As in the constructor. Defaults
+                to None (estimated counts).
+            world_size (int): As in the constructor. Defaults to 1.
+            recipe_iters_per_epoch (int, optional): As in the constructor.
+                Defaults to None.
+            options (MultigridOptions, optional): Defaults to those of the
+                config's ``MultigridHook`` (:func:`build_hook`).
+            clips_per_sample (int, optional): Defaults to the train dataset
+                config's
+                (:func:`~mmext.multigrid.data.config_clips_per_sample`).
+
+        Returns:
+            MultigridPlan: The plan, its ``accumulative_counts`` from
+            ``optim_wrapper``.
+
+        Raises:
+            ValueError: For a train loop without ``max_epochs``, a train
+                dataset without its own pipeline, as :func:`build_hook` or as
+                the constructor.
+            TypeError: For an unknown ``MultigridHook`` option.
+        """
         train_cfg = cfg.get('train_cfg') or {}
         if 'max_epochs' not in train_cfg:
             raise ValueError(f'MultigridHook needs an epoch-based loop, got '
@@ -321,26 +423,62 @@ class MultigridPlan:
     @property
     def max_iters(self) -> int:
         """int: Exact iterations of the run (an exact plan)."""
+        _need_exact(self)
         return self.cum_iters[-1]
 
     def stage_at(self, epoch: int) -> MultigridStage:
-        """The stage training ``epoch`` (0-based multigrid epoch)."""
+        """The stage training a multigrid epoch.
+
+        Args:
+            epoch (int): 0-based multigrid epoch.
+
+        Returns:
+            MultigridStage: The stage whose ``[start_epoch, end_epoch)`` holds
+            it.
+
+        Raises:
+            IndexError: For an epoch outside the run.
+        """
         return stage_at_epoch(self.stages, epoch)
 
     def lr_scale(self, stage: MultigridStage) -> float:
-        """Factor on the scheduled LR at every iteration of ``stage``: its
-        long-cycle batch factor by ``lr_rule``."""
+        """Factor on the scheduled LR at every iteration of a stage.
+
+        Args:
+            stage (MultigridStage): A stage of the plan.
+
+        Returns:
+            float: Its long-cycle batch factor ``B/B0`` by ``lr_rule`` (linear:
+            ``B/B0``; sqrt: its square root).
+        """
         return LR_RULES[self.options.lr_rule](stage.shape.batch_factor)
 
     def batch_sizes(self, stage: MultigridStage,
                     short_cycle: bool = True) -> List[int]:
-        """Per-process batch sizes of ``stage`` in short-cycle order
-        (``short_cycle=False``: the long-cycle batch only)."""
+        """Per-process batch sizes of a stage in short-cycle order.
+
+        Args:
+            stage (MultigridStage): A stage of the plan.
+            short_cycle (bool): False: the long-cycle batch only. Defaults to
+                True.
+
+        Returns:
+            list[int]: Dataset indices per process and iteration, the recipe's
+            ``batch_size`` times each shape's batch factor.
+        """
         shapes = stage.short_cycle if short_cycle else stage.short_cycle[-1:]
         return [self.base_batch * s.batch_factor for s in shapes]
 
     def sub_bn_splits(self, stage: MultigridStage) -> int:
-        """The most sub-BN splits of an iteration of ``stage``."""
+        """The most sub-BN splits of an iteration of a stage.
+
+        Args:
+            stage (MultigridStage): A stage of the plan.
+
+        Returns:
+            int: ``clips // bn_base_size`` of its largest batch (PySlowFast
+            ``NUM_SPLITS``), 1 where no batch splits.
+        """
         return max(_splits(self, b) for b in self.batch_sizes(stage))
 
     @property
@@ -351,8 +489,17 @@ class MultigridPlan:
         return None
 
     def is_shape_end(self, epoch: int) -> bool:
-        """Whether ``epoch`` is the last of a long-cycle shape (a stage
-        followed by one of the same shapes does not end it)."""
+        """Whether a multigrid epoch is the last of a long-cycle shape.
+
+        A stage followed by one of the same shapes does not end it.
+
+        Args:
+            epoch (int): 0-based multigrid epoch.
+
+        Returns:
+            bool: True where the next epoch trains other shapes or the run
+            ends.
+        """
         stage = self.stage_at(epoch)
         if epoch + 1 != stage.end_epoch:
             return False
@@ -362,8 +509,16 @@ class MultigridPlan:
 
     # ------------------------------------------------------------ counts
     def shape_iterations(self) -> List[ShapeIterations]:
-        """Iterations of every grid shape of every stage, in training
-        order."""
+        """Iterations of every grid shape of every stage (an exact plan).
+
+        Returns:
+            list[ShapeIterations]: In training order, one per shape of each
+            stage's short cycle; the epoch's iterations go round the cycle, the
+            first shapes taking the remainder.
+
+        Raises:
+            ValueError: For a plan built without ``samples_per_rank``.
+        """
         out = []
         for stage in self.stages:
             n = self.iters_per_epoch(stage)
@@ -377,33 +532,80 @@ class MultigridPlan:
         return out
 
     def iters_per_epoch(self, stage: MultigridStage) -> int:
-        """Exact iterations of one epoch of ``stage`` (an exact plan)."""
+        """Exact iterations of one epoch of a stage (an exact plan).
+
+        Args:
+            stage (MultigridStage): A stage of the plan.
+
+        Returns:
+            int: Full batches of ``samples_per_rank`` indices, going round the
+            short cycle's batch sizes
+            (:func:`~mmext.multigrid.schedule.iterations_per_epoch`).
+
+        Raises:
+            ValueError: For a plan built without ``samples_per_rank``.
+        """
+        _need_exact(self)
         return iterations_per_epoch(self.samples_per_rank,
                                     self.batch_sizes(stage))
 
     def iter_at(self, epoch: float) -> int:
-        """Iterations done at (fractional) multigrid ``epoch`` (an exact
-        plan)."""
+        """Iterations done at a multigrid epoch (an exact plan).
+
+        Args:
+            epoch (float): Multigrid epoch, fractional inside an epoch (linear
+                between its ends); clamped to the run.
+
+        Returns:
+            int: Iterations done, rounded.
+
+        Raises:
+            ValueError: For a plan built without ``samples_per_rank``.
+        """
+        _need_exact(self)
         cum = self.cum_iters
         k = min(max(int(math.floor(epoch)), 0), len(cum) - 2)
         return int(round(cum[k] + (epoch - k) * (cum[k + 1] - cum[k])))
 
     def recipe_epoch_to_multigrid(self, epoch: float) -> float:
-        """Multigrid epoch of a (fractional) recipe epoch
-        (:func:`~mmext.multigrid.schedule.map_recipe_epoch`)."""
+        """Multigrid epoch of a recipe epoch.
+
+        Args:
+            epoch (float): Recipe epoch, possibly fractional.
+
+        Returns:
+            float: The multigrid epoch at the same point of the LR schedule
+            (:func:`~mmext.multigrid.schedule.map_recipe_epoch`).
+        """
         return map_recipe_epoch(self.stages, self.lr_steps,
                                 self.recipe_epochs, epoch)
 
     def multigrid_epochs(self, recipe_epochs: Iterable[int]) -> List[int]:
-        """Where epoch counts of the recipe (e.g. its validation epochs) end
-        on the multigrid axis, rounded half up, distinct, ascending."""
+        """Where epoch counts of the recipe end on the multigrid axis.
+
+        Args:
+            recipe_epochs (Iterable[int]): Recipe epochs, e.g. its validation
+                epochs.
+
+        Returns:
+            list[int]: Their multigrid epochs rounded half up, in ``[1,
+            max_epochs]``, distinct, ascending.
+        """
         return sorted({
             min(max(math.floor(self.recipe_epoch_to_multigrid(r) + 0.5), 1),
                 self.max_epochs) for r in recipe_epochs})
 
     def scheduler_cfgs(self) -> List[dict]:
-        """The recipe's ``param_scheduler`` on the multigrid axis
-        (:func:`remap_param_schedulers`; an exact plan)."""
+        """The recipe's ``param_scheduler`` on the multigrid axis (an exact
+        plan).
+
+        Returns:
+            list[dict]: New scheduler configs (:func:`remap_param_schedulers`).
+
+        Raises:
+            ValueError: For a plan built without ``samples_per_rank``.
+        """
+        _need_exact(self)
         return remap_param_schedulers(
             self.param_scheduler, self.recipe_epoch_to_multigrid,
             self.iter_at, self.recipe_iters_per_epoch)
@@ -417,14 +619,24 @@ class MultigridPlan:
             for x in s.short_cycle} <= set(self.clip_flops)
 
     def flops_ratio(self) -> float:
-        """Multigrid FLOPs over the recipe's, from :attr:`clip_flops` if
-        :attr:`flops_counted`, else FLOPs ~ ``B T S^2``."""
+        """Multigrid training FLOPs over the recipe's.
+
+        Returns:
+            float: The sum of the stages' ratios, from :attr:`clip_flops` if
+            :attr:`flops_counted`, else with FLOPs ~ ``B T S^2``
+            (:func:`~mmext.multigrid.schedule.stage_flops_ratios`).
+        """
         return sum(stage_flops_ratios(
             self.stages, self.recipe_epochs, self.base_clip_len,
             self.base_crop_size, self.clip_flops))
 
     def iteration_saving(self) -> float:
-        """Recipe iterations over multigrid iterations (> 1 is a saving)."""
+        """Recipe iterations over multigrid iterations.
+
+        Returns:
+            float: > 1 is a saving; exact with ``samples_per_rank``, else from
+            the stages' estimated iterations (in recipe iterations per epoch).
+        """
         if self.exact:
             return (self.recipe_epochs * self.recipe_iters_per_epoch /
                     self.max_iters)
@@ -433,6 +645,14 @@ class MultigridPlan:
 
 
 # ------------------------------------------- what the plan cannot honour
+def _need_exact(plan: MultigridPlan) -> None:
+    """Refuse an exact count from a plan built without ``samples_per_rank``
+    (whose counts are estimates: :attr:`MultigridPlan.exact`)."""
+    if plan.samples_per_rank is None:
+        raise ValueError('exact iteration counts need samples_per_rank '
+                         '(None): pass len(sampler)')
+
+
 def _splits(plan: MultigridPlan, batch: int) -> int:
     """Sub-BN splits of ``batch`` indices (PySlowFast ``NUM_SPLITS``)."""
     clips, base = batch * plan.clips_per_sample, plan.options.bn_base_size
@@ -488,9 +708,19 @@ def _count_iterations(plan: MultigridPlan) -> List[int]:
 
 
 def recipe_scheduler_warnings(plan: MultigridPlan) -> List[str]:
-    """Recipe LR scheduler values the run cannot honour: any run's rules
-    (``unused_scheduler_values``) on the recipe's axis, milestones that make
-    no LR stages, a warm-up longer than the first LR stage."""
+    """Recipe LR scheduler values the run cannot honour.
+
+    Any run's rules (:func:`~mmext.scheduler_checks.unused_scheduler_values`)
+    on the recipe's axis, milestones that make no LR stages, a warm-up longer
+    than the first LR stage.
+
+    Args:
+        plan (MultigridPlan): The plan.
+
+    Returns:
+        list[str]: One message per value, each naming the fix; empty if all
+        are honoured.
+    """
     lr = [s for s in plan.param_scheduler
           if s.get('param_name', 'lr') == 'lr']
     per_epoch = plan.recipe_iters_per_epoch

@@ -10,16 +10,23 @@ __all__ = ['summary', 'describe', 'DataWaitWatch']
 
 
 def summary(plan, warnings: Sequence[str] = ()) -> dict:
-    """A ``MultigridPlan`` as plain data (the schedule tool's ``--json``)
-    with the checks' ``warnings``: the base shape, totals (``iters`` and
-    ``recipe_iters`` None without exact counts, ``estimated_iters`` in
-    recipe iterations per epoch; ``flops_ratio``, ``flop_saving``,
-    ``flops_counted`` and ``clip_gflops``, the GFLOPs per clip of each
-    ``(T, S)`` if counted), ``lr_rule``, ``batch_policy``, ``warnings`` and
-    ``stages``: per stage :meth:`MultigridStage.to_dict` with its
-    per-process and effective batch sizes, iterations, optimizer ``steps``
-    (None without exact counts) and ``flops_ratio`` (its FLOPs over the
-    recipe's run)."""
+    """A ``MultigridPlan`` as plain data (the schedule tool's ``--json``).
+
+    Args:
+        plan (MultigridPlan): The plan.
+        warnings (Sequence[str]): The checks' warnings
+            (:func:`~mmext.multigrid.checks.check_run`). Defaults to ``()``.
+
+    Returns:
+        dict: The base shape; totals (``iters`` and ``recipe_iters`` None
+        without exact counts, ``estimated_iters`` in recipe iterations per
+        epoch; ``flops_ratio``, ``flop_saving``, ``flops_counted`` and
+        ``clip_gflops``, the GFLOPs per clip of each ``(T, S)`` if counted);
+        ``lr_rule``, ``batch_policy``, ``warnings`` and ``stages``: per stage
+        :meth:`MultigridStage.to_dict` with its per-process and effective
+        batch sizes, iterations, optimizer ``steps`` (None without exact
+        counts) and ``flops_ratio`` (its FLOPs over the recipe's run).
+    """
     exact = plan.exact
     flops = stage_flops_ratios(plan.stages, plan.recipe_epochs,
                                plan.base_clip_len, plan.base_crop_size,
@@ -61,7 +68,14 @@ def summary(plan, warnings: Sequence[str] = ()) -> dict:
 
 def describe(plan) -> str:
     """A ``MultigridPlan`` as the stage table the hook logs and the schedule
-    tool prints."""
+    tool prints.
+
+    Args:
+        plan (MultigridPlan): The plan.
+
+    Returns:
+        str: The table, one row per stage, and a last ``total:`` line.
+    """
     info = summary(plan)
     exact, base = info['exact'], info['base']
     rule = {'linear': 'batch factor', 'sqrt': 'sqrt(batch factor)'}[
@@ -121,10 +135,17 @@ class DataWaitWatch:
     """The data-wait share after each shape change; one warning per run.
 
     The first ``skip`` iterations after :meth:`start_stage` count as
-    stage-change cost, the next ``iters`` are measured; a stage shorter
-    than ``skip + iters`` (its length given) is measured to its end, one
-    of a single iteration with nothing skipped. ``threshold``: the
-    data-wait share in [0, 1] that warns (0 or None: never)."""
+    stage-change cost, the next ``iters`` are measured; a stage shorter than
+    ``skip + iters`` (its length given) is measured to its end, one of a
+    single iteration with nothing skipped.
+
+    Args:
+        threshold (float, optional): The data-wait share in [0, 1] that warns
+            (0 or None: never).
+        iters (int): Iterations measured after each shape change.
+        skip (int): Iterations counted as stage-change cost first. Defaults
+            to 1.
+    """
 
     def __init__(self, threshold: Optional[float], iters: int,
                  skip: int = 1):
@@ -135,9 +156,18 @@ class DataWaitWatch:
     def start_stage(self, where: str, rebuild_seconds: float = 0.0,
                     length: Optional[int] = None,
                     clips_per_iter: Optional[float] = None) -> None:
-        """Begin measuring a stage (``rebuild_seconds``: loader rebuild;
-        ``length``: its iterations, None: long enough; ``clips_per_iter``:
-        its mean batch per process, for the costs per clip)."""
+        """Begin measuring a stage.
+
+        Args:
+            where (str): The stage, as the log names it.
+            rebuild_seconds (float): Seconds the loader rebuild took. Defaults
+                to 0.0.
+            length (int, optional): The stage's iterations; None: long enough.
+                Defaults to None.
+            clips_per_iter (float, optional): The stage's mean batch per
+                process (clips), for the costs per clip. Defaults to None
+                (no costs per clip).
+        """
         self.where, self._seen = where, 0
         self.clips_per_iter = clips_per_iter
         self.change_seconds = self._rebuild = rebuild_seconds
@@ -150,12 +180,23 @@ class DataWaitWatch:
     def record(self, data_seconds: float, total_seconds: float,
                loader_costs: Callable[[], Dict[str, float]] = dict
                ) -> List[Tuple[int, str]]:
-        """Add one iteration's data wait and total time (s; mmengine's
-        ``train/data_time``, ``train/time``); return the ``(logging level,
-        text)`` due now. ``loader_costs``: ms per clip in each transform
-        of the stage's pipeline, in a loader worker
-        (:meth:`~mmext.multigrid.data.MultigridDataset.loader_costs`),
-        read when the stage's measurement ends."""
+        """Add one iteration's data wait and total time.
+
+        Args:
+            data_seconds (float): Seconds waiting for data (mmengine's
+                ``train/data_time``).
+            total_seconds (float): Seconds of the iteration (``train/time``).
+            loader_costs (Callable[[], dict[str, float]]): The loader's ms
+                per clip in each transform of the stage's pipeline, in a
+                worker (:meth:`~mmext.multigrid.data.MultigridDataset
+                .loader_costs`), read when the stage's measurement ends.
+                Defaults to none.
+
+        Returns:
+            list[tuple[int, str]]: The ``(logging level, text)`` due now: the
+            stage change's cost, data wait and costs per clip once measured,
+            and the warning above ``threshold`` (once per run) with its fix.
+        """
         self._seen += 1
         skip, iters = self._skip, self._iters
         if self._seen <= skip:

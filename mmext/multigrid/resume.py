@@ -14,11 +14,17 @@ _AXIS = ('world_size', 'batch_size', 'samples_per_rank', 'max_iters')
 
 
 def resume_signature(plan) -> dict:
-    """What defines a run's epoch and iteration axes
-    (``meta[CHECKPOINT_KEY]`` of its checkpoints): the schedule options
-    (sequences as lists), ``lr_steps``, ``recipe_epochs``, ``max_epochs``,
-    ``world_size``, ``batch_size`` (per process), ``samples_per_rank`` and
-    ``max_iters`` (None without exact counts)."""
+    """What defines a run's epoch and iteration axes.
+
+    Args:
+        plan (MultigridPlan): The plan.
+
+    Returns:
+        dict: ``meta[CHECKPOINT_KEY]`` of the run's checkpoints: the schedule
+        options (sequences as lists), ``lr_steps``, ``recipe_epochs``,
+        ``max_epochs``, ``world_size``, ``batch_size`` (per process),
+        ``samples_per_rank`` and ``max_iters`` (None without exact counts).
+    """
     options = plan.options
     signature = options.schedule_kwargs()
     signature.update(
@@ -33,15 +39,25 @@ def resume_signature(plan) -> dict:
 
 def check_resume(plan, saved: Optional[dict], epoch: Optional[int] = None,
                  iteration: Optional[int] = None) -> None:
-    """Raise unless a resumed checkpoint trained this very schedule.
+    """Refuse to resume a checkpoint that did not train this very schedule.
 
     The schedule of :func:`resume_signature` must match, and the iteration
     axis where both runs count it exactly (another world size, batch or
     dataset changes the iterations of every epoch); a checkpoint without an
-    iteration record must have ``iteration`` inside this plan's ``epoch``
-    (``runner.epoch``, ``runner.iter``). ``saved``: the checkpoint's
-    :func:`resume_signature` (None: a run without multigrid). The
-    ``ValueError`` names the differences and the fix."""
+    iteration record must have ``iteration`` inside this plan's ``epoch``.
+
+    Args:
+        plan (MultigridPlan): The resumed run's plan.
+        saved (dict, optional): The checkpoint's :func:`resume_signature`;
+            None: a run without multigrid.
+        epoch (int, optional): ``runner.epoch`` after the load. Defaults to
+            None.
+        iteration (int, optional): ``runner.iter`` after the load. Defaults
+            to None.
+
+    Raises:
+        ValueError: Naming the differences and the fix.
+    """
     if saved is None:
         raise ValueError('Not a multigrid checkpoint: use load_from=CKPT '
                          'without --resume.')

@@ -38,10 +38,14 @@ BATCH_POLICIES = {
 
 @dataclass(frozen=True)
 class GridShape:
-    """One mini-batch shape ``(B, T, S)`` of a clip tensor ``(N, C, T, S,
-    S)``: ``B`` as a multiple of the recipe's batch size (the
-    ``batch_policy``'s of the paper's factor), ``T`` in frames, ``S`` in
-    pixels (square crops)."""
+    """One mini-batch shape ``(B, T, S)`` of a clip tensor ``(N, C, T, S, S)``.
+
+    Attributes:
+        batch_factor (int): ``B`` as a multiple of the recipe's batch size
+            (the ``batch_policy``'s of the paper's factor).
+        clip_len (int): ``T``, frames.
+        crop_size (int): ``S``, pixels (square crops).
+    """
     batch_factor: int
     clip_len: int
     crop_size: int
@@ -56,7 +60,8 @@ class MultigridStage:
         shape (GridShape): Long-cycle shape.
         short_cycle (tuple[GridShape]): Shapes cycled iteration by iteration
             (``(shape,)`` without the short cycle).
-        start_epoch, end_epoch (int): First epoch, end epoch (exclusive).
+        start_epoch (int): First multigrid epoch of the stage.
+        end_epoch (int): Its end epoch (exclusive).
         lr_factor (float): LR relative to the recipe's base LR,
             ``LR_RULES[lr_rule](batch_factor) * gamma ** lr_stage``
             (PySlowFast ``SOLVER.LRS`` with the linear rule).
@@ -73,6 +78,7 @@ class MultigridStage:
 
     @property
     def num_epochs(self) -> int:
+        """int: Epochs of the stage, ``end_epoch - start_epoch``."""
         return self.end_epoch - self.start_epoch
 
     @property
@@ -84,7 +90,13 @@ class MultigridStage:
                                                   for x in cycle)
 
     def to_dict(self) -> dict:
-        """Return the stage as a plain dict (the ``--json`` format)."""
+        """The stage as a plain dict (the ``--json`` format of the schedule
+        tool).
+
+        Returns:
+            dict: The fields, the long-cycle shape's as ``batch_factor``,
+            ``clip_len`` and ``crop_size``, the short cycle as a list of dicts.
+        """
         d = asdict(self)
         d.pop('shape')
         d.update(
@@ -104,13 +116,27 @@ def short_cycle_shapes(base_t: int, base_s: int, clip_len: int,
                        crop_size: int, factors: Sequence[float],
                        mode: str, batch_policy: str = 'paper'
                        ) -> Tuple[GridShape, ...]:
-    """The short cycle of the long-cycle shape ``(clip_len, crop_size)``
-    of a recipe ``(T0, S0) = (base_t, base_s)`` (frames, pixels), in
-    iteration order (paper Sec. 3.2): the small crops of ``factors``, then
-    the long-cycle crop, all of ``clip_len`` frames. ``mode``:
-    ``'absolute'``: crops are ``factor * S0`` (PySlowFast); ``'relative'``:
-    ``factor * S`` (the paper's text). ``batch_policy``: a key of
-    :data:`BATCH_POLICIES`."""
+    """The short cycle of one long-cycle shape, in iteration order.
+
+    The small crops of ``factors``, then the long-cycle crop, all of
+    ``clip_len`` frames (paper Sec. 3.2). The batch factor uses the
+    unrounded crop size (PySlowFast), the crop the rounded one.
+
+    Args:
+        base_t (int): Recipe clip length ``T0`` (frames).
+        base_s (int): Recipe crop size ``S0`` (pixels).
+        clip_len (int): The long-cycle shape's clip length ``T`` (frames).
+        crop_size (int): The long-cycle shape's crop size ``S`` (pixels).
+        factors (Sequence[float]): Crop size factors in (0, 1).
+        mode (str): ``'absolute'``: crops are ``factor * S0`` (PySlowFast);
+            ``'relative'``: ``factor * S`` (the paper's text).
+        batch_policy (str): A key of :data:`BATCH_POLICIES`. Defaults to
+            ``'paper'``.
+
+    Returns:
+        tuple[GridShape]: ``len(factors) + 1`` shapes, the long-cycle shape
+        last.
+    """
     ref = base_s if mode == 'absolute' else crop_size
     # The batch factor uses the unrounded size (PySlowFast), the crop the
     # rounded one.
@@ -128,8 +154,18 @@ def _shape(base_t: int, base_s: int, t: int, s: float,
 def long_cycle_sizes(base_t: int, base_s: int,
                      factors: Sequence[Tuple[float, float]]
                      ) -> List[Tuple[int, int]]:
-    """``(T, S) = (round(t T0), round(s S0))`` of each ``(t, s)`` factor
-    (PySlowFast ``MULTIGRID.DEFAULT_S``)."""
+    """The clip sizes of long-cycle factors (PySlowFast
+    ``MULTIGRID.DEFAULT_S``).
+
+    Args:
+        base_t (int): Recipe clip length ``T0`` (frames).
+        base_s (int): Recipe crop size ``S0`` (pixels).
+        factors (Sequence[tuple[float, float]]): ``(t, s)`` factors.
+
+    Returns:
+        list[tuple[int, int]]: ``(T, S) = (round(t T0), round(s S0))`` of each
+        factor, in frames and pixels.
+    """
     return [(int(round(base_t * t)), int(round(base_s * s)))
             for t, s in factors]
 
@@ -137,8 +173,20 @@ def long_cycle_sizes(base_t: int, base_s: int,
 def long_cycle_shapes(base_t: int, base_s: int,
                       factors: Sequence[Tuple[float, float]],
                       batch_policy: str = 'paper') -> List[GridShape]:
-    """The long-cycle shapes of ``(t, s)`` factors of ``(T0, S0)``
-    (:func:`long_cycle_sizes`), the batch by ``batch_policy``."""
+    """The long-cycle shapes of ``(t, s)`` factors of ``(T0, S0)``.
+
+    Args:
+        base_t (int): Recipe clip length ``T0`` (frames).
+        base_s (int): Recipe crop size ``S0`` (pixels).
+        factors (Sequence[tuple[float, float]]): ``(t, s)`` factors
+            (:func:`long_cycle_sizes`).
+        batch_policy (str): A key of :data:`BATCH_POLICIES`. Defaults to
+            ``'paper'``.
+
+    Returns:
+        list[GridShape]: One shape per factor, the batch factor
+        ``round(T0 S0^2 / (T S^2))`` (paper Sec. 3.1) by ``batch_policy``.
+    """
     return [_shape(base_t, base_s, t, s, batch_policy)
             for t, s in long_cycle_sizes(base_t, base_s, factors)]
 
@@ -170,15 +218,30 @@ def build_multigrid_schedule(
     ``epoch_factor`` and truncated (``init_multigrid``).
 
     Args:
-        base_t, base_s (int): Recipe clip length ``T0`` (frames) and crop
-            size ``S0`` (pixels).
+        base_t (int): Recipe clip length ``T0`` (frames).
+        base_s (int): Recipe crop size ``S0`` (pixels).
         lr_steps (Sequence[int]): LR stage starts in recipe epochs
             (``[0] + milestones``; ``[0, max_epochs]``: no fine-tune).
         max_epochs (int): Recipe's ``train_cfg.max_epochs``.
-        long_cycle, short_cycle, long_cycle_factors, short_cycle_factors,
-            epoch_factor, short_cycle_mode, lr_rule, batch_policy: As
-            ``MultigridHook``'s options (the epochs are the paper's under
-            every ``batch_policy``).
+        long_cycle (bool): Cycle the long-cycle shapes inside each LR stage.
+            Defaults to True.
+        short_cycle (bool): Alternate the short-cycle crop sizes
+            iteration by iteration. Defaults to True.
+        long_cycle_factors (Sequence[tuple[float, float]]): ``(t, s)``
+            factors of the clip length and crop size, coarsest first.
+            Defaults to :data:`DEFAULT_LONG_CYCLE_FACTORS`.
+        short_cycle_factors (Sequence[float]): Crop size factors of the
+            short cycle. Defaults to :data:`DEFAULT_SHORT_CYCLE_FACTORS`.
+        epoch_factor (float): Multigrid epochs per recipe epoch. Defaults to
+            1.5.
+        short_cycle_mode (str): ``'absolute'`` (factors of ``S0``) or
+            ``'relative'`` (of the stage's crop size). Defaults to
+            ``'absolute'``.
+        lr_rule (str): How the LR follows the batch factor: a key of
+            :data:`mmext.options.LR_RULES`. Defaults to ``'linear'``.
+        batch_policy (str): A key of :data:`BATCH_POLICIES` (``'paper'``,
+            ``'sqrt'``, ``'constant'``); the epochs are the paper's under
+            every policy. Defaults to ``'paper'``.
         gamma (float, optional): Step decay of the recipe, only used for the
             reported ``lr_factor``.
 
@@ -282,8 +345,18 @@ def _check_factors(base_t: int, base_s: int,
 
 def stage_at_epoch(stages: Sequence[MultigridStage],
                    epoch: int) -> MultigridStage:
-    """Return the stage that trains ``epoch`` (0-based; ``IndexError``
-    outside the schedule)."""
+    """The stage that trains a multigrid epoch.
+
+    Args:
+        stages (Sequence[MultigridStage]): Contiguous stages from epoch 0.
+        epoch (int): 0-based multigrid epoch.
+
+    Returns:
+        MultigridStage: The stage whose ``[start_epoch, end_epoch)`` holds it.
+
+    Raises:
+        IndexError: For an epoch outside the schedule.
+    """
     ends = [s.end_epoch for s in stages]
     k = bisect.bisect_right(ends, epoch)
     if epoch < 0 or k >= len(stages):
@@ -295,13 +368,24 @@ def stage_at_epoch(stages: Sequence[MultigridStage],
 def map_recipe_epoch(stages: Sequence[MultigridStage],
                      lr_steps: Sequence[int], max_epochs: int,
                      epoch: float) -> float:
-    """The multigrid epoch of a (fractional) recipe ``epoch``.
+    """The multigrid epoch of a (fractional) recipe epoch.
 
     Piecewise-linear through the knots ``lr_steps[i] -> start of LR stage i``
     and ``max_epochs -> end of the schedule`` (extrapolated past it), so a
     milestone lands on its multigrid LR drop and warm-up or cosine keep their
-    share of each LR stage. ``stages``: from :func:`build_multigrid_schedule`
-    with ``lr_steps`` (recipe epochs) and the recipe's ``max_epochs``."""
+    share of each LR stage.
+
+    Args:
+        stages (Sequence[MultigridStage]): From
+            :func:`build_multigrid_schedule` with ``lr_steps`` and
+            ``max_epochs``.
+        lr_steps (Sequence[int]): LR stage starts in recipe epochs.
+        max_epochs (int): The recipe's epochs.
+        epoch (float): A recipe epoch.
+
+    Returns:
+        float: The multigrid epoch.
+    """
     knots = {}
     for s in stages:
         if s.lr_stage < len(lr_steps):
@@ -315,8 +399,19 @@ def map_recipe_epoch(stages: Sequence[MultigridStage],
 
 
 def iterations_per_epoch(num_samples: int, batch_sizes: Sequence[int]) -> int:
-    """Batches of cycled ``batch_sizes`` in one pass over ``num_samples``
-    (per process), incomplete batches dropped (PySlowFast's loader)."""
+    """Iterations of one pass over a process's samples.
+
+    Batches of the cycled ``batch_sizes``, incomplete batches dropped
+    (PySlowFast's loader).
+
+    Args:
+        num_samples (int): Dataset indices per process and epoch.
+        batch_sizes (Sequence[int]): Per-process batch sizes in short-cycle
+            order.
+
+    Returns:
+        int: The full batches of one epoch.
+    """
     cycle_len = sum(batch_sizes)
     iters = (num_samples // cycle_len) * len(batch_sizes)
     rest = num_samples % cycle_len
@@ -333,18 +428,26 @@ def stage_flops_ratios(stages: Sequence[MultigridStage], base_epochs: int,
                        clip_flops: Optional[Mapping[Tuple[int, int],
                                                     float]] = None
                        ) -> List[float]:
-    """Each stage's FLOPs over the recipe's; their sum is the run's ratio
-    (< 1 is a saving).
+    """Each stage's training FLOPs over the recipe's.
 
     An epoch sees every clip once, so an epoch of a stage costs the
     batch-weighted mean of its short cycle's FLOPs per clip ``F(T, S)``:
     ``ratio = epochs * sum_i(B_i F(T_i, S_i)) / sum_i(B_i)`` over
     ``base_epochs * F(T0, S0)``.
 
-    ``base_epochs``, ``base_t``, ``base_s``: the recipe's epochs, ``T0``
-    (frames) and ``S0`` (pixels). ``clip_flops``: ``(T, S)`` -> FLOPs of one
-    clip's forward, for every shape of ``stages``; else (or None)
-    ``F(T, S) = T S^2``."""
+    Args:
+        stages (Sequence[MultigridStage]): The schedule.
+        base_epochs (int): The recipe's epochs.
+        base_t (int): Recipe clip length ``T0`` (frames).
+        base_s (int): Recipe crop size ``S0`` (pixels).
+        clip_flops (Mapping[tuple[int, int], float], optional): ``(T, S)`` ->
+            FLOPs of one clip's forward, for every shape of ``stages``; else
+            (or None) ``F(T, S) = T S^2``. Defaults to None.
+
+    Returns:
+        list[float]: One ratio per stage; their sum is the run's ratio (< 1
+        is a saving).
+    """
     shapes = {(x.clip_len, x.crop_size) for s in stages
               for x in s.short_cycle} | {(base_t, base_s)}
     if clip_flops is None or not shapes <= set(clip_flops):

@@ -25,9 +25,18 @@ _INSTALLED: 'weakref.WeakKeyDictionary[nn.Module, Tuple[List[str], list]]' \
 
 
 def conv_output_size(conv: nn.Module, sizes: Sequence[int]) -> Tuple[int, ...]:
-    """Output sizes of ``conv`` (integer padding) for input ``sizes``, e.g.
-    ``(T, H, W)``: ``floor((n + 2 p - d (k - 1) - 1) / s) + 1`` per
-    dimension (``torch.nn.Conv3d``'s documentation)."""
+    """Output sizes of a convolution for input sizes.
+
+    ``floor((n + 2 p - d (k - 1) - 1) / s) + 1`` per dimension
+    (``torch.nn.Conv3d``'s documentation).
+
+    Args:
+        conv (nn.Module): A convolution with integer padding.
+        sizes (Sequence[int]): Input sizes, e.g. ``(T, H, W)``.
+
+    Returns:
+        tuple[int, ...]: Output sizes, one per dimension.
+    """
     return tuple((n + 2 * p - d * (k - 1) - 1) // s + 1
                  for n, k, s, p, d in zip(sizes, conv.kernel_size,
                                           conv.stride, conv.padding,
@@ -133,11 +142,16 @@ def window_position_index(full_index: torch.Tensor,
     Sec. 3.2), so their index is the full index at those rows and columns
     (mmaction2's ``[:N, :N]`` takes the first ``N`` in row-major order).
 
-    ``full_index``: the ``(Wd Wh Ww, Wd Wh Ww)`` index of the full window
-    ``full_window = (Wd, Wh, Ww)`` (the module's
-    ``relative_position_index``); ``window = (wd, wh, ww)``, each at most
-    the full one. Returns the ``(wd wh ww, wd wh ww)`` index, on
-    ``full_index``'s device."""
+    Args:
+        full_index (torch.Tensor): The ``(Wd Wh Ww, Wd Wh Ww)`` index of the
+            full window (the module's ``relative_position_index``).
+        full_window (Sequence[int]): ``(Wd, Wh, Ww)``.
+        window (Sequence[int]): ``(wd, wh, ww)``, each at most the full one.
+
+    Returns:
+        torch.Tensor: The ``(wd wh ww, wd wh ww)`` index, on ``full_index``'s
+        device.
+    """
     positions = torch.arange(full_index.shape[0], device=full_index.device)
     d, h, w = window
     keep = positions.view(tuple(full_window))[:d, :h, :w].reshape(-1)
@@ -189,10 +203,18 @@ def _adapters():
 
 
 def install_shape_adapters(model: nn.Module) -> List[str]:
-    """Make the video transformers in ``model`` take every grid shape
-    (idempotent; the hooks take the module from their arguments, so deep
-    copies of the model, the shape probe's, carry working copies). Returns
-    one line per adapted backbone, ``'<name> (<class>): <what changes>'``."""
+    """Make the video transformers in a model take every grid shape.
+
+    Idempotent; the hooks take the module from their arguments, so deep
+    copies of the model (the shape probe's) carry working copies.
+
+    Args:
+        model (nn.Module): The unwrapped model.
+
+    Returns:
+        list[str]: One line per adapted backbone,
+        ``'<name> (<class>): <what changes>'``.
+    """
     if model in _INSTALLED:
         return list(_INSTALLED[model][0])
     lines, handles = [], []
@@ -215,7 +237,11 @@ def install_shape_adapters(model: nn.Module) -> List[str]:
 
 
 def remove_shape_adapters(model: nn.Module) -> None:
-    """Remove the hooks of :func:`install_shape_adapters` from ``model``."""
+    """Remove the hooks of :func:`install_shape_adapters`.
+
+    Args:
+        model (nn.Module): The model they were installed on.
+    """
     lines, handles = _INSTALLED.pop(model, ([], []))
     for handle in handles:
         handle.remove()

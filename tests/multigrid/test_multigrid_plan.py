@@ -630,6 +630,22 @@ def test_estimates_without_the_dataset_size():
         'total: 6 epochs, 1.8 x recipe iters/epoch vs 4 -> ')
 
 
+@pytest.mark.parametrize('count', [
+    lambda plan: plan.max_iters,
+    lambda plan: plan.iter_at(1.5),
+    lambda plan: plan.iters_per_epoch(plan.stages[0]),
+    lambda plan: plan.shape_iterations(),
+    lambda plan: plan.scheduler_cfgs(),
+], ids=['max_iters', 'iter_at', 'iters_per_epoch', 'shape_iterations',
+        'scheduler_cfgs'])
+def test_exact_counts_of_an_estimated_plan_name_samples_per_rank(count):
+    plan = _plan(samples_per_rank=None)
+    assert not plan.exact
+    with pytest.raises(ValueError,
+                       match=r'samples_per_rank \(None\): pass len\(sampler\)'):
+        count(plan)
+
+
 def test_report_counts_videos_and_their_clips():
     options = MultigridOptions(long_cycle=False, bn_base_size=4)
     plan = MultigridPlan(PIPE, 1, 4, [STEP], samples_per_rank=8,
