@@ -233,20 +233,34 @@ def report(result):
                          f'{_interval(d["summary"])} (n={len(d["seeds"])}), '
                          f'detectable {d["detectable"]:.3f};')
             s = at['speedup']
+            share = time_share(s)
             lines.append(f'{text} speed-up at equal top-1: time '
                          f'{_speedup_text(s["seconds"])}, FLOPs '
-                         f'{_speedup_text(s["flops"])}; time saving '
-                         f'{time_share(s):.2f} of the FLOP saving')
+                         f'{_speedup_text(s["flops"])}' + (
+                             '' if share is None else
+                             f'; time saving {share:.2f} of the FLOP '
+                             f'saving'))
         if 'verdict' in c:
             lines.append(f'  verdict: {c["verdict"]}')
     return '\n'.join(lines)
 
 
 def time_share(speedup):
-    """The share of the FLOP saving that became time saving: the
-    speed-up at equal accuracy in time over that in FLOPs (issue 43: 2.10x
-    of 2.89x is 0.73)."""
-    return speedup['seconds']['value'] / speedup['flops']['value']
+    """The share of the FLOP saving that became time saving.
+
+    Args:
+        speedup (dict): The speed-ups at equal accuracy of one comparison,
+            ``seconds`` and ``flops`` (each with ``value`` and ``bound``).
+
+    Returns:
+        float or None: The speed-up in time over that in FLOPs (issue 43:
+        2.10x of 2.89x is 0.73); None where either is only a bound (the
+        arm is off the recipe's curve).
+    """
+    time, flops = speedup['seconds'], speedup['flops']
+    if time['bound'] or flops['bound']:
+        return None
+    return time['value'] / flops['value']
 
 
 def plot(result, path):

@@ -104,6 +104,8 @@ def test_summary_pairs_seeds_and_reads_speedups_off_the_curve(tool):
     assert s['low'] < s['value'] < s['high']
     text = tool.report(out)
     assert 'speed-up at equal top-1: time 1.75x [' in text
+    # The share of the FLOP saving that became time: 1.75 / 2.0625.
+    assert 'FLOPs 2.06x [' in text and '; time saving 0.85 of the FLOP' in text
     assert '  verdict: worse: multigrid - recipe -0.070' in text
 
 
@@ -245,7 +247,7 @@ def test_report_and_plot_from_json(tool, tmp_path):
     (['--mg-fractions', '0.3'], 'and every --mg-fractions [0.3]'),
     (['--epochs', '2'], 'each needs its own number of epochs >= 1'),
     (['--cfg-options', 'custom_hooks.0.epoch_factor=0.1'],
-     'paper at 1 of 32 epochs'),
+     'long-cycle at 1 of 32 epochs'),
 ])
 def test_bad_options_stop_before_training(tmp_path, args, message):
     assert_refused_before_training(
