@@ -20,7 +20,8 @@ REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 MEAN_LIMIT, MAX_LIMIT, TEST_LITERAL_LIMIT = 70, 200, 60
 WARN_CALLS = {'warn', 'warning'}
 # Helper functions that build warnings for a warning call elsewhere, and
-# how many messages each builds (issue 44 counted 22 with the INFO line).
+# how many messages each builds (DataWaitWatch.record's INFO line is a log
+# line, not one of them).
 HELPERS = {
     'dropped_base_hooks': 1, 'unused_scheduler_values': 3,
     'recipe_scheduler_warnings': 3, '_dropped_shapes': 1,
