@@ -87,8 +87,7 @@ def unused_scheduler_values(schedulers, max_epochs: Optional[int],
                      'it never reaches its final value')
             messages.append(
                 f'{name} ends at {unit} {end}, after the end of training '
-                f'({length} {unit}s): it is cut short ({final}). Shorten it '
-                f'or train longer.')
+                f'({length} {unit}s): {final}. Shorten it or train longer.')
         late = [m for m in cfg.get('milestones', []) if m >= length]
         if late:
             messages.append(

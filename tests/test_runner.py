@@ -1,6 +1,7 @@
 """mmext.runner: mmext.Runner (effective batch in auto_scale_lr, resume
 guards, trusted checkpoint loads, ann_file, dropped base hooks) on toy
 runs."""
+import atexit
 import os
 import os.path as osp
 import re
@@ -433,9 +434,22 @@ def test_a_custom_hooks_override_that_drops_a_base_hook_warns(tmp_path):
     assert not [w for w in caught if 'drop' in str(w.message)]
 
 
+# Threads of a process group: gloo's workers and I/O loop, a TCPStore's.
+GROUP_THREADS = ('pt_gloo_runloop', 'gloo_tcp_loop', 'pt_tcpstore_uv')
+
+
+def _thread_names(path):
+    """Write the names of the process's threads to ``path`` (Linux)."""
+    with open(path, 'w') as f:
+        f.write('\n'.join(
+            open(f'/proc/self/task/{task}/comm').read().strip()
+            for task in os.listdir('/proc/self/task')))
+
+
 def _train_with_zero(rank, world_size, work_dir):
     """One epoch with mmengine's ZeroRedundancyOptimizer; each rank saves
-    the momentum buffers of its own shard, by parameter name."""
+    the momentum buffers of its own shard, by parameter name, and at the
+    interpreter's exit the names of its threads."""
     cfg = _cfg(osp.join(work_dir, 'run'), optim_wrapper=dict(
         optimizer=dict(type='ZeroRedundancyOptimizer', optimizer_type='SGD',
                        lr=0.1, momentum=0.9)))
@@ -446,13 +460,24 @@ def _train_with_zero(rank, world_size, work_dir):
     torch.save({names[param]: state['momentum_buffer']
                 for param, state in optimizer.optim.state.items()},
                osp.join(work_dir, f'shard{rank}.pth'))
+    atexit.register(_thread_names, osp.join(work_dir, f'threads{rank}.txt'))
 
 
+@pytest.mark.skipif(not osp.isdir('/proc/self/task'),
+                    reason='thread names from /proc (Linux)')
 def test_a_zero_checkpoint_gathers_every_rank_shard(tmp_path):
     """mmengine 0.10.7 saves on rank 0 only, where ZeRO gathers the shards
     by a collective call: without mmext.Runner's gathering the 2 ranks
-    hang. The checkpoint holds each rank's momentum buffers."""
-    run_processes(_train_with_zero, 2, (str(tmp_path), ), timeout=120)
+    hang. The checkpoint holds each rank's momentum buffers.
+
+    No thread of the process group outlives it to the interpreter's exit:
+    the runner and its optimizer, a reference cycle, held the group after
+    destroy_process_group, and a gloo thread still running at exit aborted
+    a loaded run ("terminate called without an active exception")."""
+    run_processes(_train_with_zero, 2, (str(tmp_path), ), timeout=600)
+    for rank in (0, 1):
+        left = (tmp_path / f'threads{rank}.txt').read_text().split('\n')
+        assert not set(left) & set(GROUP_THREADS), (rank, left)
     shards = [torch.load(tmp_path / f'shard{rank}.pth') for rank in (0, 1)]
     assert shards[0] and shards[1] and not set(shards[0]) & set(shards[1])
     checkpoint = torch.load(tmp_path / 'run' / 'epoch_1.pth',

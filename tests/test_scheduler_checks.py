@@ -24,7 +24,7 @@ def test_stock_i3d_schedule_on_a_short_run():
     ]
     warmup, steps, cosine = unused_scheduler_values(schedulers, 2, 40)
     assert warmup.startswith('param_scheduler LinearLR ends at iteration 500')
-    assert '(40 iterations): it is cut short (the warm-up' in warmup
+    assert '(40 iterations): the warm-up never reaches' in warmup
     assert 'MultiStepLR milestones [40, 80] lie at or after' in steps
     assert 'end of training (2 epochs): those LR steps never' in steps
     assert 'CosineAnnealingLR begins at epoch 5' in cosine
@@ -52,7 +52,7 @@ def test_a_cosine_longer_than_the_run_is_not_called_a_warm_up():
     [message] = unused_scheduler_values(
         [dict(type='CosineAnnealingLR', by_epoch=True, begin=0, end=10,
               T_max=10)], 4, 40)
-    assert '(4 epochs): it is cut short (it never reaches its' in message
+    assert '(4 epochs): it never reaches its final value' in message
 
 
 def test_warmup_ends_in_iterations():

@@ -28,12 +28,9 @@ custom_hooks = [
         epoch_factor=1.5,
         long_cycle_factors=[(0.25, 0.5**0.5), (0.5, 0.5**0.5), (0.5, 1),
                             (1, 1)],
-        # For short_cycle=True, not the paper's [1/2, 1/sqrt2]: of this 64 px
-        # crop 1/2 gives 32 px, where the ResNet3d-18 (total stride 32)
-        # leaves a 1x1 final feature map (docs/en/multigrid.md#small-
-        # feature-maps); 0.6 gives 38 px, a 2x2 map, as the demo does.
-        short_cycle_factors=[0.6, 0.5**0.5],
-        short_cycle_mode='absolute',
+        # No short-cycle options: without the short cycle they do nothing
+        # (and warn). The benchmark's arms with it set short_cycle_factors
+        # [0.6, 1/sqrt2] (.dev_scripts/benchmark/multigrid_accuracy.py).
         batch_policy='paper',
         bn_base_size=8,
         lr_rule='sqrt',

@@ -514,11 +514,9 @@ def _unused_clips(plan) -> Optional[str]:
         return None
     unused, stage, sizes = max(found, key=lambda f: f[0])
     fix = 'fewer processes' if plan.world_size > 1 else 'another batch_size'
-    return (f'Incomplete batches leave {unused} of {samples} clips per '
-            f'process unused in each of epochs {stage.start_epoch}-'
-            f'{stage.end_epoch} (batches {sizes}; {len(found)} stages lose '
-            f'{UNUSED_CLIPS_SHARE:.0%}+); use {_cycle_fix(plan)}more data '
-            f'or {fix}.')
+    return (f'Batches {sizes} leave {unused} of {samples} clips per process '
+            f'unused per epoch in epochs {stage.start_epoch}-'
+            f'{stage.end_epoch}; use {_cycle_fix(plan)}more data or {fix}.')
 
 
 def _cycle_fix(plan) -> str:
@@ -542,12 +540,11 @@ def _few_steps(plan) -> Optional[str]:
         return None
     stage = large[0]
     batch, acc = max(plan.batch_sizes(stage)), plan.accumulative_counts
-    return (f'Batch {batch} is {batch / samples:.0%} of the {samples} clips '
-            f'per process: {plan.iters_per_epoch(stage) // acc} optimizer '
-            f'steps per epoch in epochs {stage.start_epoch}-'
-            f'{stage.end_epoch} (recipe {plan.recipe_iters_per_epoch // acc};'
-            f' {len(large)} stages); use {_cycle_fix(plan)}more data or a '
-            f'smaller batch_size.')
+    return (f'Batch {batch} is {batch / samples:.0%} of {samples} clips per '
+            f'process: {plan.iters_per_epoch(stage) // acc} steps per epoch '
+            f'in epochs {stage.start_epoch}-{stage.end_epoch} (recipe '
+            f'{plan.recipe_iters_per_epoch // acc}); use {_cycle_fix(plan)}'
+            f'more data or a smaller batch_size.')
 
 
 def _short_cycle_warning(plan) -> Optional[str]:

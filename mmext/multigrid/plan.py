@@ -3,11 +3,12 @@ schedulers on the multigrid axis, the run's plan and what it cannot honour
 (configs and arithmetic, no model, no runner)."""
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import (Callable, Dict, Iterable, List, NamedTuple, Optional,
                     Sequence, Tuple)
 
 from mmext.compat import SCHEDULER_INF
+from mmext.log import warn
 from mmext.options import (LR_RULES, check_option, is_int, is_number,
                            type_name)
 from mmext.registry import HOOKS
@@ -35,6 +36,15 @@ def _long_cycle_factors(value) -> bool:
     return (all(0 < t <= 1 and 0 < s <= 1 for t, s in value)
             and tuple(value[-1]) == (1, 1)
             and all(b >= a for a, b in zip(volumes, volumes[1:])))
+
+
+def _as_tuples(value):
+    """A list or tuple as a tuple, its list or tuple items as tuples
+    (anything else as it is)."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    return tuple(tuple(v) if isinstance(v, (list, tuple)) else v
+                 for v in value)
 
 
 def _lr_steps(value) -> bool:
@@ -88,7 +98,9 @@ class MultigridOptions:
     once; sequences are stored as tuples.
 
     Their meaning: :class:`~mmext.multigrid.MultigridHook`'s docstring and
-    docs/en/multigrid.md.
+    docs/en/multigrid.md. The options that do nothing in the run
+    (:meth:`unused_options`) are not checked: a value other than the
+    default warns, and the default is kept.
 
     Args:
         long_cycle (bool): Cycle the coarse shapes of the long cycle inside
@@ -147,6 +159,12 @@ class MultigridOptions:
         if not (self.long_cycle or self.short_cycle):
             raise ValueError('long_cycle and short_cycle are both False: '
                              'nothing to cycle.')
+        defaults = {f.name: f.default for f in fields(self)}
+        for name, cause in self.unused_options().items():
+            if _as_tuples(getattr(self, name)) != defaults[name]:
+                warn(f'{name}={getattr(self, name)!r} has no effect with '
+                     f'{cause}; remove it.')
+            object.__setattr__(self, name, defaults[name])
         factor = self.epoch_factor
         check_option(is_number(factor) and factor > 0, 'epoch_factor',
                      factor, 'a number > 0')
@@ -170,11 +188,33 @@ class MultigridOptions:
                      'None or increasing epochs from 0')
         for name in ('long_cycle_factors', 'short_cycle_factors',
                      'lr_steps'):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, tuple(
-                    tuple(v) if isinstance(v, (list, tuple)) else v
-                    for v in value))
+            object.__setattr__(self, name, _as_tuples(getattr(self, name)))
+
+    def unused_options(self) -> Dict[str, str]:
+        """The options that do nothing in this run, each with the setting
+        that makes it so.
+
+        Those of a disabled cycle: ``short_cycle_factors`` and
+        ``short_cycle_mode`` with ``short_cycle=False``;
+        ``long_cycle_factors`` and ``lr_rule`` (the LR follows the
+        long-cycle batch factor) with ``long_cycle=False``. And ``lr_rule``
+        under ``batch_policy='constant'``, where every batch factor is 1.
+
+        Returns:
+            dict[str, str]: Option name -> the setting, e.g.
+            ``{'short_cycle_mode': 'short_cycle=False'}``.
+        """
+        unused = {}
+        if not self.short_cycle:
+            unused.update(dict.fromkeys(
+                ('short_cycle_factors', 'short_cycle_mode'),
+                'short_cycle=False'))
+        if self.batch_policy == 'constant':
+            unused['lr_rule'] = "batch_policy='constant'"
+        if not self.long_cycle:
+            unused.update(dict.fromkeys(('long_cycle_factors', 'lr_rule'),
+                                        'long_cycle=False'))
+        return unused
 
     def schedule_kwargs(self) -> dict:
         """The options that shape the schedule, as keyword arguments.

@@ -11,29 +11,39 @@ CHECKPOINT_KEY = 'mmext_multigrid'
 _LABELS = {'max_epochs': 'multigrid epochs', 'recipe_epochs': 'recipe epochs'}
 # The iteration axis: what the iterations per epoch follow.
 _AXIS = ('world_size', 'batch_size', 'samples_per_rank', 'max_iters')
+# Keys a checkpoint may lack, not compared then: the options of a cycle it
+# did not run, and those earlier checkpoints did not record.
+_OPTIONAL = ('long_cycle_factors', 'short_cycle_factors', 'short_cycle_mode',
+             'lr_rule', 'bn_base_size')
 
 
 def resume_signature(plan) -> dict:
-    """What defines a run's epoch and iteration axes.
+    """What defines a run's schedule, its training and its epoch and
+    iteration axes (``meta[CHECKPOINT_KEY]`` of its checkpoints).
 
     Args:
-        plan (MultigridPlan): The plan.
+        plan (MultigridPlan): The run's plan.
 
     Returns:
-        dict: ``meta[CHECKPOINT_KEY]`` of the run's checkpoints: the schedule
-        options (sequences as lists), ``lr_steps``, ``recipe_epochs``,
-        ``max_epochs``, ``world_size``, ``batch_size`` (per process),
-        ``samples_per_rank`` and ``max_iters`` (None without exact counts).
+        dict: The options that act in the run (the schedule's, ``lr_rule``
+        and ``bn_base_size``, 0 as None; without
+        :meth:`MultigridOptions.unused_options`; sequences as lists),
+        ``lr_steps``, ``recipe_epochs``, ``max_epochs``, ``world_size``,
+        ``batch_size`` (per process), ``samples_per_rank`` and
+        ``max_iters`` (None without exact counts).
     """
     options = plan.options
-    signature = options.schedule_kwargs()
-    signature.update(
+    signature = dict(
+        options.schedule_kwargs(), lr_rule=options.lr_rule,
+        bn_base_size=options.bn_base_size or None,
         long_cycle_factors=[tuple(f) for f in options.long_cycle_factors],
         short_cycle_factors=list(options.short_cycle_factors),
         lr_steps=list(plan.lr_steps), recipe_epochs=plan.recipe_epochs,
         max_epochs=plan.max_epochs, world_size=plan.world_size,
         batch_size=plan.base_batch, samples_per_rank=plan.samples_per_rank,
         max_iters=plan.max_iters if plan.exact else None)
+    for name in options.unused_options():
+        del signature[name]
     return signature
 
 
@@ -68,7 +78,8 @@ def check_resume(plan, saved: Optional[dict], epoch: Optional[int] = None,
     saved = dict({'batch_policy': 'paper'}, **saved)
     differ = [f'{_LABELS.get(k, k)} {saved.get(k)!r} (config {v!r})'
               for k, v in ours.items()
-              if (axis or k not in _AXIS) and saved.get(k) != v]
+              if (axis or k not in _AXIS) and (
+                  k in saved or k not in _OPTIONAL) and saved.get(k) != v]
     if differ:
         raise ValueError(f'Checkpoint of another multigrid schedule: '
                          f'{", ".join(differ)}. Resume with those or use '

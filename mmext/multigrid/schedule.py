@@ -250,11 +250,12 @@ def build_multigrid_schedule(
         stages rounded to zero epochs are dropped.
 
     Raises:
-        ValueError: If ``lr_steps`` go past ``max_epochs``, a factor gives a
-            shape of no frame or pixel, or the rounded schedule has no epoch
-            at the base shape.
+        ValueError: If ``lr_steps`` go past ``max_epochs``, a factor of a
+            cycle that runs gives a shape of no frame or pixel, or the
+            rounded schedule has no epoch at the base shape.
     """
-    _check_factors(base_t, base_s, long_cycle_factors, short_cycle_factors)
+    _check_factors(base_t, base_s, long_cycle_factors if long_cycle else (),
+                   short_cycle_factors if short_cycle else ())
     steps = list(lr_steps)
     if steps[-1] > max_epochs:
         raise ValueError(f'lr_steps {steps} must end within '

@@ -5,6 +5,7 @@ rescales the train pipeline (``resize_pipeline``)."""
 import copy
 import os.path as osp
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from mmengine.registry import DefaultScope
 import mmext  # noqa: F401
 from mmext.multigrid import MultigridPlan
 from mmext.multigrid.data import resize_pipeline
+from mmext.multigrid.plan import build_hook
 
 PLAIN = osp.join(ROOT, 'configs', 'multigrid',
                  'recognizer3d_r18_adamw_msr-action3d.py')
@@ -48,6 +50,22 @@ def test_multigrid_config_is_the_recipe_plus_the_hook():
     assert multigrid.to_dict() == plain.to_dict()
 
 
+def test_the_config_sets_no_option_that_does_nothing():
+    """Its hook builds without a warning; the short-cycle options it set
+    with short_cycle=False until issue 44 would warn."""
+    cfg = Config.fromfile(MULTIGRID)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        build_hook(cfg)
+    cfg.custom_hooks[0].update(short_cycle_factors=[0.6, 0.5**0.5],
+                               short_cycle_mode='absolute')
+    with pytest.warns(UserWarning) as caught:
+        build_hook(cfg)
+    [message] = [str(w.message) for w in caught]  # the default: silent
+    assert message.startswith(f'short_cycle_factors={[0.6, 0.5**0.5]} has')
+    assert message.endswith(' with short_cycle=False; remove it.')
+
+
 def test_multigrid_arm_scales_adamw_lr_by_the_square_root():
     plan = MultigridPlan.from_config(Config.fromfile(MULTIGRID))
     # Long cycle 8B, 4B, 2B, B: AdamW's LR x sqrt(8), sqrt(4), sqrt(2), 1.
@@ -72,7 +90,10 @@ def test_the_config_trains_the_long_cycle_alone():
 
 def test_every_grid_shape_sees_the_central_square_of_the_frame():
     cfg = Config.fromfile(MULTIGRID)
-    cfg.custom_hooks[0]['short_cycle'] = True  # its crops too
+    # Its crops too, as the benchmark's arms with the short cycle train them
+    # (.dev_scripts/benchmark/multigrid_accuracy.py).
+    cfg.custom_hooks[0].update(short_cycle=True,
+                               short_cycle_factors=[0.6, 0.5**0.5])
     pipeline = cfg.train_dataloader.dataset.pipeline
     shapes = _grid_shapes(cfg)
     # The paper's long cycle (T/4 .. T, S/sqrt2 .. S) and the short cycle's

@@ -124,9 +124,12 @@ def _checked(config, options=None, pipeline_edit=None):
     cfg.model.backbone.pretrained = None
     with torch.device('meta'):
         model = MODELS.build(cfg.model)
+    # Built first: options that do nothing (e.g. the demo's short-cycle
+    # factors with short_cycle=False) warn here, not in check_run.
+    plan = MultigridPlan.from_config(cfg)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        messages = check_run(MultigridPlan.from_config(cfg), model,
+        messages = check_run(plan, model,
                              cfg.train_dataloader.dataset.pipeline).warnings
     assert [str(w.message) for w in caught] == messages
     return messages

@@ -462,23 +462,62 @@ OLD_SIGNATURE = dict(long_cycle=True, short_cycle=True, epoch_factor=1.5,
 
 
 def _plan(samples_per_rank=None, world_size=1, **options):
+    options = dict(dict(long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)]),
+                   **options)
     return MultigridPlan(PIPE, 4, 4, [STEP], samples_per_rank,
-                         world_size=world_size, options=MultigridOptions(
-                             long_cycle_factors=[(0.5, 0.5**0.5), (1, 1)],
-                             **options))
+                         world_size=world_size,
+                         options=MultigridOptions(**options))
 
 
 def test_signature_in_the_format_checkpoints_hold():
     """Checkpoints of earlier releases still resume; the signature adds the
-    iteration axis."""
+    iteration axis, lr_rule and bn_base_size."""
     plan = _plan(64)
     assert resume_signature(plan) == dict(
         OLD_SIGNATURE, world_size=1, batch_size=4, samples_per_rank=64,
-        max_iters=plan.max_iters, batch_policy='paper')
+        max_iters=plan.max_iters, batch_policy='paper', lr_rule='linear',
+        bn_base_size=8)
     check_resume(plan, OLD_SIGNATURE)
     check_resume(plan, resume_signature(plan))
     with pytest.raises(ValueError, match=r'epoch_factor 2 \(config 1\.5\)'):
         check_resume(plan, dict(OLD_SIGNATURE, epoch_factor=2))
+
+
+@pytest.mark.parametrize('options, differ', [
+    (dict(lr_rule='sqrt'), "lr_rule 'linear' (config 'sqrt')"),
+    (dict(bn_base_size=4), 'bn_base_size 8 (config 4)'),
+    (dict(bn_base_size=0), 'bn_base_size 8 (config None)'),
+])
+def test_resume_with_another_lr_rule_or_bn_base_size_is_refused(options,
+                                                                differ):
+    """Both change the training (the LR, the BN statistics); a checkpoint
+    from before they were recorded is not checked for them."""
+    plan = _plan(64, **options)
+    with pytest.raises(ValueError, match=re.escape(
+            f'another multigrid schedule: {differ}. Resume')):
+        check_resume(plan, resume_signature(_plan(64)))
+    check_resume(plan, OLD_SIGNATURE)
+
+
+@pytest.mark.parametrize('options, unused', [
+    (dict(short_cycle=False),
+     dict(short_cycle_factors=[0.6, 0.5**0.5], short_cycle_mode='relative')),
+    (dict(long_cycle=False), dict(long_cycle_factors=[(0.5, 1), (1, 1)],
+                                  lr_rule='sqrt')),
+    (dict(batch_policy='constant'), dict(lr_rule='sqrt')),
+])
+def test_options_that_do_nothing_are_not_in_the_signature(options, unused):
+    """Editing them never blocks a resume: the checkpoints of the old
+    format, which recorded them, resume without them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # set, they warn
+        edited = _plan(64, **options, **unused)
+        plan = _plan(64, **options)
+    assert set(resume_signature(plan)).isdisjoint(unused)
+    assert resume_signature(edited) == resume_signature(plan)
+    old = {k: v for k, v in resume_signature(plan).items()
+           if k not in ('lr_rule', 'bn_base_size')}
+    check_resume(plan, dict(old, **unused))
 
 
 def test_resume_with_another_batch_policy_is_refused():
@@ -506,6 +545,23 @@ def test_resume_on_another_world_size_is_refused():
         'world_size 1 (config 2)', 'samples_per_rank 64 (config 32)',
         'max_iters 27 (config 12)']
     check_resume(one, resume_signature(one), 1, one.cum_iters[1])
+
+
+def test_a_checkpoint_saved_under_the_old_signature_resumes(
+        full, full_run, tmp_path):
+    """The run's epoch-5 checkpoint with the schedule record of earlier
+    releases (no lr_rule, no bn_base_size) resumes and trains what the
+    uninterrupted run trained."""
+    state = torch.load(osp.join(full.work_dir, 'epoch_5.pth'),
+                       weights_only=False)
+    record = state['meta'][CHECKPOINT_KEY]
+    assert (record.pop('lr_rule'), record.pop('bn_base_size')) == ('linear',
+                                                                    4)
+    old = str(tmp_path / 'old.pth')
+    torch.save(state, old)
+    tiny_runner(tmp_path, custom_hooks=recorded(), resume=True,
+                load_from=old).train()
+    assert read_shapes(tmp_path) == [r for r in full_run if r['epoch'] == 5]
 
 
 def test_old_checkpoints_are_checked_by_where_they_stand():

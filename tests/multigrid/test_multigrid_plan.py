@@ -98,6 +98,66 @@ SCHEDULE_VALUES = [
     ('lr_steps', [0, 5, 5], 'None or increasing epochs from 0'),
     ('lr_rule', 'square', "'linear' or 'sqrt'"),
 ]
+# An option of a cycle that is off, a value the check would refuse, the
+# setting that makes it do nothing.
+UNUSED_VALUES = [
+    (dict(short_cycle=False), 'short_cycle_factors', [1.5],
+     'short_cycle=False'),
+    (dict(short_cycle=False), 'short_cycle_mode', 'paper',
+     'short_cycle=False'),
+    (dict(long_cycle=False), 'long_cycle_factors', [(2, 1), (1, 1)],
+     'long_cycle=False'),
+    (dict(long_cycle=False), 'lr_rule', 'square', 'long_cycle=False'),
+    (dict(batch_policy='constant'), 'lr_rule', 'sqrt',
+     "batch_policy='constant'"),
+]
+
+
+@pytest.mark.parametrize('setting, name, value, cause', UNUSED_VALUES)
+def test_an_option_that_does_nothing_warns_unchecked(setting, name, value,
+                                                     cause):
+    """Not checked, one line naming it, its value and the setting; the
+    default is kept (the schedule and the resume record never see it)."""
+    with pytest.warns(UserWarning) as caught:
+        options = MultigridOptions(**setting, **{name: value})
+    assert [str(w.message) for w in caught] == [
+        f'{name}={value!r} has no effect with {cause}; remove it.']
+    default = {f.name: f.default for f in dataclasses.fields(
+        MultigridOptions)}[name]
+    assert getattr(options, name) == default
+    assert options.unused_options()[name] == cause
+
+
+def test_the_defaults_of_an_unused_option_do_not_warn():
+    """Set to its default (lists as a config gives them), an unused option
+    is silent; unused_options lists every option that does nothing."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        short = MultigridOptions(short_cycle=False,
+                                 short_cycle_factors=[0.5, 0.5**0.5],
+                                 short_cycle_mode='absolute')
+        long = MultigridOptions(long_cycle=False, lr_rule='linear',
+                                long_cycle_factors=[
+                                    list(f)
+                                    for f in DEFAULT_LONG_CYCLE_FACTORS])
+    assert short.unused_options() == dict(
+        short_cycle_factors='short_cycle=False',
+        short_cycle_mode='short_cycle=False')
+    assert long.unused_options() == dict(long_cycle_factors='long_cycle=False',
+                                         lr_rule='long_cycle=False')
+    assert MultigridOptions().unused_options() == {}
+
+
+def test_a_2d_recipe_without_the_long_cycle_keeps_its_default_factors():
+    """T=1 (a 2D model): the default long-cycle factors (t < 1) were refused
+    with long_cycle=False, where they do nothing."""
+    with pytest.raises(ValueError, match='2D models need t = 1'):
+        build_multigrid_schedule(1, 112, [0, 4], 4)
+    stages = build_multigrid_schedule(1, 112, [0, 4], 4, long_cycle=False)
+    assert [[x.crop_size for x in s.short_cycle] for s in stages] == [
+        [56, 79, 112]]
+
+
 RUNTIME_VALUES = [
     ('skip_broken_clips', 'yes', 'a bool'),
     ('skip_broken_clips', None, 'a bool'),
@@ -279,29 +339,28 @@ def test_clips_left_unused_by_incomplete_batches_are_said(samples, world_size,
     and 12 (30 %)."""
     messages = [m for m in _messages([STEP], samples_per_rank=samples,
                                      world_size=world_size)
-                if m.startswith('Incomplete')]
+                if m.startswith('Batches ')]
     if unused is None:
         assert messages == []
         return
     [message] = messages
-    assert message.startswith('Incomplete batches leave 12 of 40 clips ')
-    assert 'per process unused in each of epochs 3-4 ' in message
-    assert '(batches [16, 8, 4]; 4 stages lose 20%+)' in message
+    assert message.startswith('Batches [16, 8, 4] leave 12 of 40 clips ')
+    assert 'per process unused per epoch in epochs 3-4; ' in message
     assert message.endswith(unused)
 
 
 @pytest.mark.parametrize('options, samples, expected, fix', [
     # Stage 0 cycles batches 32, 16, 16: 32 of 120 clips (27 %) leave
     # 120 // 64 * 3 + 2 = 5 steps per epoch, against 120 / 4 = 30.
-    (dict(), 120, ['Batch 32 is 27% of the 120 clips per process: ',
-                   '5 optimizer steps per epoch in epochs 0-3 ',
-                   '(recipe 30; 1 stages)'], 'use short_cycle=False, more'),
+    (dict(), 120, ['Batch 32 is 27% of 120 clips per process: ',
+                   '5 steps per epoch in epochs 0-3 (recipe 30); '],
+     'use short_cycle=False, more'),
     (dict(), 128, None, None),  # 32 is 25 %: no warning
     # The long cycle alone: batch 16 of 60 clips (27 %), 3 steps per epoch.
-    (dict(short_cycle=False), 60, ['Batch 16 is 27% of the 60 clips',
-                                   '3 optimizer steps per epoch'],
+    (dict(short_cycle=False), 60, ['Batch 16 is 27% of 60 clips',
+                                   '3 steps per epoch'],
      '); use more data or'),
-    (dict(batch_policy='sqrt'), 40, ['Batch 12 is 30% of the 40 clips'],
+    (dict(batch_policy='sqrt'), 40, ['Batch 12 is 30% of 40 clips'],
      'use short_cycle=False, more'),  # round(sqrt 8) x 4 = 12
 ])
 def test_few_optimizer_steps_per_epoch_are_said(options, samples, expected,
@@ -312,7 +371,7 @@ def test_few_optimizer_steps_per_epoch_are_said(options, samples, expected,
     evidence supports (the long cycle alone)."""
     messages = [m for m in _messages([STEP], samples_per_rank=samples,
                                      bn_base_size=None, **options)
-                if m.startswith('Batch')]
+                if m.startswith('Batch ')]
     if expected is None:
         assert messages == []
         return

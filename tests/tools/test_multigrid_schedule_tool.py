@@ -137,7 +137,7 @@ def test_hook_runs_the_same_checks_as_the_tool(tmp_path):
                               'epoch 5,')
     assert 'after the end of training (4 recipe epochs)' in tool[0]
     # 64 clips per process: the short cycle's batch of 32 is half of them.
-    assert tool[1].startswith('Batch 32 is 50% of the 64 clips per process')
+    assert tool[1].startswith('Batch 32 is 50% of 64 clips per process')
     # The tiny recipe's short cycle reaches S=28: a 1x1 final map.
     assert 'feature maps below 2x2' in tool[2]
     assert '(B, T, S) = (32, 8, 28): 1x1' in tool[2]

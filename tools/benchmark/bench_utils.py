@@ -6,11 +6,13 @@ through pytest's ``pythonpath`` and by ``custom_imports``).
 """
 import bisect
 import functools
+import gc
 import math
 import os
 import os.path as osp
 import socket
 import statistics
+import tempfile
 import threading
 import time
 from typing import (Callable, Dict, List, NamedTuple, Optional, Sequence,
@@ -63,15 +65,22 @@ def find_free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, backend: str,
+def _worker(rank: int, world_size: int, init_method: str, backend: str,
             fn: Callable, args: Sequence) -> None:
-    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     if backend == 'nccl':
         torch.cuda.set_device(rank)
-    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    dist.init_process_group(backend, init_method=init_method, rank=rank,
+                            world_size=world_size)
     try:
         fn(rank, world_size, *args)
+        dist.barrier()  # no rank tears down while a peer still reduces
     finally:
+        # What fn built can hold the group in a reference cycle (a runner
+        # and its ZeroRedundancyOptimizer): destroy_process_group then left
+        # gloo's threads running until the interpreter's last collection at
+        # exit, where a gloo thread that needs the GIL aborts the process
+        # ("terminate called without an active exception").
+        gc.collect()
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -81,18 +90,23 @@ def run_processes(fn: Callable, world_size: int, args: Sequence = (),
                   backend: str = 'gloo') -> None:
     """Run the picklable ``fn(rank, world_size, *args)`` in spawned
     processes, each in a default process group (``backend``; nccl: rank r
-    on GPU r) on 127.0.0.1; kill them after ``timeout`` s (TimeoutError).
+    on GPU r) met through a file of a new temporary folder (no TCP port: a
+    free port picked here can be taken before rank 0 listens on it); kill
+    them after ``timeout`` s (TimeoutError). Each process frees what ``fn``
+    built and its process group (gloo's threads joined) before it exits.
     """
-    ctx = mp.start_processes(
-        _worker,
-        args=(world_size, find_free_port(), backend, fn, tuple(args)),
-        nprocs=world_size, join=False, start_method='spawn')
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not ctx.join(timeout=1):
-        if deadline is not None and time.monotonic() > deadline:
-            for proc in ctx.processes:
-                proc.kill()
-            raise TimeoutError(f'{world_size} processes hung for {timeout}s')
+    with tempfile.TemporaryDirectory() as folder:
+        ctx = mp.start_processes(
+            _worker, args=(world_size, 'file://' + osp.join(folder, 'store'),
+                           backend, fn, tuple(args)),
+            nprocs=world_size, join=False, start_method='spawn')
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not ctx.join(timeout=1):
+            if deadline is not None and time.monotonic() > deadline:
+                for proc in ctx.processes:
+                    proc.kill()
+                raise TimeoutError(
+                    f'{world_size} processes hung for {timeout}s')
 
 
 # ---------------------------------------------------------------- timing
