@@ -229,24 +229,21 @@ class DataWaitWatch:
         if self.threshold and not self.warned and share > self.threshold:
             self.warned = True
             out.append((logging.WARNING, (
-                f'Multigrid: data wait is {share:.0%} of the iteration time '
-                f'at {self.where} (data_wait_threshold '
-                f'{self.threshold:.0%}): the run is data-bound. ' +
+                f'Multigrid: data-bound at {self.where}: data wait '
+                f'{share:.0%} > data_wait_threshold {self.threshold:.0%}; ' +
                 self._fix(costs, self._data / iters))))
         return out
 
     def _fix(self, costs: Dict[str, float], wait: float) -> str:
         """What to do about a data wait of ``wait`` s per iteration, from
-        the loader's ms per clip by transform."""
+        the loader's ms per clip by transform (docs/en/multigrid.md,
+        "Data-bound runs")."""
+        fix = 'add num_workers or decode once (mmext.CachedVideoDataset).'
         if not costs:
-            return ('Add train_dataloader.num_workers or decode once '
-                    '(mmext.CachedVideoDataset).')
-        most = max(costs, key=costs.get)
+            return fix
         batch = sum(costs.values()) * (self.clips_per_iter or 1) / 1e3
         if batch < wait:  # one worker alone would have kept up
-            return (f'The pipeline takes {batch:.3f} s per batch in a worker, '
-                    f'less than the wait: give the workers cores or send '
-                    f'fewer, larger tensors.')
-        return (f'{most} costs most: {costs[most]:.1f} ms per clip. Add '
-                f'train_dataloader.num_workers or decode once '
-                f'(mmext.CachedVideoDataset).')
+            return (f'the pipeline takes {batch:.3f} s per batch: give the '
+                    f'workers cores.')
+        most = max(costs, key=costs.get)
+        return f'{most} costs {costs[most]:.1f} ms per clip; {fix}'
