@@ -52,7 +52,7 @@ val_pipeline = [
 # The demo's loaders: batch 8, 2 workers each. Each video is decoded once,
 # at the first Resize's size (short side 72 px for training, 64 for
 # validation), into a frame cache on disk (mmext.CachedVideoDataset:
-# work_dirs/frame_cache/msr_action3d_{train,val}, 212 and 176 MiB), which
+# work_dirs/frame_cache/msr_action3d_{train,val}_<hash>, 212 and 176 MiB), which
 # every run of these configs reuses: decoding costs the same at every grid
 # shape (docs/en/multigrid.md, "Data-bound runs").
 train_dataloader = dict(

@@ -102,7 +102,12 @@ class FrameCache:
         self.max_gib = max_gib
         self.pipeline = dict(version=CACHE_VERSION, init=init_cfg,
                              decode=decode_cfg, resize=resize_cfg)
-        self.clips: Dict[str, dict] = {}
+        # What the frames depend on (not how the file is opened or how
+        # many threads decode it).
+        self.identity = json.loads(json.dumps(dict(
+            version=CACHE_VERSION, decode=decode_cfg, resize=resize_cfg)))
+        self.clips: Dict[str, dict] = {}  # by the video's real path
+        self._keys: Dict[str, str] = {}
         # Shared memory: loader workers load, the main process reads.
         self._hits = multiprocessing.Value('q', 0)
         self._misses = multiprocessing.Value('q', 0)
@@ -173,7 +178,8 @@ class FrameCache:
         return dict(stat=_stat(filename), frames=int(info['total_frames']),
                     fps=float(info['avg_fps']), raw_shape=list(raw[:2]),
                     shape=[int(size[0]), int(size[1]), raw[2]],
-                    file=hashlib.sha1(filename.encode()).hexdigest() + '.npy')
+                    file=hashlib.sha1(osp.realpath(filename).encode())
+                    .hexdigest() + '.npy')
 
     def nbytes(self, filenames: Optional[Sequence[str]] = None) -> int:
         """Bytes the frames of some videos take in the cache.
@@ -186,9 +192,10 @@ class FrameCache:
             int: ``N * H * W * C`` (uint8) summed over the videos;
             unreadable ones count 0.
         """
-        names = self.clips if filenames is None else filenames
-        return sum(self.clips[f]['frames'] * int(np.prod(self.clips[f][
-            'shape'])) for f in names if 'broken' not in self.clips[f])
+        clips = self.clips.values() if filenames is None else [
+            self.clip(f) for f in filenames]
+        return sum(c['frames'] * int(np.prod(c['shape'])) for c in clips
+                   if 'broken' not in c)
 
     def prepare(self, filenames: Sequence[str]) -> str:
         """Check the folder against ``filenames`` and the pipeline, scan
@@ -206,45 +213,62 @@ class FrameCache:
                 changed since it was cached, or the frames need more than
                 ``max_gib``.
         """
-        os.makedirs(self.cache_dir, exist_ok=True)
         old = {}
         if osp.exists(self.manifest_path):
             with open(self.manifest_path) as f:
                 old = json.load(f)
-            if old.get('pipeline') != json.loads(json.dumps(self.pipeline)):
+            differ = [k for k in self.identity
+                      if old.get('pipeline', {}).get(k) != self.identity[k]]
+            if differ:
                 raise ValueError(
-                    f'Frame cache {self.cache_dir} was made for another '
-                    f'pipeline ({old.get("pipeline")}); delete it or set '
-                    f'another cache_dir.')
+                    f'Frame cache {self.cache_dir} holds other frames: '
+                    f'{differ[0]} {old["pipeline"].get(differ[0])}, now '
+                    f'{self.identity[differ[0]]}; delete it or set cache_dir.')
         self.clips = dict(old.get('clips', {}))
-        for name in filenames:
-            clip = self.clips.get(name)
+        self._keys = {name: osp.realpath(name) for name in filenames}
+        keys = list(self._keys.values())
+        for name, key in self._keys.items():
+            clip = self.clips.get(key)
             if clip is not None and 'broken' not in clip and (
                     clip['stat'] != _stat(name)):
                 raise ValueError(f'Frame cache {self.cache_dir} is stale: '
                                  f'{name} changed since it was cached; '
                                  f'delete the cache folder.')
             if clip is None or 'broken' in clip:
-                self.clips[name] = self._scan(name)
-        need = self.nbytes(filenames)
+                self.clips[key] = self._scan(name)
+        need = self.nbytes(keys)
         if need > self.max_gib * GIB:
             raise ValueError(
-                f'The frames of {len(filenames)} videos need '
+                f'The frames of {len(keys)} videos need '
                 f'{need / GIB:.2f} GiB of cache > max_cache_gib='
                 f'{self.max_gib}; raise it or drop the frame cache.')
-        _write_atomic(self.manifest_path, lambda tmp: _dump(
-            tmp, dict(pipeline=self.pipeline, clips=self.clips)))
-        done = sum(osp.isfile(self._path(f)) for f in filenames)
-        broken = sum('broken' in self.clips[f] for f in filenames)
-        return (f'Frame cache {self.cache_dir}: {len(filenames)} videos, '
-                f'{sum(self.clips[f]["frames"] for f in filenames)} frames, '
+        if self.clips != old.get('clips'):  # a read-only cache stays one
+            try:
+                os.makedirs(self.cache_dir, exist_ok=True)
+                _write_atomic(self.manifest_path, lambda tmp: _dump(
+                    tmp, dict(pipeline=self.identity, clips=self.clips)))
+            except OSError as error:
+                raise ValueError(
+                    f'Frame cache {self.cache_dir} is not writable '
+                    f'({error.strerror}); set a writable cache_dir.')
+        done = sum(osp.isfile(self._path(k)) for k in keys)
+        broken = [n for n, k in self._keys.items()
+                  if 'broken' in self.clips[k]]
+        return (f'Frame cache {self.cache_dir}: {len(keys)} videos, '
+                f'{sum(self.clips[k]["frames"] for k in keys)} frames, '
                 f'{need / 2**20:.0f} MiB of {self.max_gib} GiB; {done} '
-                f'already cached, {len(filenames) - done - broken} decoded '
+                f'already cached, {len(keys) - done - len(broken)} decoded '
                 f'once when first loaded' +
-                (f', {broken} unreadable.' if broken else '.'))
+                (f', {len(broken)} unreadable (e.g. {broken[0]}).'
+                 if broken else '.'))
 
-    def _path(self, filename: str) -> str:
-        return osp.join(self.cache_dir, self.clips[filename].get('file', ''))
+    def _key(self, filename: str) -> str:
+        """The manifest's key of ``filename``: its real path."""
+        key = self._keys.get(filename)
+        return osp.realpath(filename) if key is None else key
+
+    def _path(self, key: str) -> str:
+        return osp.join(self.cache_dir, self.clips[key].get('file', ''))
 
     # -- serving -----------------------------------------------------
     def clip(self, filename: str) -> dict:
@@ -261,7 +285,7 @@ class FrameCache:
         Raises:
             KeyError: ``filename`` was not prepared.
         """
-        return self.clips[filename]
+        return self.clips[self._key(filename)]
 
     def frames(self, filename: str) -> np.ndarray:
         """All frames of a prepared video at the cached size.
@@ -279,7 +303,7 @@ class FrameCache:
             ValueError: The video decoded to another shape than its
                 manifest entry says (changed during the run).
         """
-        clip, path = self.clips[filename], self._path(filename)
+        clip, path = self.clip(filename), self._path(self._key(filename))
         shape = (clip['frames'], *clip['shape'])
         try:
             frames = np.load(path, mmap_mode='r')
@@ -293,7 +317,10 @@ class FrameCache:
         if frames.shape != shape:
             raise ValueError(f'{filename} decoded to {frames.shape}, '
                              f'cached as {shape}; delete the cache folder.')
-        _write_atomic(path, lambda tmp: _save(tmp, frames))
+        try:
+            _write_atomic(path, lambda tmp: _save(tmp, frames))
+        except OSError:  # a read-only or full cache: serve, do not store
+            pass
         with self._misses.get_lock():
             self._misses.value += 1
         return frames
@@ -329,7 +356,8 @@ class FrameCache:
             int: How many were decoded.
         """
         todo = [name for name in filenames if 'broken' not in
-                self.clips[name] and not osp.isfile(self._path(name))]
+                self.clip(name) and not osp.isfile(self._path(
+                    self._key(name)))]
         for name in todo:
             self.frames(name)
         return len(todo)
@@ -377,7 +405,8 @@ class CachedDecordInit(BaseTransform):
         """
         clip = self.cache.clip(results['filename'])
         if 'broken' in clip:
-            raise RuntimeError(clip['broken'])
+            raise RuntimeError(f'{results["filename"]} cannot be decoded: '
+                               f'{clip["broken"]}')
         results['total_frames'] = clip['frames']
         results['avg_fps'] = clip['fps']
         return results
@@ -429,7 +458,9 @@ class CachedVideoDataset(VideoDataset):
         pipeline (list[dict]): The pipeline config.
         cache_dir (str, optional): The cache folder, shared by the runs of
             the same videos and pipeline. Defaults to
-            ``work_dirs/frame_cache/<folder of ann_file>_<its name>``.
+            ``work_dirs/frame_cache/<folder of ann_file>_<its name>_<hash>``
+            (the hash of the decode and first resize: one folder per
+            pipeline).
         max_cache_gib (float): Refuse, before training, a dataset whose
             frames need more cache than this (GiB). Defaults to 8.0.
         **kwargs: ``VideoDataset``'s arguments.
@@ -481,8 +512,12 @@ class CachedVideoDataset(VideoDataset):
         if self.frame_cache.cache_dir is None:
             stem = osp.splitext(osp.basename(self.ann_file))[0]
             parent = osp.basename(osp.dirname(osp.abspath(self.ann_file)))
-            self.frame_cache.cache_dir = osp.join('work_dirs', 'frame_cache',
-                                                  f'{parent}_{stem}')
+            # The frames' identity in the name: a list seen by two
+            # pipelines (validating on the train list) gets two caches.
+            tag = hashlib.sha1(json.dumps(self.frame_cache.identity).encode(
+            )).hexdigest()[:8]
+            self.frame_cache.cache_dir = osp.join(
+                'work_dirs', 'frame_cache', f'{parent}_{stem}_{tag}')
         names = [self.get_data_info(i)['filename'] for i in range(len(self))]
         try:
             line = self.frame_cache.prepare(names)

@@ -131,6 +131,11 @@ def describe(plan) -> str:
     return '\n'.join(lines)
 
 
+# The transforms that open or decode a video file (mmaction2's).
+_VIDEO_DECODERS = ('DecordInit', 'DecordDecode', 'PyAVInit', 'PyAVDecode',
+                   'OpenCVInit', 'OpenCVDecode')
+
+
 class DataWaitWatch:
     """The data-wait share after each shape change; one warning per run.
 
@@ -238,12 +243,14 @@ class DataWaitWatch:
         """What to do about a data wait of ``wait`` s per iteration, from
         the loader's ms per clip by transform (docs/en/multigrid.md,
         "Data-bound runs")."""
-        fix = 'add num_workers or decode once (mmext.CachedVideoDataset).'
+        most = max(costs, key=costs.get) if costs else 'DecordDecode'
+        # Decoding a video is what the frame cache removes.
+        fix = 'add num_workers' + (' or decode once (mmext.CachedVideoDataset)'
+                                   if most in _VIDEO_DECODERS else '') + '.'
         if not costs:
             return fix
         batch = sum(costs.values()) * (self.clips_per_iter or 1) / 1e3
         if batch < wait:  # one worker alone would have kept up
             return (f'the pipeline takes {batch:.3f} s per batch: give the '
                     f'workers cores.')
-        most = max(costs, key=costs.get)
         return f'{most} costs {costs[most]:.1f} ms per clip; {fix}'

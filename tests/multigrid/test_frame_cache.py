@@ -190,8 +190,12 @@ def test_a_cache_of_another_pipeline_is_refused(videos, tmp_path):
     build(dataset_cfg(videos, str(tmp_path / 'cache')))
     cfg = dataset_cfg(videos, str(tmp_path / 'cache'))
     cfg.pipeline[3] = dict(type='Resize', scale=(-1, 48))
-    with pytest.raises(ValueError, match='was made for another pipeline'):
+    with pytest.raises(ValueError, match=r'holds other frames: resize '):
         build(cfg)
+    # How the file is opened or decoded in threads changes no frame.
+    cfg = dataset_cfg(videos, str(tmp_path / 'cache'))
+    cfg.pipeline[0] = dict(type='DecordInit', num_threads=2)
+    assert build(cfg).frame_cache.clips
 
 
 def test_an_interrupted_fill_is_not_trusted(videos, tmp_path, monkeypatch):
@@ -234,6 +238,9 @@ def test_an_unreadable_clip_is_named_when_loaded(videos, tmp_path):
     with pytest.raises(BrokenClipError, match=f'Cannot load clip {name} '
                        r'\(index 1\)'):
         mg[1]
+    # Without the hook the clip is named too.
+    with pytest.raises(RuntimeError, match=f'{name} cannot be decoded: '):
+        cached[1]
 
 
 @pytest.mark.parametrize('missing', ['DecordInit', 'DecordDecode'])
@@ -275,7 +282,49 @@ def test_the_default_cache_dir_names_the_list(videos, tmp_path,
     cfg = dataset_cfg(videos, data_root=videos, ann_file='train.txt')
     cfg.type = 'mmext.CachedVideoDataset'
     cached = build(cfg)
-    assert cached.frame_cache.cache_dir == osp.join(
-        'work_dirs', 'frame_cache', 'video_train')
-    assert osp.isfile(osp.join(tmp_path, 'work_dirs', 'frame_cache',
-                               'video_train', 'manifest.json'))
+    folder = cached.frame_cache.cache_dir
+    assert osp.dirname(folder) == osp.join('work_dirs', 'frame_cache')
+    assert osp.basename(folder).startswith('video_train_')
+    assert osp.isfile(osp.join(tmp_path, folder, 'manifest.json'))
+    # The same list through another pipeline (validating on the train
+    # list) gets a folder of its own.
+    cfg.pipeline[3] = dict(type='Resize', scale=(-1, 48))
+    assert build(cfg).frame_cache.cache_dir != folder
+
+
+def test_one_video_by_two_paths_is_cached_once(videos, tmp_path):
+    """The manifest keys the real path: a list read through a symbolic
+    link (another data_root) reuses the frames."""
+    cache = str(tmp_path / 'cache')
+    first = build(dataset_cfg(videos, cache))
+    clips(first, 2)
+    link = str(tmp_path / 'link')
+    os.symlink(videos, link)
+    second = build(dataset_cfg(link, cache))
+    assert len(second.frame_cache.clips) == len(first)
+    clips(second, 2)
+    assert (second.frame_cache.hits, second.frame_cache.misses) == (2, 0)
+
+
+def test_a_read_only_cache_serves(videos, tmp_path):
+    cache = str(tmp_path / 'cache')
+    cfg = dataset_cfg(videos, cache)
+    clips(build(cfg), 2)
+    os.chmod(cache, 0o555)  # a complete manifest: nothing to write
+    try:
+        if os.access(cache, os.W_OK):
+            pytest.skip('root writes into a read-only folder here')
+        dataset = build(cfg)
+        # A clip not stored yet is decoded and served, not stored.
+        assert clips(dataset, 3)[2].shape == (1, 3, 16, 56, 56)
+        assert (dataset.frame_cache.hits, dataset.frame_cache.misses) == (
+            2, 1)
+    finally:
+        os.chmod(cache, 0o755)
+
+
+def test_an_unwritable_cache_dir_is_refused(videos):
+    cfg = dataset_cfg(videos, '/proc/no-cache-here')
+    with pytest.raises(ValueError, match='is not writable .*; set a '
+                       'writable cache_dir'):
+        build(cfg)

@@ -802,6 +802,16 @@ def test_watch_gives_the_loader_and_compute_costs_per_clip():
     for data, total in [(3.0, 3.5)] + [(1.0, 2.0)] * 3:
         out += watch.record(data, total, lambda: costs)
     assert 'the pipeline takes 0.122 s per batch: give' in out[1][1]
+    # A costliest transform that is no video decoder (frames, the frame
+    # cache filling): more workers, not the frame cache.
+    for name in ('RawFrameDecode', 'CachedDecordDecode'):
+        watch = DataWaitWatch(threshold=0.2, iters=3, skip=1)
+        watch.start_stage('epoch 0', length=10, clips_per_iter=40)
+        out = []
+        for data, total in [(3.0, 3.5)] + [(1.0, 2.0)] * 3:
+            out += watch.record(data, total, lambda: {name: 30.0})
+        assert out[1][1].endswith(f'{name} costs 30.0 ms per clip; add '
+                                  f'num_workers.')
 
 
 def test_watch_disabled_and_short_stage():

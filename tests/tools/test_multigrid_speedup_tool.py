@@ -324,3 +324,15 @@ def test_overall_against_the_iteration_and_flop_savings():
     assert out['flop_saving'] == pytest.approx(4.0)
     assert out['flop_limit_share'] == pytest.approx(0.625)
     assert out['load_warning'] is None
+
+
+def test_repeat_aug_on_a_frame_cache_config_is_refused(tmp_path):
+    """RepeatAugDataset would decode with decord: said before training."""
+    res = subprocess.run(
+        [sys.executable, TOOL, '--work-dir', str(tmp_path), '--config',
+         'configs/multigrid/recognizer3d_r18_adamw_multigrid_msr-action3d.py',
+         '--repeat-aug', '2'], cwd=REPO_ROOT, capture_output=True, text=True,
+        timeout=300)
+    assert res.returncode != 0
+    assert 'decodes with decord, not from the frame cache' in res.stderr
+    assert 'Epoch(train)' not in res.stdout + res.stderr

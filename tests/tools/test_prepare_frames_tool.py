@@ -3,6 +3,7 @@ the size of the pipeline's first resize, with mmaction2's rawframe list;
 the frames equal the video's within JPEG's error, and RawframeDataset
 trains from them."""
 import os.path as osp
+import shutil
 import subprocess
 import sys
 
@@ -71,3 +72,25 @@ def test_bad_options_are_refused(tmp_path, args, message):
                            str(tmp_path)] + args, cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and message in proc.stderr
+
+
+def test_an_unreadable_video_is_named_and_left_out(demo_data, tmp_path,
+                                                   monkeypatch):
+    # A copy of the session's demo videos: one of them is broken here.
+    shutil.copytree(osp.join(demo_data, 'video'),
+                    str(tmp_path / 'demo' / 'video'))
+    monkeypatch.setenv('MMEXT_DEMO_DATA', str(tmp_path / 'demo'))
+    cfg = Config.fromfile(CONFIG)
+    root = cfg.train_dataloader.dataset.data_prefix.video
+    with open(cfg.train_dataloader.dataset.ann_file) as f:
+        first = f.readline().split()[0]
+    with open(osp.join(root, first), 'wb') as f:
+        f.write(b'not a video')
+    out = str(tmp_path / 'frames')
+    proc = run_tool([sys.executable, TOOL, CONFIG, '--out', out])
+    assert f'skipped {osp.join(root, first)}: cannot decode it' in (
+        proc.stderr)
+    assert 'wrote 63 videos as frames' in proc.stdout
+    assert '(1 left out)' in proc.stdout
+    with open(osp.join(out, 'train.txt')) as f:
+        assert osp.splitext(first)[0] not in f.read()

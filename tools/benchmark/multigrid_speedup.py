@@ -168,6 +168,11 @@ def _apply_stack(cfg, args, amp_wrapper=True):
             sys.exit(f'--repeat-aug {args.repeat_aug}: the config\'s '
                      f'train batch_size {loader.batch_size} is not a multiple '
                      f'of it (each video gives {args.repeat_aug} clips).')
+        if loader.dataset.type == 'mmext.CachedVideoDataset':
+            sys.exit('--repeat-aug: RepeatAugDataset decodes with decord, '
+                     'not from the frame cache of mmext.CachedVideoDataset; '
+                     'add --cfg-options train_dataloader.dataset.type='
+                     'VideoDataset to compare on decord.')
         loader.batch_size //= args.repeat_aug
         loader.collate_fn = dict(type='repeat_pseudo_collate')
         loader.dataset.type = 'RepeatAugDataset'

@@ -9,7 +9,8 @@ Decodes every video of the config's ``--split`` set as its pipeline does
 (``DecordInit``, ``DecordDecode``), resized by the ``Resize`` right after
 the decode (the frame cache's size: the first resize), and writes the
 frames as JPEG files ``DIR/<video path without extension>/img_00001.jpg``
-... and mmaction2's rawframe list ``DIR/<split>.txt`` (``frame_dir
+... and mmaction2's rawframe list (a video that cannot be decoded is
+named and left out) ``DIR/<split>.txt`` (``frame_dir
 total_frames label``). Trained from these with ``RawframeDataset`` and
 ``RawFrameDecode``, a clip reads and decodes only its ``T`` sampled
 frames, small ones: its loading cost follows the grid shape, where a video
@@ -19,6 +20,7 @@ prints the config lines to use.
 import argparse
 import os
 import os.path as osp
+import sys
 
 import cv2
 from mmengine.config import Config, DictAction
@@ -60,10 +62,18 @@ def main():
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         dataset = DATASETS.build(ds_cfg)
     root = dataset.data_prefix['video']
-    lines = []
+    lines, skipped = [], []
     for i in range(len(dataset)):
         info = dataset.get_data_info(i)
-        frames = cache.decode(info['filename'])
+        try:
+            frames = cache.decode(info['filename'])
+        except Exception as error:  # noqa: B902 any decoder's error
+            skipped.append(info['filename'])
+            print(f'skipped {info["filename"]}: cannot decode it '
+                  f'({type(error).__name__}: {error})', file=sys.stderr)
+            continue
+        if i % 100 == 99:
+            print(f'{i + 1} of {len(dataset)} videos', flush=True)
         folder = osp.splitext(osp.relpath(info['filename'], root))[0]
         os.makedirs(osp.join(args.out, folder), exist_ok=True)
         for k, frame in enumerate(frames):
@@ -74,8 +84,9 @@ def main():
     ann = osp.join(args.out, f'{args.split}.txt')
     with open(ann, 'w') as f:
         f.writelines(lines)
-    print(f'wrote {len(lines)} videos as frames of {frames.shape[1]}x'
-          f'{frames.shape[2]} px into {args.out} and {ann}. In the config: '
+    left_out = f' ({len(skipped)} left out)' if skipped else ''
+    print(f'wrote {len(lines)} videos as frames into {args.out} and {ann}'
+          f'{left_out}. In the config: '
           f"dataset=dict(type='RawframeDataset', ann_file='{ann}', "
           f"data_prefix=dict(img='{args.out}'), filename_tmpl="
           f"'img_{{:05d}}.jpg'), and in its pipeline RawFrameDecode for "
