@@ -8,7 +8,6 @@ toolbox) name the mmext type or option meant when a config misspells one
 or leaves out the ``mmext.`` prefix."""
 import difflib
 import inspect
-import re
 from typing import Callable, Iterable, Optional
 
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
@@ -24,7 +23,7 @@ from .options import type_name
 
 __all__ = [
     'HOOKS', 'OPTIM_WRAPPERS', 'OPTIM_WRAPPER_CONSTRUCTORS',
-    'PARAM_SCHEDULERS', 'RUNNERS', 'check_hook_options'
+    'PARAM_SCHEDULERS', 'RUNNERS'
 ]
 
 
@@ -60,40 +59,6 @@ def init_options(cls: type) -> Optional[set]:
             if all(p.kind is not p.VAR_KEYWORD for p in params):
                 return names - {'self'}
     return None
-
-
-def _hook_options(hook, scope: Optional[str]) -> set:
-    """The keywords a ``custom_hooks`` entry's class names (none if its
-    type is unknown or takes any)."""
-    kind = hook.get('type') if isinstance(hook, dict) else None
-    if not isinstance(kind, str):
-        return set()
-    with MMENGINE_HOOKS.switch_scope_and_registry(
-            hook.get('_scope_', scope)) as scoped:
-        cls = scoped.get(kind)
-    return (init_options(cls) or set()) if inspect.isclass(cls) else set()
-
-
-def check_hook_options(cfg, options: Optional[dict]) -> None:
-    """Raise ``ValueError`` for a ``--cfg-options`` key
-    ``custom_hooks.N.name`` whose index reaches a hook that does not name
-    ``name`` while another entry's class does (the docs' form with the
-    index of another config). ``cfg``: the config, ``options`` merged."""
-    hooks = cfg.get('custom_hooks') or []
-    scope = cfg.get('default_scope')
-    for key in options or {}:
-        found = re.fullmatch(r'custom_hooks\.(\d+)\.(\w+)', key)
-        if not found or int(found[1]) >= len(hooks):
-            continue
-        index, name = int(found[1]), found[2]
-        if name in _hook_options(hooks[index], scope):
-            continue
-        other = next((i for i, h in enumerate(hooks)
-                      if name in _hook_options(h, scope)), None)
-        if other is not None:
-            raise ValueError(
-                f'{key} reaches {hooks[index]["type"]}, which takes no '
-                f'{name!r}: {hooks[other]["type"]} is custom_hooks.{other}.')
 
 
 def _hint(cfg, registry: Registry, mmext: Registry, exc: Exception,

@@ -27,7 +27,7 @@ from mmengine.logging import MMLogger
 import mmext.registry  # noqa: F401  (mmext's scope and mmext:: configs)
 from mmext.compat import trusted_checkpoint_loading
 from mmext.log import error_line, is_refusal, log_traceback, refuse
-from mmext.registry import check_hook_options
+from mmext.runner import check_hook_options
 
 CONFIG_SUFFIXES = ('.py', '.json', '.yaml', '.yml')
 RUNNER_TYPE = 'mmext.Runner'

