@@ -357,12 +357,14 @@ def train_loader_batch_size(runner) -> int:
     return loader.batch_size
 
 
-def _load_trusted_local(filename: str, map_location=None):
+def load_from_local(filename: str, map_location=None):
     """mmengine's local loader (``load_from_local``, its
     FileNotFoundError too) with ``weights_only=False``: torch >= 2.6
     refuses the message hub of mmengine 0.10.7 checkpoints
     (open-mmlab/mmengine#1655); allow-listing ``builtins.getattr`` would
-    void the protection for every load."""
+    void the protection for every load. Named as mmengine names its
+    loaders, ``load_from_<backend>``: its log line cuts the first 10
+    characters (``Loads checkpoint by local backend from path``)."""
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
@@ -383,7 +385,7 @@ def trusted_checkpoint_loading() -> Iterator[None]:
     """
     schemes = CheckpointLoader._schemes
     previous = schemes['']
-    schemes[''] = _load_trusted_local
+    schemes[''] = load_from_local
     try:
         yield
     finally:

@@ -1,14 +1,21 @@
-"""mmext's warnings and refusals: on stderr and in the run's log file."""
+"""mmext's warnings and refusals: on stderr and in the run's log file.
+
+Importing it makes Python show mmext's warnings on the console as the run's
+log lines (mmengine's console format), without the file and source line
+Python adds (:func:`_as_log_line`); other warnings keep Python's format."""
 import functools
 import inspect
 import logging
+import os
+import os.path as osp
 import traceback
 import warnings
 from typing import Callable, Tuple
 
 from mmengine.logging import MMLogger
 
-__all__ = ['warn', 'refuse', 'logs_refusals']
+__all__ = ['warn', 'refuse', 'logs_refusals', 'error_line', 'log_traceback',
+           'is_refusal']
 
 # Set on an exception once :func:`refuse` has written it to the log file.
 LOGGED = 'mmext_logged'
@@ -30,6 +37,29 @@ def _to_log_file(level: int, message: str,
             handler.handle(record)
 
 
+# The package's folder: the warnings issued from its modules.
+_PACKAGE = osp.dirname(osp.abspath(__file__)) + os.sep
+_python_format = warnings.formatwarning
+
+
+def _as_log_line(message, category, filename, lineno, line=None) -> str:
+    """``warnings.formatwarning`` for a warning of mmext's modules: the
+    line mmengine's current logger prints on the console for a WARNING
+    record (Python's format otherwise)."""
+    if not str(filename).startswith(_PACKAGE):
+        return _python_format(message, category, filename, lineno, line)
+    logger = MMLogger.get_current_instance()
+    record = logger.makeRecord(logger.name, logging.WARNING, filename,
+                               lineno, str(message), None, None)
+    console = [h for h in logger.handlers
+               if type(h) is logging.StreamHandler]
+    return (console[0].format(record) if console else
+            f'{category.__name__}: {message}') + '\n'
+
+
+warnings.formatwarning = _as_log_line
+
+
 def warn(message: str) -> None:
     """Warn on stderr and in the run's log file.
 
@@ -41,6 +71,31 @@ def warn(message: str) -> None:
     """
     warnings.warn(message, UserWarning, stacklevel=2)
     _to_log_file(logging.WARNING, message)
+
+
+def error_line(exc: BaseException) -> str:
+    """``<type>: <message>`` of ``exc``; for the exception of a DataLoader
+    worker, which torch re-raises as ``Caught <type> in DataLoader worker
+    process N.`` with the worker's traceback below, the worker's own
+    last line (a broken clip's path)."""
+    text = str(exc)
+    if text.startswith('Caught ') and '\nOriginal Traceback' in text:
+        kind, _, message = text.rstrip().splitlines()[-1].partition(': ')
+        return f'{kind.rsplit(".", 1)[-1]}: {message}'
+    return f'{type(exc).__name__}: {text}'
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """Whether ``exc`` went through :func:`refuse` (mmext refused the run,
+    or ``tools/train.py`` wrote it)."""
+    return getattr(exc, LOGGED, False)
+
+
+def log_traceback(exc: BaseException) -> None:
+    """Write the traceback of ``exc`` to the run's log file only (an INFO
+    record after its ERROR line: the console shows the one line)."""
+    _to_log_file(logging.INFO, 'Traceback of the error above:\n' + ''.join(
+        traceback.format_exception(type(exc), exc, exc.__traceback__)))
 
 
 def refuse(exc: BaseException) -> BaseException:
@@ -66,7 +121,7 @@ def refuse(exc: BaseException) -> BaseException:
         else:  # about to be raised by the caller
             caller = inspect.stack(0)[1]
             where = (caller.filename, caller.lineno, caller.function)
-        _to_log_file(logging.ERROR, f'{type(exc).__name__}: {exc}', where)
+        _to_log_file(logging.ERROR, error_line(exc), where)
         setattr(exc, LOGGED, True)
     return exc
 

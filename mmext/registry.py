@@ -19,6 +19,7 @@ from mmengine.registry import PARAM_SCHEDULERS as MMENGINE_PARAM_SCHEDULERS
 from mmengine.registry import RUNNERS as MMENGINE_RUNNERS
 from mmengine.registry import Registry
 
+from .log import refuse
 from .options import type_name
 
 __all__ = [
@@ -126,8 +127,8 @@ def _with_hints(build: Callable, mmext: Registry) -> Callable:
                          kwargs.get('default_args', args[0] if args else None))
             if not hint:
                 raise
-            raise (KeyError if isinstance(exc, KeyError) else TypeError)(
-                hint) from exc
+            raise refuse((KeyError if isinstance(exc, KeyError) else
+                          TypeError)(hint)) from exc
 
     return build_with_hints
 

@@ -3,11 +3,13 @@ do (docs/en/design.md, "mmext.Runner"); it knows neither method ("Layers")."""
 import inspect
 import os
 import os.path as osp
+import re
 from contextlib import ExitStack
 from typing import Callable, List, Optional
 from unittest.mock import patch
 
 from mmengine.config import Config
+from mmengine.registry import HOOKS as MMENGINE_HOOKS
 from mmengine.runner import Runner as MMEngineRunner
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -17,12 +19,12 @@ from .log import refuse, warn
 from .lr_scaling import (ADAM_LINEAR_LIMIT, EFFECTIVE_BATCH_INFO, LR_RULES,
                          auto_scale_lr_options, is_adam_family,
                          optim_wrappers)
-from .registry import HOOKS, OPTIM_WRAPPERS, RUNNERS
+from .registry import HOOKS, OPTIM_WRAPPERS, RUNNERS, init_options
 
 __all__ = [
     'Runner', 'ResumeGuard', 'register_resume_guard', 'restart_hint',
     'DATA_ROOT_VARIABLES', 'data_root_variable', 'check_ann_file',
-    'dropped_base_hooks'
+    'dropped_base_hooks', 'check_hook_options'
 ]
 
 # The variables mmext's configs read their data folders from
@@ -161,6 +163,40 @@ def dropped_base_hooks(cfg: Config) -> List[str]:
                     f'custom_hooks of {osp.basename(cfg.filename)} drop '
                     f'{kind} of {osp.basename(base)}: repeat it there')
     return messages
+
+
+def _hook_options(hook, scope: Optional[str]) -> set:
+    """The keywords a ``custom_hooks`` entry's class names (none if its
+    type is unknown or takes any)."""
+    kind = hook.get('type') if isinstance(hook, dict) else None
+    if not isinstance(kind, str):
+        return set()
+    with MMENGINE_HOOKS.switch_scope_and_registry(
+            hook.get('_scope_', scope)) as scoped:
+        cls = scoped.get(kind)
+    return (init_options(cls) or set()) if inspect.isclass(cls) else set()
+
+
+def check_hook_options(cfg, options: Optional[dict]) -> None:
+    """Raise ``ValueError`` for a ``--cfg-options`` key
+    ``custom_hooks.N.name`` whose index reaches a hook that does not name
+    ``name`` while another entry's class does (the docs' form with the
+    index of another config). ``cfg``: the config, ``options`` merged."""
+    hooks = cfg.get('custom_hooks') or []
+    scope = cfg.get('default_scope')
+    for key in options or {}:
+        found = re.fullmatch(r'custom_hooks\.(\d+)\.(\w+)', key)
+        if not found or int(found[1]) >= len(hooks):
+            continue
+        index, name = int(found[1]), found[2]
+        if name in _hook_options(hooks[index], scope):
+            continue
+        other = next((i for i, h in enumerate(hooks)
+                      if name in _hook_options(h, scope)), None)
+        if other is not None:
+            raise ValueError(
+                f'{key} reaches {hooks[index]["type"]}, which takes no '
+                f'{name!r}: {hooks[other]["type"]} is custom_hooks.{other}.')
 
 
 @RUNNERS.register_module(name='Runner')

@@ -3,4 +3,4 @@
 from train import main
 
 if __name__ == '__main__':
-    main('test')
+    main('test', one_line_refusals=True)

@@ -7,11 +7,14 @@ registries and the ``mmext::`` prefix, ``mmext.Runner`` for a config naming
 no runner, AGVM's ``--amp``, gloo without CUDA, trusted checkpoint loads,
 the process group's tear-down, the exception that ends a run in its log
 file and, at the end, where the run wrote (docs/en/get_started.md, "Tool
-options"). ``tools/test.py`` runs the toolbox's ``tools/test.py`` alike.
+options"). A refusal of mmext's ends with one line on stderr, its traceback
+in the run's log file (on stderr too with ``MMEXT_TRACEBACK=1``).
+``tools/test.py`` runs the toolbox's ``tools/test.py`` alike.
 """
 import importlib
 import importlib.util
 import logging
+import os
 import os.path as osp
 import sys
 from typing import List, Optional, Sequence, Tuple
@@ -23,12 +26,15 @@ from mmengine.logging import MMLogger
 
 import mmext.registry  # noqa: F401  (mmext's scope and mmext:: configs)
 from mmext.compat import trusted_checkpoint_loading
-from mmext.log import refuse
+from mmext.log import error_line, is_refusal, log_traceback, refuse
+from mmext.runner import check_hook_options
 
 CONFIG_SUFFIXES = ('.py', '.json', '.yaml', '.yml')
 RUNNER_TYPE = 'mmext.Runner'
 # Wrappers whose mixed-precision variant is not mmengine's AmpOptimWrapper.
 AMP_WRAPPERS = {'mmext.AGVMOptimWrapper': 'mmext.AGVMAmpOptimWrapper'}
+# Set (non-empty): a refusal shows its traceback on stderr too.
+TRACEBACK_VARIABLE = 'MMEXT_TRACEBACK'
 USAGE = ('usage: tools/{0}.py CONFIG [options]: the options of the '
          "tools/{0}.py of the config's toolbox (tools/{0}.py CONFIG -h)")
 
@@ -140,6 +146,10 @@ def toolbox_arguments(name: str, argv: List[str]):
         raise SystemExit(USAGE.format(name) + ', the config first')
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
+        try:
+            check_hook_options(cfg, args.cfg_options)
+        except ValueError as exc:
+            raise refuse(exc)
     options = mmext_options(args, cfg)
     if any(o.startswith('optim_wrapper.type=') for o in options):
         argv = [a for a in argv if a != '--amp']  # not AmpOptimWrapper
@@ -177,24 +187,34 @@ def run_files(logger: MMLogger, name: str) -> List[Tuple[str, str]]:
     return files
 
 
-def main(name: str = 'train', argv: Optional[Sequence[str]] = None) -> None:
+def main(name: str = 'train', argv: Optional[Sequence[str]] = None,
+         one_line_refusals: bool = False) -> None:
     """Run the toolbox's ``tools/<name>.py`` with ``argv`` (default: the
     command line's) and mmext's additions; print where the run wrote.
 
     An exception that ends the run is also written to the run's log file
-    (:func:`mmext.log.refuse`), once its runner has made one.
+    (:func:`mmext.log.refuse`), once its runner has made one. With
+    ``one_line_refusals`` (the command line), one mmext refused
+    (:func:`mmext.log.is_refusal`) exits with its line on stderr
+    (``SystemExit``), its traceback in the log file, unless
+    :data:`TRACEBACK_VARIABLE` is set.
     """
-    tool, argv, launcher = toolbox_arguments(
-        name, list(sys.argv[1:] if argv is None else argv))
-    sys.argv = [tool.__file__, *argv]
-    start_cpu_process_group(launcher)
     before = MMLogger.get_current_instance()
     try:
+        tool, argv, launcher = toolbox_arguments(
+            name, list(sys.argv[1:] if argv is None else argv))
+        sys.argv = [tool.__file__, *argv]
+        start_cpu_process_group(launcher)
         with trusted_checkpoint_loading():  # torch>=2.6 refuses mmengine's
             tool.main()
     except Exception as exc:
+        refused = is_refusal(exc)
         if MMLogger.get_current_instance() is not before:  # the run's
             refuse(exc)
+            log_traceback(exc)
+        if refused and one_line_refusals and not os.environ.get(
+                TRACEBACK_VARIABLE):
+            raise SystemExit(error_line(exc)) from None
         raise
     logger = MMLogger.get_current_instance()
     if logger is not before and (not dist.is_initialized()
@@ -207,4 +227,4 @@ def main(name: str = 'train', argv: Optional[Sequence[str]] = None) -> None:
 
 
 if __name__ == '__main__':
-    main()
+    main(one_line_refusals=True)

@@ -1,7 +1,7 @@
 # Multigrid on the demo video recipe for a few iterations (.dev_scripts/gpu_check.sh):
-# 4 recipe epochs become 6 multigrid epochs, 24 iterations, through three
+# 4 recipe epochs become 6 multigrid epochs, 52 iterations, through three
 # long-cycle shapes (batch 16/8/4 per process: sub-batch BN with 4, 2 and 1
-# splits), short-cycle crops, precise BN at the end of each shape and one
+# splits; the demo's long cycle alone), precise BN at the end and one
 # validation at the end (`make demo-data` first). Works on CPU and CUDA.
 _base_ = '../demo/recognizer3d_r18_multigrid_demo-video.py'
 

@@ -50,9 +50,18 @@ def _square(value) -> Optional[int]:
     return None
 
 
+def _transform_text(transform: dict) -> str:
+    """A transform config as ``Name(key=value)``, its size keys only."""
+    keys = ('scale', 'keep_ratio', 'scale_range', 'area_range',
+            *_FIXED_SIZE_KEYS.values())
+    args = ', '.join(f'{k}={transform[k]!r}' for k in keys if k in transform)
+    return f'{type_name(transform["type"])}({args})'
+
+
 def _final_crop_index(pipeline: List[dict]) -> Tuple[int, int]:
     """Index and side ``S`` of the final fixed-size square crop (else
-    ``ValueError``)."""
+    ``ValueError`` naming the last size transform)."""
+    last = None
     for i in range(len(pipeline) - 1, -1, -1):
         t = pipeline[i]
         name = type_name(t['type'])
@@ -65,10 +74,12 @@ def _final_crop_index(pipeline: List[dict]) -> Tuple[int, int]:
         else:
             continue
         if side is None:
+            last = _transform_text(t)
             break
         return i, side
-    raise ValueError('The train pipeline needs a final square crop, e.g. '
-                     'Resize(scale=(224, 224), keep_ratio=False).')
+    found = f'ends with {last}, no' if last else 'needs a final'
+    raise ValueError(f'The train pipeline {found} square crop: end with '
+                     f'e.g. Resize(scale=(224, 224), keep_ratio=False).')
 
 
 def parse_grid_shape(pipeline: List[dict]) -> Tuple[int, int, int]:
@@ -140,9 +151,14 @@ def check_field_of_view(pipeline: List[dict]) -> None:
     if _first_resize(pipeline) is None:
         final, side = _final_crop_index(pipeline)
         name = type_name(pipeline[final]['type'])
-        raise ValueError(f'{name}({side}) crops the raw '
-                         f'frame: smaller S would see less of it; add a '
-                         f'Resize before it.')
+        relative = next((_transform_text(t) for t in pipeline[:final]
+                         if isinstance(t.get(_RESIZE_KEYS.get(
+                             type_name(t['type']), '')), (int, float))),
+                        None)
+        fix = (f'{relative} is relative: give its scale in pixels, e.g. '
+               f'(-1, {side})' if relative else 'add a Resize before it')
+        raise ValueError(f'{name}({side}) crops the raw frame: smaller S '
+                         f'would see less of it; {fix}.')
 
 
 def resize_pipeline(pipeline: List[dict], clip_len: int,

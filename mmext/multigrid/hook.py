@@ -195,7 +195,8 @@ class MultigridHook(Hook):
             disables sub-batch BN. Defaults to 8.
         precise_bn_iters (int): Batches of precise BN, on the epoch's
             long-cycle shape, before each validation and checkpoint (and
-            the end); 0 disables it. Defaults to 200.
+            the end), at most one pass over the data (the loader's batches
+            per epoch); 0 disables it. Defaults to 200.
         lr_steps (Sequence[int], optional): LR stage starts in recipe epochs
             (``[0, ...]``); None: the recipe's ``MultiStepLR`` milestones,
             else ``[0, max_epochs]``. Defaults to None.
@@ -481,7 +482,9 @@ class MultigridHook(Hook):
 
         start = time.perf_counter()
         n = update_precise_bn(model, itertools.islice(loader, iters), forward)
-        _log(f'precise BN over {n} batches at epoch {runner.epoch} '
+        # One pass over the data at most: more would repeat clips.
+        _log(f'precise BN over {n} batches (precise_bn_iters={iters}, one '
+             f'pass {len(loader)}) at epoch {runner.epoch} '
              f'({time.perf_counter() - start:.1f} s)')
         runner.visualizer.add_scalars({SCALAR_PRECISE_BN: n},
                                       step=runner.iter)

@@ -18,7 +18,8 @@ from .data import (check_field_of_view, config_clips_per_sample,
                    parse_grid_shape)
 from .schedule import (BATCH_POLICIES, DEFAULT_LONG_CYCLE_FACTORS,
                        DEFAULT_SHORT_CYCLE_FACTORS, SHORT_CYCLE_MODES,
-                       GridShape, MultigridStage, build_multigrid_schedule,
+                       GridShape, MultigridStage, NoBaseShapeEpoch,
+                       build_multigrid_schedule,
                        iterations_per_epoch, map_recipe_epoch, stage_at_epoch,
                        stage_flops_ratios)
 
@@ -90,6 +91,14 @@ def build_hook(cfg):
     entry = dict(entries[0])
     entry.pop('priority', None)
     return HOOKS.build(entry)
+
+
+# What replaces a dataset wrapper around the train set (the hook rebuilds
+# the video dataset's pipeline per shape).
+_WRAPPER_FIXES = {
+    'RepeatDataset': 'multiply max_epochs and milestones by its times',
+    'ConcatDataset': 'list the clips of all in one ann_file instead',
+}
 
 
 @dataclass(frozen=True)
@@ -372,18 +381,21 @@ class MultigridPlan:
             self.recipe_iters_per_epoch = math.ceil(samples_per_rank /
                                                     self.base_batch)
         try:
-            self.stages: List[MultigridStage] = build_multigrid_schedule(
-                self.base_clip_len, self.base_crop_size, self.lr_steps,
-                self.recipe_epochs, gamma=self.gamma,
-                lr_rule=self.options.lr_rule,
-                **self.options.schedule_kwargs())
+            self.stages: List[MultigridStage] = _build(
+                self, self.recipe_epochs, self.lr_steps)
         except ValueError as error:
+            message = str(error)
+            if isinstance(error, NoBaseShapeEpoch):
+                message = message.replace('raise either.',
+                                          _longer_schedule(self))
             # A dropped recipe value is often the cause (a shortened run).
             dropped = recipe_scheduler_warnings(self)
-            if not dropped:
+            if dropped:
+                message += (f' Recipe values the schedule cannot honour: '
+                            f'{" ".join(dropped)}')
+            if message == str(error):
                 raise
-            raise ValueError(f'{error} Recipe values the schedule cannot '
-                             f'honour: {" ".join(dropped)}') from error
+            raise ValueError(message) from error
         _check_sub_bn(self)
         # (T, S) -> FLOPs of one clip's forward, counted by the caller of a
         # model check (checks.check_run).
@@ -434,9 +446,11 @@ class MultigridPlan:
                              f'train_cfg={train_cfg}')
         dataset = cfg.train_dataloader.dataset
         if 'pipeline' not in dataset:
+            kind = type_name(dataset.get('type'))
+            fix = _WRAPPER_FIXES.get(kind, 'configure the video dataset')
             raise ValueError(f'MultigridHook needs a pipeline in '
-                             f'train_dataloader.dataset, got a '
-                             f'{dataset.get("type")}.')
+                             f'train_dataloader.dataset, got a {kind}; '
+                             f'{fix}.')
         if options is None:
             options = build_hook(cfg).options
         if clips_per_sample is None:
@@ -693,6 +707,33 @@ def _need_exact(plan: MultigridPlan) -> None:
                          '(None): pass len(sampler)')
 
 
+def _build(plan: MultigridPlan, max_epochs: int,
+           lr_steps: Sequence[int]) -> List[MultigridStage]:
+    """The stages of the plan's recipe and options for ``max_epochs``
+    recipe epochs and LR stages ``lr_steps``."""
+    return build_multigrid_schedule(
+        plan.base_clip_len, plan.base_crop_size, lr_steps, max_epochs,
+        gamma=plan.gamma, lr_rule=plan.options.lr_rule,
+        **plan.options.schedule_kwargs())
+
+
+def _longer_schedule(plan: MultigridPlan) -> str:
+    """The fix of a recipe too short for the cycles' stages: the shortest
+    longer ``max_epochs`` whose schedule keeps the base shape, the LR stages
+    from the recipe's schedulers at it (epochs are rounded per stage, so
+    not every longer one does)."""
+    for epochs in range(plan.recipe_epochs + 1, 4 * plan.recipe_epochs + 99):
+        steps = list(plan.options.lr_steps or find_lr_steps(
+            plan.param_scheduler, epochs)[0])
+        try:
+            if steps[-1] <= epochs and _build(plan, epochs, steps):
+                return (f'use train_cfg.max_epochs={epochs} (the shortest '
+                        f'longer one that keeps it) or raise epoch_factor.')
+        except NoBaseShapeEpoch:
+            continue
+    return 'raise epoch_factor.'
+
+
 def _splits(plan: MultigridPlan, batch: int) -> int:
     """Sub-BN splits of ``batch`` indices (PySlowFast ``NUM_SPLITS``)."""
     clips, base = batch * plan.clips_per_sample, plan.options.bn_base_size
@@ -724,6 +765,10 @@ def _count_iterations(plan: MultigridPlan) -> List[int]:
     """Cumulative iterations at each multigrid epoch; raise for a stage
     whose first batch exceeds the clips per process."""
     samples, cum = plan.samples_per_rank, [0]
+    # Whether every long-cycle batch fits: short_cycle=False then trains.
+    long_fits = plan.options.short_cycle and all(
+        plan.batch_sizes(s, short_cycle=False)[0] <= samples
+        for s in plan.stages)
     for stage in plan.stages:
         n = plan.iters_per_epoch(stage)
         sizes = plan.batch_sizes(stage)
@@ -733,12 +778,12 @@ def _count_iterations(plan: MultigridPlan) -> List[int]:
             # The shape's own batch fits: the short cycle's made the first.
             raise ValueError(
                 f'short_cycle_factors {list(factors)} make a batch of '
-                f'{sizes[0]} > {samples} clips per process; use factors '
-                f'closer to 1.')
+                f'{sizes[0]} > {samples} clips per process; use ' +
+                'short_cycle=False or ' * long_fits + 'factors closer to 1.')
         if n == 0:
             fixes = ['more data'] + ['fewer processes'] * (
                 plan.world_size > 1) + ['a smaller batch_size'] + [
-                    'short_cycle=False'] * (sizes[-1] <= samples)
+                    'short_cycle=False'] * long_fits
             raise ValueError(
                 f'{samples} clips per process < batch {sizes[0]} (epochs '
                 f'{stage.start_epoch}-{stage.end_epoch}); use '

@@ -109,10 +109,11 @@ def describe(plan) -> str:
     ratio = info['iteration_saving']
     saving = (f'{ratio:.2f}x fewer iterations' if ratio >= 1 else
               f'{1 / ratio:.2f}x more iterations')
+    # A FLOP saving, not a wall-time one: a data-bound run saves less.
     flops = (f'FLOPs x{info["flops_ratio"]:.3f} of the recipe '
-             f'({info["flop_saving"]:.2f}x saving, ' + (
-                 'counted on the model)' if info['flops_counted'] else
-                 'B*T*S^2 estimate)'))
+             f'({info["flop_saving"]:.2f}x fewer FLOPs, ' + (
+                 'counted on the model' if info['flops_counted'] else
+                 'B*T*S^2 estimate') + '; wall time: docs/en/benchmarks.md)')
     if exact:
         per = info['clips_per_sample']
         count = (f'{info["clips_per_process"]} clips' if per == 1 else

@@ -36,6 +36,11 @@ BATCH_POLICIES = {
 }
 
 
+class NoBaseShapeEpoch(ValueError):
+    """The rounded schedule leaves no epoch at the base shape (a recipe too
+    short for the cycles' stages)."""
+
+
 @dataclass(frozen=True)
 class GridShape:
     """One mini-batch shape ``(B, T, S)`` of a clip tensor ``(N, C, T, S, S)``.
@@ -250,8 +255,9 @@ def build_multigrid_schedule(
         stages rounded to zero epochs are dropped.
 
     Raises:
-        ValueError: If ``lr_steps`` go past ``max_epochs``, a factor of a
-            cycle that runs gives a shape of no frame or pixel, or the
+        ValueError: If ``lr_steps`` go past ``max_epochs`` or a factor of a
+            cycle that runs gives a shape of no frame or pixel;
+            :class:`NoBaseShapeEpoch` if the
             rounded schedule has no epoch at the base shape.
     """
     _check_factors(base_t, base_s, long_cycle_factors if long_cycle else (),
@@ -317,7 +323,7 @@ def build_multigrid_schedule(
                                 fine_tune=k >= len(raw) - 2))
         start = max(start, end)
     if not stages or stages[-1].shape != GridShape(1, base_t, base_s):
-        raise ValueError(
+        raise NoBaseShapeEpoch(
             f'epoch_factor={epoch_factor} with {max_epochs} recipe epochs '
             f'leaves no epoch at the base shape; raise either.')
     return stages

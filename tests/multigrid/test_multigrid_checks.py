@@ -138,12 +138,15 @@ def _checked(config, options=None, pipeline_edit=None):
 def test_final_feature_map_below_2x2_warns_with_the_measured_cost():
     """The demo's old short cycle (S=28: 1x1 after ResNet3d-18's stride 32)
     warns; its milder factors (2x2 at S=42) do not."""
-    [old] = _checked(DEMO, dict(short_cycle_factors=[0.5, 0.5**0.5]))
+    both = dict(short_cycle=True)
+    [old] = _checked(DEMO, dict(both, short_cycle_factors=[0.5, 0.5**0.5]))
     assert old.startswith(SMALL_MAP + '(B, T, S) = (32, 8, 28): 1x1, ')
     assert '(16, 16, 28): 1x1. Use short_cycle_factors closer' in old
     assert old.endswith(' to 1, or a larger crop.')
-    assert _checked(DEMO, dict(short_cycle_factors=[0.75, 0.875])) == []
-    # The demo as shipped since the study: 0.6/0.707, 2x2 at S=34.
+    assert _checked(DEMO, dict(both, short_cycle_factors=[0.75, 0.875])) == []
+    # The demo's factors since the study (0.6/0.707, 2x2 at S=34) with both
+    # cycles, and the demo as shipped (the long cycle alone).
+    assert _checked(DEMO, both) == []
     assert _checked(DEMO) == []
     # A long-cycle shape that small names its long_cycle_factors entry.
     coarse = _checked(DEMO, dict(short_cycle=False, long_cycle_factors=[

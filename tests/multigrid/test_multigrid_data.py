@@ -3,6 +3,8 @@ pipeline; the shape-aware dataset wrapper (a clip that fails to decode
 names its file; ``skip_broken_clips``)."""
 import copy
 
+import re
+
 import pytest
 from mg_helpers import PIPELINE
 from mmengine.dataset import pseudo_collate
@@ -54,26 +56,32 @@ def test_pipeline_errors():
     with pytest.raises(ValueError, match='needs a SampleFrames or Uniform'):
         parse_grid_shape([t for t in I3D_PIPE
                           if t['type'] != 'SampleFrames'])
-    with pytest.raises(ValueError, match='needs a final square crop'):
+    with pytest.raises(ValueError, match=re.escape(
+            'pipeline ends with RandomResizedCrop(), no square crop')):
         parse_grid_shape(I3D_PIPE[:4] + [dict(type='RandomResizedCrop')] +
                          I3D_PIPE[6:])
+    with pytest.raises(ValueError, match='needs a final square crop'):
+        parse_grid_shape(I3D_PIPE[:3] + I3D_PIPE[-1:])
 
 
-@pytest.mark.parametrize('head, final', [
-    ([], dict(type='CenterCrop', crop_size=224)),
-    ([dict(type='Resize', scale_factor=0.5)],
-     dict(type='RandomCrop', size=112)),
-    ([dict(type='Resize', scale=0.5)], dict(type='CenterCrop', crop_size=64)),
+@pytest.mark.parametrize('head, final, fix', [
+    ([], dict(type='CenterCrop', crop_size=224), 'add a Resize before it'),
+    ([dict(type='Flip')], dict(type='RandomCrop', size=112),
+     'add a Resize before it'),
+    ([dict(type='Resize', scale=0.5)], dict(type='CenterCrop', crop_size=64),
+     'Resize(scale=0.5) is relative: give its scale in pixels, e.g. '
+     '(-1, 64).'),
 ])
-def test_a_final_crop_of_the_raw_frame_is_refused_by_name(head, final):
+def test_a_final_crop_of_the_raw_frame_is_refused_by_name(head, final, fix):
     """A crop of raw (or relatively resized) pixels cannot keep its field of
-    view at a smaller S: the plan refuses it before training."""
+    view at a smaller S: the plan refuses it before training, naming a
+    relative resize as such."""
     pipe = I3D_PIPE[:3] + head + [final, I3D_PIPE[-1]]
     name, side = final['type'], final.get('crop_size', final.get('size'))
     with pytest.raises(ValueError, match=rf'{name}\({side}\) crops the raw '
                        'frame'):
         check_field_of_view(pipe)
-    with pytest.raises(ValueError, match='add a Resize before it'):
+    with pytest.raises(ValueError, match=re.escape(fix)):
         MultigridPlan(pipe, 8, 10)
 
 

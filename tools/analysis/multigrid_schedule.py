@@ -25,6 +25,7 @@ from mmext.multigrid import MultigridPlan
 from mmext.multigrid.checks import check_run
 from mmext.multigrid.report import describe, summary
 from mmext.multigrid.transformers import install_shape_adapters
+from mmext.runner import check_ann_file, check_hook_options
 
 
 def parse_args():
@@ -124,6 +125,10 @@ def load_config(args) -> Config:
         options = ' with its --cfg-options' if args.cfg_options else ''
         refuse(f'cannot read the config {args.config}{options}: '
                f'{_failure(error)}')
+    try:
+        check_hook_options(cfg, args.cfg_options)
+    except ValueError as error:
+        refuse(str(error))
     return cfg
 
 
@@ -137,6 +142,10 @@ def clips_per_rank(cfg: Config, args):
     num_clips = args.num_samples
     if args.dataset:
         dataset = cfg.get('train_dataloader', {}).get('dataset', {})
+        try:  # a missing list: the train tool's message
+            check_ann_file(dataset)
+        except (FileNotFoundError, ValueError) as error:
+            refuse(str(error))
         try:
             num_clips = len(DATASETS.build(cfg.train_dataloader.dataset))
         except Exception as error:  # noqa: B902 reported with its cause
