@@ -364,7 +364,18 @@ def load_from_local(filename: str, map_location=None):
     (open-mmlab/mmengine#1655); allow-listing ``builtins.getattr`` would
     void the protection for every load. Named as mmengine names its
     loaders, ``load_from_<backend>``: its log line cuts the first 10
-    characters (``Loads checkpoint by local backend from path``)."""
+    characters (``Loads checkpoint by local backend from path``).
+
+    Args:
+        filename (str): The checkpoint's path (``~`` expanded).
+        map_location: As ``torch.load``'s. Defaults to None.
+
+    Returns:
+        dict: The loaded checkpoint.
+
+    Raises:
+        FileNotFoundError: No such file.
+    """
     filename = osp.expanduser(filename)
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')

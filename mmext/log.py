@@ -77,7 +77,14 @@ def error_line(exc: BaseException) -> str:
     """``<type>: <message>`` of ``exc``; for the exception of a DataLoader
     worker, which torch re-raises as ``Caught <type> in DataLoader worker
     process N.`` with the worker's traceback below, the worker's own
-    last line (a broken clip's path)."""
+    last line (a broken clip's path).
+
+    Args:
+        exc (BaseException): The exception.
+
+    Returns:
+        str: One line, ``<type>: <message>``.
+    """
     text = str(exc)
     if text.startswith('Caught ') and '\nOriginal Traceback' in text:
         kind, _, message = text.rstrip().splitlines()[-1].partition(': ')
@@ -86,14 +93,25 @@ def error_line(exc: BaseException) -> str:
 
 
 def is_refusal(exc: BaseException) -> bool:
-    """Whether ``exc`` went through :func:`refuse` (mmext refused the run,
-    or ``tools/train.py`` wrote it)."""
+    """Whether an exception went through :func:`refuse`.
+
+    Args:
+        exc (BaseException): The exception.
+
+    Returns:
+        bool: True where mmext refused the run (or ``tools/train.py``
+        wrote it to the log).
+    """
     return getattr(exc, LOGGED, False)
 
 
 def log_traceback(exc: BaseException) -> None:
-    """Write the traceback of ``exc`` to the run's log file only (an INFO
-    record after its ERROR line: the console shows the one line)."""
+    """Write an exception's traceback to the run's log file only (an INFO
+    record after its ERROR line: the console shows the one line).
+
+    Args:
+        exc (BaseException): The exception.
+    """
     _to_log_file(logging.INFO, 'Traceback of the error above:\n' + ''.join(
         traceback.format_exception(type(exc), exc, exc.__traceback__)))
 

@@ -181,7 +181,16 @@ def check_hook_options(cfg, options: Optional[dict]) -> None:
     """Raise ``ValueError`` for a ``--cfg-options`` key
     ``custom_hooks.N.name`` whose index reaches a hook that does not name
     ``name`` while another entry's class does (the docs' form with the
-    index of another config). ``cfg``: the config, ``options`` merged."""
+    index of another config).
+
+    Args:
+        cfg (Config): The config, ``options`` merged.
+        options (dict, optional): The ``--cfg-options`` given.
+
+    Raises:
+        ValueError: Naming the hook the index reaches and the index of the
+            hook that takes the option.
+    """
     hooks = cfg.get('custom_hooks') or []
     scope = cfg.get('default_scope')
     for key in options or {}:

@@ -10,9 +10,10 @@ import os.path as osp
 import tokenize
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-# About 10 % over the code of 2026-12-06 (mmext 4,000 code lines, tools
-# 1,812): room for a feature of about 300 lines (the decoded-frame cache).
-MMEXT_CODE_LINES, TOOLS_CODE_LINES = 4400, 2000
+# About 5 % over the code of 2026-12-06 after issues 43-45 (mmext 4,470
+# code lines: 4,000 before, the frame cache and loader costs ~310, the
+# new-user refusals ~150; tools 1,970).
+MMEXT_CODE_LINES, TOOLS_CODE_LINES = 4700, 2100
 # Tokens that are no code on their own.
 _LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
            tokenize.DEDENT, tokenize.ENDMARKER}
