@@ -455,6 +455,8 @@ class CachedVideoDataset(VideoDataset):
     size a clip equals a fresh decode's, value for value.
 
     Args:
+        ann_file (str): The video list (``VideoDataset``'s: ``path label``
+            lines), under ``data_root`` if given.
         pipeline (list[dict]): The pipeline config.
         cache_dir (str, optional): The cache folder, shared by the runs of
             the same videos and pipeline. Defaults to
@@ -467,7 +469,7 @@ class CachedVideoDataset(VideoDataset):
 
     Examples:
         >>> train_dataloader = dict(dataset=dict(
-        >>>     type='mmext.CachedVideoDataset', max_cache_gib=2.0))
+        ...     type='mmext.CachedVideoDataset', max_cache_gib=2.0))
     """
 
     def __init__(self, ann_file: str, pipeline: List[dict],
@@ -504,8 +506,12 @@ class CachedVideoDataset(VideoDataset):
         return out
 
     def full_init(self) -> None:
-        """Load the data list, then prepare the cache
-        (:meth:`FrameCache.prepare`: refusals before training)."""
+        """Load the data list, then prepare the cache and log its line.
+
+        Raises:
+            ValueError: As :meth:`FrameCache.prepare` (before training),
+                also written to the run's log file.
+        """
         if self._fully_initialized:
             return
         super().full_init()

@@ -124,8 +124,8 @@ def _checked(config, options=None, pipeline_edit=None):
     cfg.model.backbone.pretrained = None
     with torch.device('meta'):
         model = MODELS.build(cfg.model)
-    # Built first: options that do nothing (e.g. the demo's short-cycle
-    # factors with short_cycle=False) warn here, not in check_run.
+    # Built first: options that do nothing (short-cycle factors with
+    # short_cycle=False) warn here, not in check_run.
     plan = MultigridPlan.from_config(cfg)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
@@ -146,7 +146,8 @@ def test_final_feature_map_below_2x2_warns_with_the_measured_cost():
     assert _checked(DEMO, dict(both, short_cycle_factors=[0.75, 0.875])) == []
     # The demo's factors since the study (0.6/0.707, 2x2 at S=34) with both
     # cycles, and the demo as shipped (the long cycle alone).
-    assert _checked(DEMO, both) == []
+    assert _checked(DEMO, dict(both, short_cycle_factors=[0.6, 0.5**0.5]))\
+        == []
     assert _checked(DEMO) == []
     # A long-cycle shape that small names its long_cycle_factors entry.
     coarse = _checked(DEMO, dict(short_cycle=False, long_cycle_factors=[

@@ -254,6 +254,7 @@ def test_tool_refuses_a_malformed_pipeline_and_bad_counts():
         'error: --num-samples must be at least 1, got 0')
 
 
+@pytest.mark.usefixtures('demo_data')  # the list exists: the type fails
 def test_tool_refuses_a_dataset_or_model_it_cannot_build(tmp_path):
     dataset = _refusal(_tool(TINY, '--dataset', '--no-model-check',
                              '--cfg-options',

@@ -87,7 +87,8 @@ def test_a_short_cycle_batch_too_large_names_short_cycle_false():
     every long-cycle batch (16 at most) does."""
     subset = ['--dataset', '--no-model-check', '--cfg-options',
               'train_dataloader.dataset.indices=16']
-    line = _error(_schedule(DEMO, *subset, 'custom_hooks.0.short_cycle=True'))
+    line = _error(_schedule(DEMO, *subset, 'custom_hooks.0.short_cycle=True',
+                            'custom_hooks.0.short_cycle_factors=[0.6,0.7]'))
     assert 'make a batch of 24 > 16 clips per process' in line
     assert line.endswith('; use short_cycle=False or factors closer to 1.')
     assert _schedule(DEMO, *subset).returncode == 0  # the demo's own
@@ -191,7 +192,7 @@ def test_a_run_and_its_resume_read_as_their_logs(tmp_path):
            'train_cfg.max_epochs=2', 'custom_hooks.0.precise_bn_iters=200']
     proc = _run(*run)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert ' - mmengine - WARNING - Batch 32 is 50% of the 64 clips' in (
+    assert ' - mmengine - WARNING - Batch 32 is 50% of 64 clips' in (
         proc.stderr)
     package = osp.join(REPO_ROOT, 'mmext')
     assert package not in proc.stderr and 'warn(message)' not in proc.stderr
