@@ -151,6 +151,11 @@ def test_python_commands_run_as_written():
             modules.add(words[2])
             continue
         assert osp.isfile(osp.join(ROOT, words[1])), (doc, command)
+        # --help stops before a script reads its config: check the paths.
+        missing = [w for w in words[2:] if re.match(
+            r'(configs|tools|docs|\.dev_scripts)/\S+\.\w+$', w)
+            and not osp.exists(osp.join(ROOT, w))]
+        assert missing == [], (doc, command)
         if words[2:] not in by_script[words[1]]:
             by_script[words[1]].append(words[2:])
     assert len(by_script) >= 8
