@@ -303,7 +303,8 @@ class FrameCache:
             ValueError: The video decoded to another shape than its
                 manifest entry says (changed during the run).
         """
-        clip, path = self.clip(filename), self._path(self._key(filename))
+        key = self._key(filename)
+        clip, path = self.clips[key], self._path(key)
         shape = (clip['frames'], *clip['shape'])
         try:
             frames = np.load(path, mmap_mode='r')

@@ -550,14 +550,13 @@ def loader_costs_per_shape(cfg, shapes, clips):
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         dataset = DATASETS.build(copy.deepcopy(ds_cfg))
         indices = range(min(clips, len(dataset)))
+        if hasattr(dataset, 'frame_cache'):  # once, for every shape
+            dataset.frame_cache.fill(
+                [dataset.get_data_info(i)['filename'] for i in indices])
         out = {}
         for t, s in shapes:
             loader = MultigridDataset(dataset, [resize_pipeline(
                 ds_cfg.pipeline, t, s)])
-            if hasattr(dataset, 'frame_cache'):
-                for i in indices:
-                    loader[i]
-                loader.reset_loader_costs()
             for i in indices:
                 loader[i]
             out[(t, s)] = loader.loader_costs()

@@ -56,7 +56,8 @@ def main():
         ds_cfg.pop(key, None)
     ds_cfg.type = 'VideoDataset'
     try:
-        cache = FrameCache.from_pipeline(ds_cfg.pipeline, args.out, 0.0)
+        # Its decode and first resize only: no cache folder, no bound.
+        cache = FrameCache.from_pipeline(ds_cfg.pipeline, None, 0.0)
     except ValueError as error:
         raise SystemExit(f'{args.config}: {error}')
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
