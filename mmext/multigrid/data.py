@@ -7,7 +7,6 @@ The batch sampler tells the dataset each sample's shape with
 ``(index, shape_index)`` items."""
 import copy
 import inspect
-import itertools
 import multiprocessing
 import time
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -22,8 +21,7 @@ from mmext.options import type_name
 from .schedule import iterations_per_epoch
 
 __all__ = [
-    'BrokenClipError', 'EpochSpanningLoader', 'MultigridDataset',
-    'ShortCycleBatchSampler',
+    'BrokenClipError', 'MultigridDataset', 'ShortCycleBatchSampler',
     'check_field_of_view', 'clips_per_sample', 'config_clips_per_sample',
     'name_broken_clips', 'parse_grid_shape', 'resize_pipeline'
 ]
@@ -484,29 +482,13 @@ class ShortCycleBatchSampler(Sampler):
             ``.sampler`` for ``DistSamplerSeedHook``.
         batch_sizes (Sequence[int]): Per-process batch sizes in short-cycle
             order.
-        epochs (Sequence[int], optional): Iterate these epochs in one pass,
-            calling ``sampler.set_epoch`` before each (the batches of each
-            equal a pass after ``set_epoch``), for
-            :class:`EpochSpanningLoader`. ``len()`` stays one epoch's.
-            Defaults to None: one epoch, the sampler's current.
     """
 
-    def __init__(self, sampler: Sampler, batch_sizes: Sequence[int],
-                 epochs: Optional[Sequence[int]] = None):
+    def __init__(self, sampler: Sampler, batch_sizes: Sequence[int]):
         self.sampler = sampler
         self.batch_sizes = list(batch_sizes)
-        self.epochs = epochs
 
     def __iter__(self) -> Iterator[List[Tuple[int, int]]]:
-        if self.epochs is None:
-            yield from self._epoch()
-            return
-        for epoch in self.epochs:
-            self.sampler.set_epoch(epoch)
-            yield from self._epoch()
-
-    def _epoch(self) -> Iterator[List[Tuple[int, int]]]:
-        """One pass of the sampler in short-cycle batches."""
         k, batch = 0, []
         for idx in self.sampler:
             batch.append((idx, k))
@@ -516,41 +498,3 @@ class ShortCycleBatchSampler(Sampler):
 
     def __len__(self) -> int:
         return iterations_per_epoch(len(self.sampler), self.batch_sizes)
-
-
-class EpochSpanningLoader:
-    """One epoch at a time of a loader whose batch sampler spans epochs.
-
-    A ``DataLoader`` starts each epoch with idle workers: the epoch's first
-    batch waits for one worker to load it whole. At the coarse grid shapes
-    batches are large and epochs few iterations long (MSR Action3D at
-    batch 64: 4 iterations, 0.1-0.2 s for the first batch), so that wait is
-    a large share of the stage. Here one iterator of ``loader`` (its batch
-    sampler iterating the stage's epochs, :class:`ShortCycleBatchSampler`'s
-    ``epochs``) serves them all: its workers load the next epoch's first
-    batches during this epoch's last iterations.
-
-    Attributes other than iteration and ``len()`` are the loader's
-    (``dataset``, ``batch_sampler`` ...).
-
-    Args:
-        loader (DataLoader): The loader; ``len(loader)`` is one epoch's
-            batches.
-    """
-
-    def __init__(self, loader):
-        self.loader = loader
-        self._batches: Optional[Iterator] = None
-
-    def __iter__(self) -> Iterator:
-        if self._batches is None:
-            self._batches = iter(self.loader)
-        return itertools.islice(self._batches, len(self.loader))
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __getattr__(self, name: str):
-        if name == 'loader':  # not set yet (copy, unpickling)
-            raise AttributeError(name)
-        return getattr(self.loader, name)

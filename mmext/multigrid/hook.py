@@ -31,8 +31,7 @@ from .bn import (bn_layers_in_training, disable_sub_bn, enable_sub_bn,
                  update_precise_bn)
 from .checks import check_run
 from .compile import CompiledRun, compile_enabled, run_outside_dynamo
-from .data import (EpochSpanningLoader, MultigridDataset,
-                   ShortCycleBatchSampler, clips_per_sample,
+from .data import (MultigridDataset, ShortCycleBatchSampler, clips_per_sample,
                    name_broken_clips, resize_pipeline)
 from .memory import glibc_version, keep_freed_memory
 from .plan import MultigridOptions, MultigridPlan
@@ -401,12 +400,7 @@ class MultigridHook(Hook):
         if self._loader_stage is not None and (
                 self._loader_stage.short_cycle == stage.short_cycle):
             return
-        # The loader serves until the short cycle changes.
-        end = next((s.start_epoch for s in self.plan.stages if s.start_epoch
-                    > runner.epoch and s.short_cycle != stage.short_cycle),
-                   self.plan.max_epochs)
-        runner.train_loop.dataloader = EpochSpanningLoader(self.build_loader(
-            runner, stage, epochs=range(runner.epoch, end)))
+        runner.train_loop.dataloader = self.build_loader(runner, stage)
         self._loader_stage = stage
         sizes = self.plan.batch_sizes(stage)
         runner.visualizer.add_scalars(
@@ -418,6 +412,10 @@ class MultigridHook(Hook):
              f'T={stage.shape.clip_len}, crops '
              f'{[s.crop_size for s in stage.short_cycle]}, '
              f'{len(runner.train_loop.dataloader)} iters/epoch')
+        # The loader serves until the short cycle changes.
+        end = next((s.start_epoch for s in self.plan.stages if s.start_epoch
+                    > runner.epoch and s.short_cycle != stage.short_cycle),
+                   self.plan.max_epochs)
         self.watch.start_stage(
             f'epoch {runner.epoch} (batches {sizes}, '
             f'T={stage.shape.clip_len}, S={stage.shape.crop_size})',
@@ -426,8 +424,7 @@ class MultigridHook(Hook):
             sum(sizes) / len(sizes) * self.plan.clips_per_sample)
 
     def build_loader(self, runner, stage: MultigridStage,
-                     short_cycle: bool = True,
-                     epochs: Optional[Sequence[int]] = None):
+                     short_cycle: bool = True):
         """Train loader of a stage reusing the recipe's dataset object.
 
         Args:
@@ -435,9 +432,6 @@ class MultigridHook(Hook):
             stage (MultigridStage): A stage of the plan.
             short_cycle (bool): False: the long-cycle shape only, for precise
                 BN. Defaults to True.
-            epochs (Sequence[int], optional): One iteration of the loader
-                runs these epochs (``ShortCycleBatchSampler``'s ``epochs``).
-                Defaults to None: one epoch.
 
         Returns:
             DataLoader: The loader, its batches by
@@ -457,8 +451,7 @@ class MultigridHook(Hook):
                                                   seed=runner.seed))
         cfg.update(dataset=dataset, sampler=sampler,
                    batch_sampler=ShortCycleBatchSampler(
-                       sampler, self.plan.batch_sizes(stage, short_cycle),
-                       epochs))
+                       sampler, self.plan.batch_sizes(stage, short_cycle)))
         return Runner.build_dataloader(cfg, seed=seed)
 
     def after_train_epoch(self, runner) -> None:

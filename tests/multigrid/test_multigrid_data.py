@@ -12,9 +12,8 @@ from torch.utils.data import DataLoader
 
 import mmext  # noqa: F401
 from mmext.multigrid import MultigridPlan
-from mmext.multigrid.data import (BrokenClipError, EpochSpanningLoader,
-                                  MultigridDataset, ShortCycleBatchSampler,
-                                  check_field_of_view,
+from mmext.multigrid.data import (BrokenClipError, MultigridDataset,
+                                  ShortCycleBatchSampler, check_field_of_view,
                                   clips_per_sample, parse_grid_shape,
                                   resize_pipeline)
 
@@ -122,61 +121,6 @@ def test_short_cycle_batches_are_tagged_with_their_shape():
     assert list(sampler) == [[(0, 0), (1, 0), (2, 0)], [(3, 1), (4, 1)],
                              [(5, 2)], [(6, 0), (7, 0), (8, 0)]]
     assert len(sampler) == 4 and sampler.sampler == range(10)
-
-
-def _shuffled(epoch):
-    from mmengine.dataset import DefaultSampler
-    sampler = DefaultSampler(range(10), shuffle=True, seed=0)
-    sampler.set_epoch(epoch)
-    return sampler
-
-
-def test_batches_spanning_epochs_equal_each_epoch_after_set_epoch():
-    """``epochs``: one pass yields each epoch's batches, as a pass after
-    ``set_epoch`` would; ``len()`` stays one epoch's."""
-    spanning = ShortCycleBatchSampler(_shuffled(0), [3, 2], epochs=[2, 3])
-    per_epoch = [b for e in (2, 3)
-                 for b in ShortCycleBatchSampler(_shuffled(e), [3, 2])]
-    assert list(spanning) == per_epoch and len(spanning) == 4
-    assert per_epoch[:4] != per_epoch[4:]  # the epochs differ
-
-
-class _Items:
-    """A dataset returning the (index, shape) item it is given."""
-
-    def __getitem__(self, item):
-        return item
-
-    def __len__(self):
-        return 10
-
-
-class _Drawn(ShortCycleBatchSampler):
-    """Counts the batches the loader has asked for."""
-
-    def __iter__(self):
-        self.drawn = 0
-        for batch in super().__iter__():
-            self.drawn += 1
-            yield batch
-
-
-def test_spanning_loader_serves_epochs_and_prefetches_the_next():
-    """Each iteration is one epoch of the spanning pass; by the last batch
-    of epoch 0 the workers already hold epoch 1's first batches."""
-    sampler = _Drawn(_shuffled(0), [3, 2], epochs=range(3))
-    loader = EpochSpanningLoader(DataLoader(
-        _Items(), batch_sampler=sampler, num_workers=1, collate_fn=list))
-    epochs, drawn_at_epoch_end = [], []
-    for _ in range(3):
-        epochs.append([[i for i, _ in b] for b in loader])
-        drawn_at_epoch_end.append(sampler.drawn)
-    expected = [[[i for i, _ in b]
-                 for b in ShortCycleBatchSampler(_shuffled(e), [3, 2])]
-                for e in range(3)]
-    assert epochs == expected and len(loader) == 4
-    assert drawn_at_epoch_end[0] > 4  # epoch 1's batches requested
-    assert loader.batch_sampler is sampler  # the loader's attributes
 
 
 def _dataset(ann, num_good=2, **kwargs):
