@@ -6,7 +6,7 @@ python .dev_scripts/benchmark/multigrid_accuracy.py
 [--config CONFIG] [--seeds 0 1 2 3 4] [--fractions 0.25 0.5 0.75 1]
 [--curve-seeds 3] [--mg-fractions 1] [--arms paper constant ...]
 [--reuse JSON ...]
-[--jobs 1] [--threads 1] [--epochs N] [--margin 0.05] [--device cpu|cuda]
+[--jobs 1] [--threads 2] [--epochs N] [--margin 0.05] [--device cpu|cuda]
 [--json] [--work-dir DIR] [--cfg-options key=value ...]
 python .dev_scripts/benchmark/multigrid_accuracy.py --from-json FILE
 
@@ -567,8 +567,8 @@ def show_defaults(parser):
     d = parser.parse_args([])
     runs = plan_runs(d.seeds, d.fractions, d.curve_seeds, d.mg_fractions,
                      d.arms, 1)
-    parser.epilog = (f'The default run: {len(runs)} trainings of 2-4 min '
-                     f'each, one at a time on 2 idle CPU cores (MSR '
+    parser.epilog = (f'The default run: {len(runs)} trainings, about an '
+                     f'hour one at a time on 2 idle CPU cores (MSR '
                      f'Action3D, docs/en/benchmarks.md); --reuse skips the '
                      f'done ones.')
 
@@ -603,7 +603,7 @@ def main():
     parser.add_argument('--from-json', metavar='FILE',
                         help='report and plot a JSON of this tool; no runs')
     parser.add_argument('--run', help=argparse.SUPPRESS)
-    parser.set_defaults(config=DEFAULT_CONFIG, epochs=None, threads=1)
+    parser.set_defaults(config=DEFAULT_CONFIG, epochs=None, threads=2)
     show_defaults(parser)
     args = parser.parse_args()
     if args.run:
@@ -619,7 +619,8 @@ def main():
             json.dump(result, f, default=str)
     print(report(result))
     plot(result, out + '.png')
-    print(f'wrote {out}.json and {out}.png')
+    print(f'wrote {out}.png' if args.from_json else
+          f'wrote {out}.json and {out}.png')
     if 'total_seconds' in result:
         print(f'total {result["total_seconds"] / 60:.1f} min; load average '
               f'(1, 5, 15 min) before {result["load_before"]}, after '
