@@ -10,8 +10,8 @@ runs"). From the cache a clip costs a copy of its ``T`` sampled frames at
 the first resize's size; the coarse shapes resize from there.
 
 The cache is a folder: ``manifest.json`` (the pipeline it was made for and,
-per video, its file's size and modification time, frame count, fps, raw
-and cached frame sizes) and one ``.npy`` array of all frames
+per video, its file's size, modification time and BLAKE2b digest, frame
+count, fps, raw and cached frame sizes) and one ``.npy`` array of all frames
 ``(N, H, W, C)`` uint8 per video, written when the clip is first loaded
 (the first epoch decodes as before). Each file is written under a
 temporary name and renamed when complete, so an interrupted run leaves
@@ -46,6 +46,16 @@ def _stat(path: str) -> List[int]:
     """``[size in bytes, modification time in ns]`` of ``path``."""
     st = os.stat(path)
     return [st.st_size, st.st_mtime_ns]
+
+
+def _digest(path: str) -> str:
+    """BLAKE2b of the file's bytes: a copy of a video with a new
+    modification time (a dataset copied again) is the same video."""
+    digest = hashlib.blake2b()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(2**20), b''):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _write_atomic(path: str, write) -> None:
@@ -175,7 +185,8 @@ class FrameCache:
                         broken=f'{type(error).__name__}: {error}')
         size = raw[:2] if resize is None else resize(
             dict(img_shape=raw[:2], modality='RGB'))['img_shape']
-        return dict(stat=_stat(filename), frames=int(info['total_frames']),
+        return dict(stat=_stat(filename), digest=_digest(filename),
+                    frames=int(info['total_frames']),
                     fps=float(info['avg_fps']), raw_shape=list(raw[:2]),
                     shape=[int(size[0]), int(size[1]), raw[2]],
                     file=hashlib.sha1(osp.realpath(filename).encode())
@@ -210,7 +221,8 @@ class FrameCache:
 
         Raises:
             ValueError: The folder was made for another pipeline, a video
-                changed since it was cached, or the frames need more than
+                changed since it was cached (its size or modification time
+                differ and so do its bytes), or the frames need more than
                 ``max_gib``.
         """
         old = {}
@@ -231,9 +243,11 @@ class FrameCache:
             clip = self.clips.get(key)
             if clip is not None and 'broken' not in clip and (
                     clip['stat'] != _stat(name)):
-                raise ValueError(f'Frame cache {self.cache_dir} is stale: '
-                                 f'{name} changed since it was cached; '
-                                 f'delete the cache folder.')
+                if clip.get('digest') != _digest(name):
+                    raise ValueError(f'Frame cache {self.cache_dir} is '
+                                     f'stale: {name} changed since it was '
+                                     f'cached; delete the cache folder.')
+                self.clips[key] = dict(clip, stat=_stat(name))
             if clip is None or 'broken' in clip:
                 self.clips[key] = self._scan(name)
         need = self.nbytes(keys)
@@ -280,7 +294,8 @@ class FrameCache:
         Returns:
             dict: ``frames``, ``fps``, ``raw_shape`` (H, W) and ``shape``
             (H, W, C) at the cached size, ``stat`` (bytes, mtime in ns),
-            ``file``; an unreadable video has ``broken`` (the error).
+            ``digest`` (BLAKE2b of the file), ``file``; an unreadable video
+            has ``broken`` (the error).
 
         Raises:
             KeyError: ``filename`` was not prepared.

@@ -177,11 +177,17 @@ def test_a_bad_bound_is_refused(videos, tmp_path, value):
 
 
 def test_a_stale_cache_is_refused(videos, tmp_path):
+    """Other bytes under the same name are refused; the same bytes with a
+    new modification time (a dataset copied again) reuse the cache."""
     cfg = dataset_cfg(videos, str(tmp_path / 'cache'))
     dataset = build(cfg)
     name = dataset.get_data_info(2)['filename']
     stat = os.stat(name)
     os.utime(name, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    clip = build(cfg).frame_cache.clip(name)
+    assert clip['stat'] == [stat.st_size, stat.st_mtime_ns + 10**9]
+    other = dataset.get_data_info(1)['filename']
+    shutil.copyfile(other, name)
     with pytest.raises(ValueError, match=f'is stale: {name} changed'):
         build(cfg)
 
