@@ -172,20 +172,21 @@ class FrameCache:
                                     dict(cfg['resize'])))
         return self._transforms
 
-    def _scan(self, filename: str) -> dict:
+    def _scan(self, filename: str, stat: List[int]) -> dict:
         """Frame count, fps and frame sizes of one video (its file is opened
-        and its first frame decoded)."""
+        and its first frame decoded), with its ``stat`` (:func:`_stat`,
+        taken once by the caller)."""
         init, _, resize = self._built()
         try:
             info = init(dict(filename=filename))
             raw = tuple(info['video_reader'][0].shape)  # (H, W, C)
         except Exception as error:  # noqa: B902 any decoder's error
             # Named when the clip is loaded, as an uncached clip would be.
-            return dict(stat=_stat(filename), frames=0,
+            return dict(stat=stat, frames=0,
                         broken=f'{type(error).__name__}: {error}')
         size = raw[:2] if resize is None else resize(
             dict(img_shape=raw[:2], modality='RGB'))['img_shape']
-        return dict(stat=_stat(filename), digest=_digest(filename),
+        return dict(stat=stat, digest=_digest(filename),
                     frames=int(info['total_frames']),
                     fps=float(info['avg_fps']), raw_shape=list(raw[:2]),
                     shape=[int(size[0]), int(size[1]), raw[2]],
@@ -240,16 +241,16 @@ class FrameCache:
         self._keys = {name: osp.realpath(name) for name in filenames}
         keys = list(self._keys.values())
         for name, key in self._keys.items():
-            clip = self.clips.get(key)
+            clip, stat = self.clips.get(key), _stat(name)
             if clip is not None and 'broken' not in clip and (
-                    clip['stat'] != _stat(name)):
+                    clip['stat'] != stat):
                 if clip.get('digest') != _digest(name):
                     raise ValueError(f'Frame cache {self.cache_dir} is '
                                      f'stale: {name} changed since it was '
                                      f'cached; delete the cache folder.')
-                self.clips[key] = dict(clip, stat=_stat(name))
+                self.clips[key] = dict(clip, stat=stat)
             if clip is None or 'broken' in clip:
-                self.clips[key] = self._scan(name)
+                self.clips[key] = self._scan(name, stat)
         need = self.nbytes(keys)
         if need > self.max_gib * GIB:
             raise ValueError(
